@@ -1,0 +1,407 @@
+"""The one configuration schema and its precedence.
+
+Every option is a typed dataclass field: :class:`JobArguments` (ours) plus every field of
+``transformers.TrainingArguments``. Each is settable four ways, later ones winning:
+
+    defaults  <  YAML file (MLM_CONFIG=path or --config path)  <  environment (MLM_<FIELD>)  <  CLI (--field)
+
+All layers are turned into one argv list and parsed by ``HfArgumentParser``, so argparse does every
+string-to-type conversion (``parse_dict`` would not). Before that, each value is checked on its own so an error
+names where it came from (``MLM_NUM_TRAIN_EPOCHS``, ``job.yaml: num_train_epochs``, ``--num_train_epochs``).
+Unknown keys are errors that name the nearest real option.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import difflib
+import math
+import os
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from transformers import HfArgumentParser, TrainingArguments
+
+from train.errors import ConfigError
+
+ENV_PREFIX = "MLM_"
+# MLM_* variables that are not options: read by entrypoint.sh / the launcher / logging, documented in the README.
+NON_OPTION_ENV = {"MLM_CONFIG", "MLM_DEBUG", "MLM_EXIT_DIR"}
+REDACTED = "***"
+SECRET_FIELDS = {"hub_token"}
+
+
+@dataclass
+class JobArguments:
+    """The job's own options (the TrainingArguments fields follow them in the schema)."""
+
+    model_name_or_path: str = field(
+        default="distilbert-base-uncased",
+        metadata={
+            "help": "Hub id or local directory of a pretrained model; or an architecture to train from scratch: "
+            "a config.json path or scratch:<model_type> (e.g. scratch:distilbert)."
+        },
+    )
+    config_overrides: str | None = field(
+        default=None,
+        metadata={"help": "Model config overrides when training from scratch, e.g. n_layers=2,dim=128,hidden_dim=512."},
+    )
+    tokenizer_name: str | None = field(
+        default=None,
+        metadata={
+            "help": "Hub id or local directory of the tokenizer. Default: the model's; from scratch without one, "
+            "a WordPiece tokenizer is trained on the training text."
+        },
+    )
+    tokenizer_vocab_size: int = field(
+        default=30522, metadata={"help": "Vocabulary size of a tokenizer trained on the training text."}
+    )
+    dataset: str = field(
+        default="demo",
+        metadata={
+            "help": "demo (the seed's data); a local .txt/.jsonl/.json/.csv/.parquet file, a directory of them or "
+            "one written by datasets.save_to_disk; or a hub dataset id."
+        },
+    )
+    dataset_config_name: str | None = field(default=None, metadata={"help": "Config name of a hub dataset."})
+    text_column: str = field(default="text", metadata={"help": "Column holding the text."})
+    validation_file: str | None = field(
+        default=None, metadata={"help": "Evaluation data file; default: a split of the training data."}
+    )
+    validation_split_percentage: int = field(
+        default=20,
+        metadata={"help": "Percent of the training data held out for evaluation when there is no validation data."},
+    )
+    max_seq_length: int = field(default=128, metadata={"help": "Longest sequence in tokens (longer text is cut)."})
+    mlm_probability: float = field(default=0.15, metadata={"help": "Fraction of tokens masked, in (0, 1)."})
+    padding: Literal["dynamic", "max_length", "packed"] = field(
+        default="dynamic",
+        metadata={
+            "help": "dynamic: pad to the longest in the batch (multiple of 8); max_length: pad all to "
+            "max_seq_length (the seed's way); packed: concatenate and cut into full max_seq_length blocks."
+        },
+    )
+    pad_to_multiple_of: int = field(default=8, metadata={"help": "Dynamic padding rounds lengths up to this."})
+    preprocessing_num_workers: int | None = field(
+        default=None, metadata={"help": "Processes for tokenization (default: one)."}
+    )
+    demo_samples: int = field(default=50000, metadata={"help": "Number of samples of the demo dataset."})
+    max_train_samples: int | None = field(default=None, metadata={"help": "Use at most this many training samples."})
+    max_eval_samples: int | None = field(default=None, metadata={"help": "Use at most this many evaluation samples."})
+    masked_only_head: bool = field(
+        default=False,
+        metadata={
+            "help": "Compute the vocabulary projection only at masked positions (same loss, less compute); "
+            "the saved model is unchanged."
+        },
+    )
+    trust_remote_code: bool = field(
+        default=False, metadata={"help": "Allow model/tokenizer code from the hub to run. Off unless set."}
+    )
+    resume: str = field(
+        default="auto",
+        metadata={"help": "auto: continue from the newest complete checkpoint in output_dir; never; or a path."},
+    )
+    global_batch_size: int | None = field(
+        default=None,
+        metadata={
+            "help": "Samples per optimizer step across all ranks; gradient accumulation is derived from it "
+            "and the world size."
+        },
+    )
+    nproc_per_node: str | None = field(
+        default=None, metadata={"help": "Processes per node (default: the visible GPUs, or 1 on CPU)."}
+    )
+    require_gpu: bool = field(default=False, metadata={"help": "Fail (exit 3) instead of falling back to the CPU."})
+    log_ranks: str = field(default="0", metadata={"help": "Local ranks whose output is shown (e.g. 0 or 0,1)."})
+    log_format: Literal["auto", "text", "json"] = field(
+        default="auto", metadata={"help": "auto: text on a terminal, JSON lines otherwise."}
+    )
+    max_restarts: int = field(default=0, metadata={"help": "torchrun restarts of a failed rank group."})
+    rdzv_timeout: int = field(default=900, metadata={"help": "Seconds to wait for all nodes at rendezvous."})
+    image_revision: str | None = field(default=None, metadata={"help": "Source revision of the image (set by it)."})
+
+
+# Our defaults for TrainingArguments fields where the Trainer's own differ. Both presets state their values
+# explicitly; these apply when nothing else is given.
+PROJECT_DEFAULTS: dict[str, Any] = {
+    "output_dir": "./output",
+    "num_train_epochs": 2.0,
+    "per_device_train_batch_size": 32,
+    "per_device_eval_batch_size": 32,
+    "eval_strategy": "epoch",
+    "save_strategy": "epoch",
+    "logging_steps": 50,
+    "save_total_limit": 2,
+    "report_to": ["none"],
+    "optim": "adamw_torch_fused",
+    "dataloader_num_workers": 2,
+    # The collator needs each sample's index to make masking a pure function of (seed, epoch, index).
+    "remove_unused_columns": False,
+    "seed": 42,
+}
+
+
+@dataclass
+class Config:
+    """The resolved configuration, and where each non-default value came from."""
+
+    job: JobArguments
+    training: TrainingArguments
+    sources: dict[str, str]
+    argv: list[str]
+
+    def source_of(self, name: str) -> str:
+        return self.sources.get(name, name)
+
+    def as_dict(self, redact: bool = True) -> dict[str, Any]:
+        """The resolved options as plain JSON-able values; secrets replaced by ``***``."""
+        resolved: dict[str, Any] = dataclasses.asdict(self.job)
+        resolved.update(_jsonable(self.training.to_dict()))
+        if redact:
+            for name in SECRET_FIELDS:
+                if resolved.get(name):
+                    resolved[name] = REDACTED
+        return resolved
+
+
+def _jsonable(values: Mapping[str, Any]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for key, value in values.items():
+        if isinstance(value, (str, int, float, bool)) or value is None:
+            out[key] = value
+        elif isinstance(value, (list, tuple)):
+            out[key] = [v if isinstance(v, (str, int, float, bool)) else str(v) for v in value]
+        elif isinstance(value, dict):
+            out[key] = _jsonable(value)
+        else:
+            out[key] = str(getattr(value, "value", value))
+    return out
+
+
+class _RaisingParser(HfArgumentParser):
+    """argparse exits on errors; we raise so the message can name its source and main() decides."""
+
+    def error(self, message: str) -> None:  # type: ignore[override]
+        raise ConfigError(message)
+
+
+def build_parser() -> HfArgumentParser:
+    parser = _RaisingParser((JobArguments, TrainingArguments), allow_abbrev=False)
+    parser.set_defaults(**PROJECT_DEFAULTS)
+    return parser
+
+
+def option_actions(parser: argparse.ArgumentParser) -> dict[str, argparse.Action]:
+    """Every option by field name (the ``--no_*`` negations argparse adds for bools are left out)."""
+    actions = {}
+    for action in parser._actions:
+        if action.dest == "help" or not action.option_strings:
+            continue
+        if any(s.startswith("--no_") for s in action.option_strings) and action.dest in actions:
+            continue
+        actions.setdefault(action.dest, action)
+    return actions
+
+
+def env_name(name: str) -> str:
+    return ENV_PREFIX + name.upper()
+
+
+def _nearest(name: str, known: Sequence[str]) -> str:
+    match = difflib.get_close_matches(name, known, n=1, cutoff=0.5)
+    return f"; did you mean {match[0]}?" if match else ""
+
+
+def _expected(action: argparse.Action) -> str:
+    if action.choices:
+        return "one of " + ", ".join(str(c) for c in action.choices)
+    kind = getattr(action.type, "__name__", "")
+    return {
+        "int": "an integer",
+        "float": "a number",
+        "string_to_bool": "true or false",
+    }.get(kind, f"a value of type {kind or 'string'}")
+
+
+def _to_args(name: str, value: Any) -> list[str]:
+    flag = f"--{name}"
+    if isinstance(value, bool):
+        return [flag, "true" if value else "false"]
+    if isinstance(value, (list, tuple)):
+        return [flag, *(str(v) for v in value)]
+    if isinstance(value, dict):
+        import json
+
+        return [flag, json.dumps(value)]
+    return [flag, str(value)]
+
+
+def _check_value(action: argparse.Action, source: str, values: list[str]) -> None:
+    """Convert one option's raw strings the way argparse will, failing with a message naming the source."""
+    for raw in values:
+        try:
+            converted = action.type(raw) if action.type else raw
+        except (TypeError, ValueError, argparse.ArgumentTypeError):
+            raise ConfigError(f"{source}={raw!r}: expected {_expected(action)}") from None
+        if action.choices and converted not in action.choices:
+            raise ConfigError(f"{source}={raw!r}: expected {_expected(action)}")
+
+
+def read_yaml(path: str) -> dict[str, Any]:
+    file = Path(path)
+    if not file.is_file():
+        raise ConfigError(f"MLM_CONFIG/--config: no such file {path!r}; expected a YAML file of options")
+    try:
+        data = yaml.safe_load(file.read_text(encoding="utf-8"))
+    except (yaml.YAMLError, UnicodeDecodeError, OSError) as exc:
+        first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        raise ConfigError(f"{path}: not valid YAML ({first}); expected a mapping of option: value") from None
+    if data is None:
+        return {}
+    if not isinstance(data, dict):
+        raise ConfigError(f"{path}: expected a mapping of option: value, got {type(data).__name__}")
+    return data
+
+
+def _split_config_flag(argv: Sequence[str]) -> tuple[str | None, list[str]]:
+    """Take ``--config PATH`` / ``--config=PATH`` out of argv (it selects the YAML layer; it is no option)."""
+    rest: list[str] = []
+    path = None
+    it = iter(argv)
+    for arg in it:
+        if arg == "--config":
+            path = next(it, None)
+            if path is None:
+                raise ConfigError("--config: expected a path to a YAML file")
+        elif arg.startswith("--config="):
+            path = arg.split("=", 1)[1]
+        else:
+            rest.append(arg)
+    return path, rest
+
+
+def load_config(argv: Sequence[str] | None = None, environ: Mapping[str, str] | None = None) -> Config:
+    """Resolve the configuration: defaults < YAML < environment < CLI. Raises ConfigError on bad input."""
+    environ = os.environ if environ is None else environ
+    argv = list(argv or [])
+    parser = build_parser()
+    actions = option_actions(parser)
+    known = sorted(actions)
+
+    cli_config, cli_args = _split_config_flag(argv)
+    yaml_path = cli_config or environ.get("MLM_CONFIG") or None
+
+    layered: list[str] = []
+    sources: dict[str, str] = {}
+
+    if yaml_path:
+        for key, value in read_yaml(yaml_path).items():
+            key = str(key)
+            if key not in actions:
+                raise ConfigError(f"{yaml_path}: unknown option {key!r}{_nearest(key, known)}")
+            if value is None:
+                continue
+            args = _to_args(key, value)
+            source = f"{yaml_path}: {key}"
+            _check_value(actions[key], source, args[1:])
+            layered += args
+            sources[key] = source
+
+    env_known = [env_name(n) for n in known]
+    for var in sorted(environ):
+        if not var.startswith(ENV_PREFIX) or var in NON_OPTION_ENV:
+            continue
+        name = var[len(ENV_PREFIX) :].lower()
+        if name not in actions:
+            raise ConfigError(f"{var}: unknown option{_nearest(var, env_known)}")
+        value = environ[var]
+        action = actions[name]
+        values = value.split(",") if action.nargs in ("+", "*") else [value]
+        _check_value(action, var, values)
+        layered += [f"--{name}", *values]
+        sources[name] = var
+
+    # CLI flags: argparse reports the offending flag itself; we only add the nearest real option.
+    for arg in cli_args:
+        if arg.startswith("--"):
+            name = arg[2:].split("=", 1)[0]
+            if name not in actions and not (name.startswith("no_") and name[3:] in actions):
+                raise ConfigError(f"--{name}: unknown option{_nearest(name, known)}")
+            sources[name.removeprefix("no_") if name not in actions else name] = f"--{name}"
+
+    full_argv = layered + cli_args
+    try:
+        job, training = parser.parse_args_into_dataclasses(args=full_argv, look_for_args_file=False)
+    except ConfigError:
+        raise
+    except (ValueError, TypeError) as exc:  # TrainingArguments.__post_init__ rejects combinations
+        raise ConfigError(" ".join(str(exc).split())) from None
+    config = Config(job=job, training=training, sources=sources, argv=full_argv)
+    validate(config)
+    return config
+
+
+def validate(config: Config) -> None:
+    """Range checks the types alone do not express; each error names where the value came from."""
+    job, training = config.job, config.training
+
+    def fail(name: str, value: Any, expected: str) -> None:
+        raise ConfigError(f"{config.source_of(name)}={value!r}: expected {expected}")
+
+    if not 0.0 < job.mlm_probability < 1.0:
+        fail("mlm_probability", job.mlm_probability, "a number between 0 and 1 (exclusive)")
+    for name in ("max_seq_length", "demo_samples", "pad_to_multiple_of", "tokenizer_vocab_size", "rdzv_timeout"):
+        if getattr(job, name) < 1:
+            fail(name, getattr(job, name), "a positive integer")
+    for name in ("max_train_samples", "max_eval_samples", "global_batch_size", "preprocessing_num_workers"):
+        value = getattr(job, name)
+        if value is not None and value < 1:
+            fail(name, value, "a positive integer")
+    if not 0 <= job.validation_split_percentage < 100:
+        fail("validation_split_percentage", job.validation_split_percentage, "an integer from 0 to 99")
+    if job.max_restarts < 0:
+        fail("max_restarts", job.max_restarts, "an integer >= 0")
+    if job.nproc_per_node is not None and job.nproc_per_node != "auto":
+        if not job.nproc_per_node.isdigit() or int(job.nproc_per_node) < 1:
+            fail("nproc_per_node", job.nproc_per_node, "a positive integer or auto")
+    if not all(part.strip().isdigit() for part in job.log_ranks.split(",")) and job.log_ranks != "all":
+        fail("log_ranks", job.log_ranks, "local ranks such as 0 or 0,1, or all")
+    if not job.model_name_or_path.strip():
+        fail("model_name_or_path", job.model_name_or_path, "a hub id, a local directory or scratch:<model_type>")
+    if not job.dataset.strip():
+        fail("dataset", job.dataset, "demo, a local path or a hub dataset id")
+    if job.resume not in ("auto", "never") and not job.resume.strip():
+        fail("resume", job.resume, "auto, never or a checkpoint path")
+
+    if not math.isfinite(training.num_train_epochs) or training.num_train_epochs <= 0:
+        if training.max_steps is None or training.max_steps <= 0:
+            fail("num_train_epochs", training.num_train_epochs, "a positive number")
+    for name in ("per_device_train_batch_size", "per_device_eval_batch_size", "gradient_accumulation_steps"):
+        if getattr(training, name) < 1:
+            fail(name, getattr(training, name), "a positive integer")
+    if training.learning_rate <= 0:
+        fail("learning_rate", training.learning_rate, "a positive number")
+    if training.dataloader_num_workers < 0:
+        fail("dataloader_num_workers", training.dataloader_num_workers, "an integer >= 0")
+
+
+def option_rows(parser: HfArgumentParser | None = None, job_only: bool = False) -> list[tuple[str, str, str, str]]:
+    """(name, env var, default, help) for each option: the source of the README's table."""
+    parser = parser or build_parser()
+    job_fields = {f.name for f in dataclasses.fields(JobArguments)}
+    rows = []
+    for name, action in option_actions(parser).items():
+        if job_only and name not in job_fields and name not in PROJECT_DEFAULTS:
+            continue
+        default = action.default
+        if isinstance(default, list):
+            default = ",".join(str(d) for d in default)
+        default_text = "" if default is None else str(getattr(default, "value", default))
+        help_text = " ".join((action.help or "").split())
+        rows.append((name, env_name(name), default_text, help_text))
+    return rows

@@ -1,0 +1,107 @@
+"""The one exception type for user-facing failures, and the exit codes the job documents.
+
+Library code raises; only the outermost ``main`` turns a :class:`UserError` into one line on stderr and an exit
+code, so every module stays testable. The codes are part of the public contract (README, Kubernetes
+podFailurePolicy):
+
+====  =========================================================================================
+0     success
+2     configuration or input error: retrying cannot help
+3     environment error: GPU required but absent, driver too old, output not writable, disk full
+75    preempted (SIGTERM): a checkpoint was saved, running the same command again resumes (EX_TEMPFAIL)
+else  a crash
+====  =========================================================================================
+"""
+
+from __future__ import annotations
+
+EXIT_OK = 0
+EXIT_CONFIG = 2
+EXIT_ENVIRONMENT = 3
+EXIT_PREEMPTED = 75
+
+
+class UserError(Exception):
+    """A failure the user can fix; carries its exit code and a one-line message."""
+
+    exit_code = EXIT_CONFIG
+
+    def __init__(self, message: str, exit_code: int | None = None) -> None:
+        super().__init__(message)
+        if exit_code is not None:
+            self.exit_code = exit_code
+
+
+class ConfigError(UserError):
+    """Bad configuration or input (exit code 2)."""
+
+    exit_code = EXIT_CONFIG
+
+
+class EnvironmentProblem(UserError):
+    """The machine cannot run the job as asked (exit code 3)."""
+
+    exit_code = EXIT_ENVIRONMENT
+
+
+class Preempted(UserError):
+    """SIGTERM arrived; a checkpoint was saved (exit code 75)."""
+
+    exit_code = EXIT_PREEMPTED
+
+
+# Ranks run under torchrun, whose own exit status is 1 whatever a rank exited with. Each rank therefore also
+# records its documented exit code in a file the launcher reads back (MLM_EXIT_DIR, set by the launcher).
+EXIT_DIR_ENV = "MLM_EXIT_DIR"
+
+
+def record_exit_code(code: int, environ: dict[str, str] | None = None) -> None:
+    """Leave this rank's exit code where the launcher finds it (no-op outside a launch)."""
+    import os
+
+    env = os.environ if environ is None else environ
+    directory = env.get(EXIT_DIR_ENV)
+    if not directory:
+        return
+    rank = env.get("RANK", "0")
+    try:
+        with open(os.path.join(directory, f"rank-{rank}.exit"), "w", encoding="utf-8") as handle:
+            handle.write(str(code))
+    except OSError:
+        pass  # the exit status still carries the code for a single process
+
+
+def read_exit_codes(directory: str) -> list[int]:
+    """Exit codes recorded by the ranks of one launch."""
+    import glob
+
+    codes = []
+    for path in glob.glob(f"{directory}/rank-*.exit"):
+        try:
+            codes.append(int(open(path, encoding="utf-8").read().strip()))
+        except (OSError, ValueError):
+            continue
+    return codes
+
+
+def documented_exit(codes: list[int], fallback: int) -> int:
+    """The exit code of a whole launch: a documented code reported by a rank wins over torchrun's generic 1."""
+    for code in (EXIT_CONFIG, EXIT_ENVIRONMENT, EXIT_PREEMPTED):
+        if code in codes:
+            return code
+    return fallback
+
+
+def run_main(main, argv: list[str] | None = None) -> int:  # noqa: ANN001 - any callable taking argv
+    """Call ``main(argv)``; a UserError becomes one line on stderr and its exit code (MLM_DEBUG=1: traceback)."""
+    import os
+    import sys
+
+    try:
+        return int(main(argv) or 0)
+    except UserError as exc:
+        record_exit_code(exc.exit_code)
+        if os.environ.get("MLM_DEBUG", "") not in ("", "0", "false"):
+            raise
+        print(f"mlm-trainer: error: {exc}", file=sys.stderr, flush=True)
+        return exc.exit_code
