@@ -106,6 +106,9 @@ class JobArguments:
         default="auto",
         metadata={"help": "auto: continue from the newest complete checkpoint in output_dir; never; or a path."},
     )
+    overwrite_output_dir: bool = field(
+        default=False, metadata={"help": "Replace a finished final/ in output_dir (otherwise the job refuses)."}
+    )
     global_batch_size: int | None = field(
         default=None,
         metadata={

@@ -1,0 +1,94 @@
+# mlm-trainer: the front door. `make help` lists the targets; every README command is one of them.
+SHELL := /bin/bash
+.SHELLFLAGS := -eo pipefail -c
+.DEFAULT_GOAL := help
+
+PYTHON ?= python3
+VENV ?= .venv
+IMAGE ?= mlm-trainer:dev
+BASE_IMAGE ?=
+GPUS ?= all
+DATA_DIR ?= $(CURDIR)/data
+OUTPUT_DIR ?= $(CURDIR)/output
+CACHE_VOLUME ?= mlm-trainer-cache
+PYTEST_ARGS ?=
+
+BIN := $(VENV)/bin
+export PATH := $(CURDIR)/$(BIN):$(PATH)
+
+.PHONY: help
+help: ## Show this help
+	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z_-]+:.*## / {printf "  \033[36m%-12s\033[0m %s\n", $$1, $$2}' $(MAKEFILE_LIST)
+
+$(BIN)/.installed: requirements.lock requirements-dev.lock docker/torch-cpu.txt
+	$(PYTHON) -m venv $(VENV)
+	# The CPU constraint picks the CPU build of the pinned torch; the image's CUDA build takes PyPI's.
+	$(BIN)/pip install --quiet --require-hashes -r requirements.lock -c docker/torch-cpu.txt
+	$(BIN)/pip install --quiet --require-hashes -r requirements-dev.lock -c docker/torch-cpu.txt
+	touch $@
+
+.PHONY: venv
+venv: $(BIN)/.installed ## Create .venv from the lock files
+
+.PHONY: demo
+demo: venv ## Train the demo model (CPU when there is no GPU); writes ./output/final
+	MLM_CONFIG=$${MLM_CONFIG-configs/demo.yaml} ./entrypoint.sh
+
+.PHONY: system-deps
+system-deps: ## Install the OS tools the tests need (podman, debootstrap, chromium...) when missing
+	bash .ci/system-deps.sh
+
+.PHONY: test
+test: venv system-deps lint pytest image-test ## Set up and run every test: lint, unit + end-to-end, the image
+
+.PHONY: pytest
+pytest: venv ## Run the Python test suite only
+	$(BIN)/python -m pytest $(PYTEST_ARGS)
+
+.PHONY: lint
+lint: venv ## ruff, shellcheck, hadolint, compose config, README option table up to date
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check train tests bench
+	$(BIN)/shellcheck entrypoint.sh .ci/run .ci/*.sh docker/*.sh bench/*.sh
+	$(BIN)/hadolint docker/Dockerfile
+	$(BIN)/python -c 'import compose, os, sys; os.execv(os.path.join(os.path.dirname(compose.__file__), "docker-compose"), ["docker-compose", "-f", "compose.yaml", "config", "-q"])'
+	$(BIN)/python -m train options --check README.md
+
+.PHONY: options
+options: venv ## Regenerate the README's table of options from the schema
+	$(BIN)/python -m train options --write README.md
+
+.PHONY: lock
+lock: ## Re-resolve requirements.in into requirements.lock (exact versions + hashes)
+	$(BIN)/pip-compile --quiet --generate-hashes --allow-unsafe --strip-extras --no-emit-find-links \
+	  --no-emit-index-url -o requirements.lock requirements.in
+	$(BIN)/python docker/lock_torch.py requirements.lock
+	$(BIN)/pip-compile --quiet --generate-hashes --allow-unsafe --strip-extras --no-emit-find-links \
+	  --no-emit-index-url -o requirements-dev.lock requirements-dev.in
+
+.PHONY: pin
+pin: ## Re-resolve the CUDA base image digest (needs a registry: docker buildx or crane)
+	bash docker/pin.sh
+
+.PHONY: image
+image: ## Build the image (docker, or podman where there is no Docker engine)
+	bash docker/build.sh $(IMAGE)
+
+.PHONY: image-test
+image-test: venv system-deps ## Build the same Dockerfile on a local Debian base with CPU torch and run it as docker run would
+	bash docker/image-test.sh
+
+.PHONY: run
+run: ## docker run the image on all GPUs with ./data, ./output and a cache volume
+	mkdir -p $(OUTPUT_DIR)
+	docker run --rm --gpus $(GPUS) --ipc=host --ulimit memlock=-1 --ulimit stack=67108864 \
+	  --user "$$(id -u):$$(id -g)" -v $(DATA_DIR):/data:ro -v $(OUTPUT_DIR):/output \
+	  -v $(CACHE_VOLUME):/cache --env-file <(env | grep -E '^(MLM_|HF_)' || true) $(IMAGE)
+
+.PHONY: bench
+bench: venv ## Benchmark the default recipe against the seed recipe (results in bench/results/)
+	$(BIN)/python -m bench.run
+
+.PHONY: clean
+clean: ## Remove outputs and caches (keeps .venv)
+	rm -rf output .pytest_cache .ruff_cache build

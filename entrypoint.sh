@@ -1,0 +1,79 @@
+#!/usr/bin/env bash
+# mlm-trainer entrypoint: PID-1 duties only, then exec into Python so signals reach the job.
+#
+# usage: entrypoint.sh [train] [--option value ...]   train (the default; options as in the README)
+#        entrypoint.sh plan [--option value ...]      print the launch plan as JSON, train nothing
+#        entrypoint.sh gpus                           list the GPUs this container can use
+#        entrypoint.sh doctor                         preflight checks before a long job
+#        entrypoint.sh report OUTPUT_DIR              write report.html + loss.png for a run
+#        entrypoint.sh COMMAND [ARGS...]              run any other command (e.g. bash)
+#
+# Configuration: MLM_<OPTION> environment variables, a YAML file (MLM_CONFIG) or --option flags.
+set -Eeo pipefail
+
+PYTHON="${MLM_PYTHON:-python3}"
+
+# Log to stderr with a timestamp; colour only on a terminal, NO_COLOR respected.
+_log() {
+	local level="$1"
+	shift
+	local colour="" reset=""
+	if [[ -t 2 && -z "${NO_COLOR:-}" ]]; then
+		case "$level" in
+		ERROR) colour=$'\e[31m' ;;
+		WARN) colour=$'\e[33m' ;;
+		esac
+		[[ -n "$colour" ]] && reset=$'\e[0m'
+	fi
+	printf '%s%s [%s] mlm-trainer: %s%s\n' "$colour" "$(date -u +%Y-%m-%dT%H:%M:%SZ)" "$level" "$*" "$reset" >&2
+}
+
+# file_env VAR: fill VAR from the file named by VAR_FILE (Docker/Kubernetes secrets); both set is an error.
+file_env() {
+	local var="$1"
+	local file_var="${var}_FILE"
+	local value="${!var:-}" file="${!file_var:-}"
+	if [[ -n "$value" && -n "$file" ]]; then
+		_log ERROR "both $var and $file_var are set; set only one (the token itself, or the file holding it)"
+		exit 2
+	fi
+	if [[ -n "$file" ]]; then
+		if [[ ! -r "$file" ]]; then
+			_log ERROR "$file_var=$file: no such readable file; expected a file holding the token"
+			exit 2
+		fi
+		value="$(<"$file")"
+		export "$var"="$value"
+	fi
+	unset "$file_var"
+}
+
+# Sub-command dispatch: our commands go to Python modules; anything else is executed as given.
+_main() {
+	file_env HF_TOKEN
+	local command="${1:-train}"
+	case "$command" in
+	train | plan)
+		[[ $# -gt 0 ]] && shift
+		exec "$PYTHON" -m train.launch "$command" "$@"
+		;;
+	-*)
+		exec "$PYTHON" -m train.launch train "$@"
+		;;
+	gpus | doctor | report)
+		shift
+		exec "$PYTHON" -m "train.$command" "$@"
+		;;
+	*)
+		exec "$@"
+		;;
+	esac
+}
+
+# Sourcing the file (tests) defines the functions without running anything.
+if [[ "${BASH_SOURCE[0]}" == "$0" ]]; then
+	# Import the train package from beside this file, whatever the working directory (relative paths stay the user's).
+	PYTHONPATH="$(dirname "$(readlink -f "${BASH_SOURCE[0]}")")${PYTHONPATH:+:$PYTHONPATH}"
+	export PYTHONPATH
+	_main "$@"
+fi

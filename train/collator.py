@@ -1,0 +1,71 @@
+"""MLM masking as a pure function of (seed, epoch, sample index), and padding per batch.
+
+The stock ``DataCollatorForLanguageModeling`` draws masks from the global RNG. The dataloader collates one batch
+ahead of the step being trained, so the RNG state a checkpoint saves is one collate out of step with the masks,
+and a resumed run diverges from an uninterrupted one. Here every sample's masks come from a generator seeded by
+(seed, epoch, sample index): no random state has to survive a checkpoint, and a sample is masked the same way
+whichever rank, batch or worker process collates it. The epoch changes the masks between epochs (dynamic
+masking, as RoBERTa does).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import torch
+
+from train.data import SAMPLE_INDEX
+
+IGNORE_INDEX = -100
+
+
+@dataclass
+class MaskingCollator:
+    """Pads a batch and masks it: 80 % [MASK], 10 % a random token, 10 % unchanged, of ``mlm_probability``."""
+
+    pad_token_id: int
+    mask_token_id: int
+    vocab_size: int
+    mlm_probability: float = 0.15
+    seed: int = 42
+    pad_to_multiple_of: int | None = 8
+    epoch: int = field(default=0)
+
+    def _masks(self, index: int, tokens: np.ndarray, special: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        rng = np.random.default_rng([self.seed, self.epoch, index])
+        chosen = (rng.random(tokens.shape[0]) < self.mlm_probability) & ~special
+        labels = np.where(chosen, tokens, IGNORE_INDEX)
+        roll = rng.random(tokens.shape[0])
+        replaced = tokens.copy()
+        replaced[chosen & (roll < 0.8)] = self.mask_token_id
+        randomised = chosen & (roll >= 0.8) & (roll < 0.9)
+        replaced[randomised] = rng.integers(0, self.vocab_size, size=int(randomised.sum()))
+        return replaced, labels
+
+    def __call__(self, features: list[dict[str, Any]]) -> dict[str, torch.Tensor]:
+        longest = max(len(f["input_ids"]) for f in features)
+        if self.pad_to_multiple_of:
+            longest = -(-longest // self.pad_to_multiple_of) * self.pad_to_multiple_of
+        batch = len(features)
+        input_ids = np.full((batch, longest), self.pad_token_id, dtype=np.int64)
+        labels = np.full((batch, longest), IGNORE_INDEX, dtype=np.int64)
+        attention = np.zeros((batch, longest), dtype=np.int64)
+        for row, feature in enumerate(features):
+            tokens = np.asarray(feature["input_ids"], dtype=np.int64)
+            real = (
+                np.asarray(feature["attention_mask"], dtype=bool)
+                if "attention_mask" in feature
+                else np.ones(tokens.shape[0], dtype=bool)
+            )
+            special = np.asarray(feature["special_tokens_mask"], dtype=bool) | ~real
+            masked, target = self._masks(int(feature[SAMPLE_INDEX]), tokens, special)
+            input_ids[row, : tokens.shape[0]] = masked
+            labels[row, : tokens.shape[0]] = target
+            attention[row, : tokens.shape[0]] = real
+        return {
+            "input_ids": torch.from_numpy(input_ids),
+            "attention_mask": torch.from_numpy(attention),
+            "labels": torch.from_numpy(labels),
+        }

@@ -1,0 +1,251 @@
+"""Reading every data source into a ``datasets.Dataset``, tokenization (cached) and the padding/packing modes.
+
+Sources: ``demo`` (the seed's sentence repeated), a local file (.txt one example per line, .jsonl/.json, .csv,
+.parquet), a directory of such files or one written by ``save_to_disk``, or a hub dataset id.
+Tokenized datasets are cached as Arrow files under the HF cache, keyed by the raw data's fingerprint, the
+tokenizer and the settings, so a second run and the other ranks reuse them.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import datasets
+from datasets import Dataset, DatasetDict
+
+from train.config import Config
+from train.errors import ConfigError
+
+DEMO_SENTENCE = "This is a training sample for multi-GPU demonstration."
+BUILDERS = {".txt": "text", ".jsonl": "json", ".json": "json", ".csv": "csv", ".parquet": "parquet"}
+SAMPLE_INDEX = "sample_index"
+CACHE_VERSION = "1"  # bump when tokenization changes shape, to invalidate older caches
+
+
+def cache_root() -> Path:
+    """Our cache folder inside HF_HOME (the one place besides output_dir the job writes to)."""
+    hf_home = os.environ.get("HF_HOME") or os.path.join(os.path.expanduser("~"), ".cache", "huggingface")
+    return Path(hf_home) / "mlm-trainer"
+
+
+@dataclass
+class RawData:
+    """Train and evaluation text, and a fingerprint naming their content for the caches."""
+
+    splits: DatasetDict
+    fingerprint: str
+
+
+def _looks_local(name: str) -> bool:
+    return name.startswith(("/", ".", "~")) or Path(name).suffix.lower() in BUILDERS or os.path.exists(name)
+
+
+def _read_error(label: str, path: str, exc: BaseException) -> ConfigError:
+    cause: BaseException = exc
+    while cause.__cause__ is not None:  # datasets wraps the parser's error; its message is the useful one
+        cause = cause.__cause__
+    first = (str(cause).strip().splitlines() or [type(cause).__name__])[0][:200]
+    return ConfigError(f"{label}={path!r}: cannot be read ({first})")
+
+
+def _files_in(directory: Path, label: str) -> list[Path]:
+    files = sorted(p for p in directory.iterdir() if p.is_file() and p.suffix.lower() in BUILDERS)
+    if not files:
+        raise ConfigError(f"{label}={str(directory)!r}: no .txt/.jsonl/.json/.csv/.parquet files in the directory")
+    if len({BUILDERS[p.suffix.lower()] for p in files}) > 1:
+        raise ConfigError(f"{label}={str(directory)!r}: files of several formats; expected one format per directory")
+    return files
+
+
+def load_local(path: str, label: str, text_column: str) -> Dataset:
+    """One local file, a directory of files, or a save_to_disk directory, as a single Dataset."""
+    target = Path(path).expanduser()
+    if not target.exists():
+        raise ConfigError(f"{label}={path!r}: no such file or directory")
+    if not os.access(target, os.R_OK):
+        raise ConfigError(f"{label}={path!r}: not readable (permission denied)")
+    if target.is_dir() and ((target / "dataset_info.json").exists() or (target / "dataset_dict.json").exists()):
+        try:
+            loaded = datasets.load_from_disk(str(target))
+        except Exception as exc:  # noqa: BLE001 - any failure to read is the user's file
+            raise _read_error(label, path, exc) from None
+        dataset = loaded["train"] if isinstance(loaded, DatasetDict) else loaded
+    else:
+        files = _files_in(target, label) if target.is_dir() else [target]
+        suffix = files[0].suffix.lower()
+        if suffix not in BUILDERS:
+            raise ConfigError(
+                f"{label}={path!r}: unsupported extension {suffix or '(none)'!r}; expected one of "
+                + ", ".join(BUILDERS)
+            )
+        for file in files:
+            if not os.access(file, os.R_OK):
+                raise ConfigError(f"{label}={str(file)!r}: not readable (permission denied)")
+            if file.stat().st_size == 0:
+                raise ConfigError(f"{label}={str(file)!r}: the file is empty; expected at least one example")
+        try:
+            dataset = datasets.load_dataset(
+                BUILDERS[suffix], data_files=[str(f) for f in files], split="train", cache_dir=str(cache_root() / "raw")
+            )
+        except Exception as exc:  # noqa: BLE001 - parser errors vary by format (Arrow, JSON, CSV)
+            raise _read_error(label, path, exc) from None
+    return _checked(dataset, label, path, text_column)
+
+
+def _checked(dataset: Dataset, label: str, path: str, text_column: str) -> Dataset:
+    if text_column not in dataset.column_names:
+        raise ConfigError(
+            f"{label}={path!r}: no column {text_column!r} (columns: {', '.join(dataset.column_names)}); "
+            "set MLM_TEXT_COLUMN"
+        )
+    if len(dataset) == 0:
+        raise ConfigError(f"{label}={path!r}: no examples")
+    return dataset.select_columns([text_column])
+
+
+def load_hub(name: str, config_name: str | None, label: str, text_column: str) -> DatasetDict:
+    try:
+        loaded = datasets.load_dataset(name, config_name, cache_dir=str(cache_root() / "raw"))
+    except Exception as exc:  # noqa: BLE001 - network, offline mode, unknown id
+        offline = os.environ.get("HF_HUB_OFFLINE", "") not in ("", "0")
+        hint = (
+            "HF_HUB_OFFLINE is set and it is not cached"
+            if offline
+            else "the hub is unreachable or the id is unknown; set HF_HUB_OFFLINE=1 with a filled cache, "
+            "or mount the data and point MLM_DATASET at the local path"
+        )
+        raise ConfigError(f"{label}={name!r}: cannot load the hub dataset ({hint})") from exc
+    if not isinstance(loaded, DatasetDict):
+        loaded = DatasetDict({"train": loaded})
+    if "train" not in loaded:
+        raise ConfigError(f"{label}={name!r}: the dataset has no train split (splits: {', '.join(loaded)})")
+    return DatasetDict({k: _checked(v, label, name, text_column) for k, v in loaded.items()})
+
+
+def _split(train: Dataset, percentage: int) -> DatasetDict:
+    """Hold out the last ``percentage`` percent for evaluation, as the seed does (contiguous, no shuffle)."""
+    n_eval = len(train) * percentage // 100
+    n_train = len(train) - n_eval
+    if n_train < 1:
+        raise ConfigError("validation_split_percentage leaves no training data")
+    splits = {"train": train.select(range(n_train))}
+    if n_eval:
+        splits["validation"] = train.select(range(n_train, len(train)))
+    return DatasetDict(splits)
+
+
+def load_raw(config: Config) -> RawData:
+    """The configured data as train (+ validation) splits of one ``text``-like column."""
+    job = config.job
+    if job.dataset == "demo":
+        train = Dataset.from_dict({job.text_column: [DEMO_SENTENCE] * job.demo_samples})
+        fingerprint = f"demo-{job.demo_samples}"
+        splits = _split(train, job.validation_split_percentage)
+    elif _looks_local(job.dataset):
+        train = load_local(job.dataset, config.source_of("dataset"), job.text_column)
+        fingerprint = train._fingerprint
+        splits = (
+            DatasetDict({"train": train}) if job.validation_file else _split(train, job.validation_split_percentage)
+        )
+    else:
+        hub = load_hub(job.dataset, job.dataset_config_name, config.source_of("dataset"), job.text_column)
+        fingerprint = hashlib.sha256(
+            json.dumps([job.dataset, job.dataset_config_name, {k: v._fingerprint for k, v in hub.items()}]).encode()
+        ).hexdigest()[:16]
+        splits = (
+            DatasetDict({"train": hub["train"], "validation": hub["validation"]})
+            if "validation" in hub and not job.validation_file
+            else _split(hub["train"], 0 if job.validation_file else job.validation_split_percentage)
+        )
+    if job.validation_file:
+        splits["validation"] = load_local(job.validation_file, config.source_of("validation_file"), job.text_column)
+        fingerprint += "-" + splits["validation"]._fingerprint
+    if job.max_train_samples:
+        splits["train"] = splits["train"].select(range(min(job.max_train_samples, len(splits["train"]))))
+    if job.max_eval_samples and "validation" in splits:
+        splits["validation"] = splits["validation"].select(range(min(job.max_eval_samples, len(splits["validation"]))))
+    fingerprint += f"-{job.max_train_samples}-{job.max_eval_samples}-{job.validation_split_percentage}"
+    return RawData(splits=splits, fingerprint=fingerprint)
+
+
+def tokenizer_fingerprint(tokenizer: Any) -> str:
+    backend = getattr(tokenizer, "backend_tokenizer", None)
+    state = backend.to_str() if backend is not None else json.dumps(tokenizer.get_vocab(), sort_keys=True)
+    return hashlib.sha256(state.encode()).hexdigest()[:16]
+
+
+def _group_texts(examples: dict[str, list[list[int]]], block: int) -> dict[str, list[list[int]]]:
+    """Concatenate and cut into full ``block``-token chunks (run_mlm.py's group_texts); the tail is dropped."""
+    concatenated = {k: sum(examples[k], []) for k in examples}
+    total = (len(concatenated["input_ids"]) // block) * block
+    return {k: [t[i : i + block] for i in range(0, total, block)] for k, t in concatenated.items()}
+
+
+def tokenize(config: Config, raw: RawData, tokenizer: Any) -> DatasetDict:
+    """Tokenize every split the configured way, with a ``sample_index`` column for the collator.
+
+    ``max_length`` pads every example to max_seq_length now (the seed's way); ``dynamic`` leaves examples
+    unpadded for the collator to pad per batch; ``packed`` concatenates and cuts into full blocks.
+    """
+    job = config.job
+    column = job.text_column
+    key = hashlib.sha256(
+        json.dumps(
+            [CACHE_VERSION, raw.fingerprint, tokenizer_fingerprint(tokenizer), job.padding, job.max_seq_length, column]
+        ).encode()
+    ).hexdigest()[:20]
+    cache_dir = cache_root() / "tokenized"
+    cache_dir.mkdir(parents=True, exist_ok=True)
+
+    def encode(batch: dict[str, list[str]]) -> dict[str, Any]:
+        texts = [t if isinstance(t, str) else "" for t in batch[column]]
+        if job.padding == "packed":
+            return tokenizer(texts, return_special_tokens_mask=True, return_attention_mask=False)
+        return tokenizer(
+            texts,
+            padding="max_length" if job.padding == "max_length" else False,
+            truncation=True,
+            max_length=job.max_seq_length,
+            return_special_tokens_mask=True,
+            return_attention_mask=job.padding == "max_length",
+        )
+
+    result = {}
+    for split, dataset in raw.splits.items():
+        tokenized = dataset.map(
+            encode,
+            batched=True,
+            remove_columns=dataset.column_names,
+            num_proc=job.preprocessing_num_workers,
+            cache_file_name=str(cache_dir / f"{key}-{split}-tok.arrow"),
+            desc=f"Tokenizing {split}",
+        )
+        if job.padding == "packed":
+            tokenized = tokenized.map(
+                _group_texts,
+                batched=True,
+                fn_kwargs={"block": job.max_seq_length},
+                num_proc=job.preprocessing_num_workers,
+                cache_file_name=str(cache_dir / f"{key}-{split}-packed.arrow"),
+                desc=f"Packing {split} into {job.max_seq_length}-token blocks",
+            )
+        if len(tokenized) == 0:
+            raise ConfigError(
+                f"{config.source_of('dataset')}: the {split} split has no complete {job.max_seq_length}-token "
+                "block to pack; use padding dynamic or a smaller max_seq_length"
+            )
+        result[split] = tokenized.add_column(SAMPLE_INDEX, list(range(len(tokenized))))
+    return DatasetDict(result)
+
+
+def real_token_count(dataset: Dataset, pad_token_id: int) -> int:
+    """Non-padding tokens in a tokenized split (what tokens/s figures count)."""
+    total = 0
+    for batch in dataset.select_columns(["input_ids"]).iter(batch_size=4096):
+        total += sum(sum(1 for t in ids if t != pad_token_id) for ids in batch["input_ids"])
+    return total

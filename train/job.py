@@ -1,0 +1,225 @@
+"""The per-rank program torchrun starts: build data, model, collator and Trainer; train; rank 0 writes outputs.
+
+Run as ``python -m train.job [--option value ...]`` under torchrun (the launcher builds that command). It reads
+the same configuration as the launcher, plus the launcher's decisions appended as CLI flags.
+"""
+
+from __future__ import annotations
+
+import math
+import signal
+import sys
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+import torch.distributed as dist
+from transformers import Trainer, TrainerCallback, set_seed
+from transformers.utils import logging as hf_logging
+
+from train.collator import MaskingCollator
+from train.config import Config, load_config
+from train.data import load_raw, real_token_count, tokenize
+from train.errors import Preempted, run_main
+from train.model import load_model, load_tokenizer, scratch_config, use_masked_only_head
+from train.outputs import (
+    check_output_dir,
+    find_resume_checkpoint,
+    mark_complete,
+    now,
+    publish_final,
+    run_facts,
+    write_json_atomic,
+)
+
+logger = hf_logging.get_logger("mlm-trainer")
+
+
+def warn(message: str) -> None:
+    print(f"mlm-trainer: warning: {message}", file=sys.stderr, flush=True)
+
+
+class EpochForCollator(TrainerCallback):
+    """Tells the collator the epoch before the epoch's dataloader iterator (and its workers) is created."""
+
+    def __init__(self, collator: MaskingCollator) -> None:
+        self.collator = collator
+
+    def on_epoch_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        self.collator.epoch = int(state.epoch or 0)
+
+
+class CheckpointCompleteMarker(TrainerCallback):
+    """Marks a checkpoint complete once the Trainer has finished writing it, so resume never picks half of one."""
+
+    def on_save(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        if state.is_world_process_zero:
+            checkpoint = Path(args.output_dir) / f"checkpoint-{state.global_step}"
+            if checkpoint.is_dir():
+                mark_complete(checkpoint)
+
+
+class StopOnSigterm(TrainerCallback):
+    """SIGTERM (docker stop, eviction, spot reclaim): save a checkpoint at the next step boundary and stop.
+
+    Ranks may receive the signal at different steps, so after each step they agree through one tiny all-reduce;
+    every rank then stops at the same step and takes part in the same checkpoint.
+    """
+
+    def __init__(self) -> None:
+        self.requested = False
+        self.stopped = False
+        signal.signal(signal.SIGTERM, self._handle)
+
+    def _handle(self, signum: int, frame: Any) -> None:
+        self.requested = True
+
+    def _agreed(self, device: torch.device) -> bool:
+        if not (dist.is_available() and dist.is_initialized()):
+            return self.requested
+        flag = torch.tensor([1.0 if self.requested else 0.0], device=device)
+        dist.all_reduce(flag, op=dist.ReduceOp.MAX)
+        return bool(flag.item())
+
+    def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        if self._agreed(args.device):
+            self.stopped = True
+            control.should_save = True
+            control.should_training_stop = True
+
+
+def masked_accuracy(eval_pred: Any) -> dict[str, float]:
+    predictions, labels = eval_pred
+    predictions, labels = np.asarray(predictions), np.asarray(labels)
+    masked = labels != -100
+    return {"accuracy": float((predictions[masked] == labels[masked]).mean()) if masked.any() else 0.0}
+
+
+def argmax_logits(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+    """Keep predicted ids, not [batch, length, vocab] logits, across evaluation batches."""
+    return logits.argmax(dim=-1)
+
+
+def build_trainer(config: Config) -> tuple[Trainer, dict[str, Any]]:
+    """Data, tokenizer, model, collator and Trainer for this rank."""
+    training, job = config.training, config.job
+    # Rank 0 reads the data, trains a tokenizer if one is needed and tokenizes; the other ranks then load the
+    # same results from the caches instead of repeating the work.
+    with training.main_process_first(desc="preparing data"):
+        raw = load_raw(config)
+        arch = scratch_config(config)
+        tokenizer = load_tokenizer(config, raw, from_scratch=arch is not None)
+        tokenized = tokenize(config, raw, tokenizer)
+    model = load_model(config, arch, tokenizer)
+    if job.masked_only_head:
+        use_masked_only_head(model)
+    collator = MaskingCollator(
+        pad_token_id=tokenizer.pad_token_id,
+        mask_token_id=tokenizer.mask_token_id,
+        vocab_size=len(tokenizer),
+        mlm_probability=job.mlm_probability,
+        seed=training.seed,
+        pad_to_multiple_of=job.pad_to_multiple_of if job.padding == "dynamic" else None,
+    )
+    evaluating = "validation" in tokenized and training.eval_strategy != "no"
+    trainer = Trainer(
+        model=model,
+        args=training,
+        train_dataset=tokenized["train"],
+        eval_dataset=tokenized["validation"] if "validation" in tokenized else None,
+        data_collator=collator,
+        processing_class=tokenizer,
+        compute_metrics=masked_accuracy if evaluating else None,
+        preprocess_logits_for_metrics=argmax_logits if evaluating else None,
+        callbacks=[EpochForCollator(collator), CheckpointCompleteMarker()],
+    )
+    facts = {
+        "dataset_fingerprint": raw.fingerprint,
+        "train_samples": len(tokenized["train"]),
+        "eval_samples": len(tokenized["validation"]) if "validation" in tokenized else 0,
+        "train_real_tokens": real_token_count(tokenized["train"], tokenizer.pad_token_id),
+        "tokenizer": tokenizer,
+    }
+    return trainer, facts
+
+
+def main(argv: list[str] | None = None) -> int:
+    config = load_config(sys.argv[1:] if argv is None else argv)
+    training = config.training
+    started = now()
+    output_dir = check_output_dir(config)
+    set_seed(training.seed)
+    stopper = StopOnSigterm()
+    trainer, facts = build_trainer(config)
+    trainer.add_callback(stopper)
+    resume = find_resume_checkpoint(config, warn)
+    if resume:
+        warn(f"resuming from {resume}")
+
+    result = trainer.train(resume_from_checkpoint=resume)
+    world_size = training.world_size
+    if stopper.stopped:
+        if trainer.is_world_process_zero():
+            write_json_atomic(
+                output_dir / "run.json",
+                run_facts(
+                    config,
+                    world_size=world_size,
+                    dataset_fingerprint=facts["dataset_fingerprint"],
+                    started=started,
+                    status="preempted",
+                ),
+            )
+        raise Preempted(f"stopped by SIGTERM at step {trainer.state.global_step}; checkpoint saved in {output_dir}")
+
+    metrics: dict[str, Any] = dict(result.metrics)
+    # Tokens actually trained this run: the real (non-padding) tokens per sample times the samples seen.
+    samples_seen = metrics.get("train_samples_per_second", 0.0) * metrics.get("train_runtime", 0.0)
+    tokens_per_sample = facts["train_real_tokens"] / max(facts["train_samples"], 1)
+    metrics["train_tokens_per_second"] = (
+        samples_seen * tokens_per_sample / metrics["train_runtime"] if metrics.get("train_runtime") else 0.0
+    )
+    if trainer.eval_dataset is not None:
+        evaluation = trainer.evaluate()
+        metrics.update(evaluation)
+        metrics["perplexity"] = math.exp(evaluation["eval_loss"]) if evaluation["eval_loss"] < 700 else math.inf
+    metrics.update(world_size=world_size, train_samples=facts["train_samples"], eval_samples=facts["eval_samples"])
+
+    # Every rank takes part in saving (the Trainer gathers state); only rank 0 writes files.
+    tokenizer = facts["tokenizer"]
+
+    def write_model(directory: Path) -> None:
+        trainer.save_model(str(directory))
+        tokenizer.save_pretrained(str(directory))
+
+    if trainer.is_world_process_zero():
+        publish_final(output_dir, write_model)
+        write_json_atomic(output_dir / "all_results.json", metrics)
+        write_json_atomic(
+            output_dir / "run.json",
+            run_facts(
+                config,
+                world_size=world_size,
+                dataset_fingerprint=facts["dataset_fingerprint"],
+                started=started,
+                status="finished",
+            ),
+        )
+        print(f"mlm-trainer: finished: model in {output_dir / 'final'}", file=sys.stderr, flush=True)
+    if dist.is_available() and dist.is_initialized():
+        dist.barrier()
+    return 0
+
+
+def cleanup() -> None:
+    if dist.is_available() and dist.is_initialized():
+        dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    try:
+        code = run_main(main)
+    finally:
+        cleanup()
+    sys.exit(code)
