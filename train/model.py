@@ -24,7 +24,12 @@ from train.config import Config
 from train.data import RawData, cache_root
 from train.errors import ConfigError
 
-WEIGHT_FILES = ("model.safetensors", "model.safetensors.index.json", "pytorch_model.bin", "pytorch_model.bin.index.json")
+WEIGHT_FILES = (
+    "model.safetensors",
+    "model.safetensors.index.json",
+    "pytorch_model.bin",
+    "pytorch_model.bin.index.json",
+)
 SPECIAL_TOKENS = {
     "pad_token": "[PAD]",
     "unk_token": "[UNK]",
@@ -96,7 +101,9 @@ def train_wordpiece(raw: RawData, config: Config) -> PreTrainedTokenizerFast:
     tokenizer.normalizer = normalizers.BertNormalizer(lowercase=True)
     tokenizer.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
     tokenizer.decoder = decoders.WordPiece()
-    trainer = trainers.WordPieceTrainer(vocab_size=job.tokenizer_vocab_size, special_tokens=list(SPECIAL_TOKENS.values()))
+    trainer = trainers.WordPieceTrainer(
+        vocab_size=job.tokenizer_vocab_size, special_tokens=list(SPECIAL_TOKENS.values())
+    )
     train = raw.splits["train"]
     tokenizer.train_from_iterator(
         (batch[job.text_column] for batch in train.iter(batch_size=10000)), trainer=trainer, length=len(train)
@@ -200,7 +207,7 @@ def use_masked_only_head(model: Any) -> None:
 
     def forward(self: Any, input_ids: Any = None, attention_mask: Any = None, labels: Any = None, **kwargs: Any) -> Any:
         if labels is None or not self.training:
-            return dense_forward(input_ids=input_ids, attention_mask=attention_mask, labels=labels, **kwargs)
+                return dense_forward(input_ids=input_ids, attention_mask=attention_mask, labels=labels, **kwargs)
         hidden = encoder(input_ids=input_ids, attention_mask=attention_mask)[0]
         selected = labels != -100
         logits = head(hidden[selected])

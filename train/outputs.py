@@ -39,7 +39,7 @@ def check_output_dir(config: Config) -> Path:
             pass
     except OSError as exc:
         reason = "no space left on the device" if exc.errno == errno.ENOSPC else exc.strerror or str(exc)
-        raise EnvironmentProblem(f"{label}={str(output)!r}: not writable ({reason}); expected a writable directory")
+        raise EnvironmentProblem(f"{label}={str(output)!r}: not writable ({reason}); expected a writable directory") from None
     if (output / FINAL).exists() and not config.job.overwrite_output_dir:
         raise ConfigError(
             f"{label}={str(output)!r}: holds a finished model in {FINAL}/; set MLM_OVERWRITE_OUTPUT_DIR=true to "
