@@ -207,7 +207,7 @@ def use_masked_only_head(model: Any) -> None:
 
     def forward(self: Any, input_ids: Any = None, attention_mask: Any = None, labels: Any = None, **kwargs: Any) -> Any:
         if labels is None or not self.training:
-                return dense_forward(input_ids=input_ids, attention_mask=attention_mask, labels=labels, **kwargs)
+            return dense_forward(input_ids=input_ids, attention_mask=attention_mask, labels=labels, **kwargs)
         hidden = encoder(input_ids=input_ids, attention_mask=attention_mask)[0]
         selected = labels != -100
         logits = head(hidden[selected])

@@ -39,7 +39,8 @@ def check_output_dir(config: Config) -> Path:
             pass
     except OSError as exc:
         reason = "no space left on the device" if exc.errno == errno.ENOSPC else exc.strerror or str(exc)
-        raise EnvironmentProblem(f"{label}={str(output)!r}: not writable ({reason}); expected a writable directory") from None
+        message = f"{label}={str(output)!r}: not writable ({reason}); expected a writable directory"
+        raise EnvironmentProblem(message) from None
     if (output / FINAL).exists() and not config.job.overwrite_output_dir:
         raise ConfigError(
             f"{label}={str(output)!r}: holds a finished model in {FINAL}/; set MLM_OVERWRITE_OUTPUT_DIR=true to "
@@ -81,9 +82,7 @@ def mark_complete(checkpoint: Path) -> None:
 def checkpoints(output_dir: Path) -> list[Path]:
     """Checkpoint directories, oldest first."""
     found = [
-        p
-        for p in output_dir.glob(f"{CHECKPOINT_PREFIX}*")
-        if p.is_dir() and p.name[len(CHECKPOINT_PREFIX) :].isdigit()
+        p for p in output_dir.glob(f"{CHECKPOINT_PREFIX}*") if p.is_dir() and p.name[len(CHECKPOINT_PREFIX) :].isdigit()
     ]
     return sorted(found, key=lambda p: int(p.name[len(CHECKPOINT_PREFIX) :]))
 
