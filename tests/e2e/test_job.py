@@ -1,0 +1,94 @@
+"""The per-rank job end to end on CPU: real torchrun (gloo), a tiny DistilBERT trained from scratch."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+from transformers import AutoModelForMaskedLM, AutoTokenizer
+
+from tests.conftest import REPO, run_torchrun, tiny_env
+
+pytestmark = pytest.mark.slow
+
+RESULT_KEYS = {
+    "train_runtime",
+    "train_samples_per_second",
+    "train_tokens_per_second",
+    "eval_loss",
+    "perplexity",
+    "eval_accuracy",
+}
+RUN_KEYS = {
+    "config",
+    "versions",
+    "world_size",
+    "hardware",
+    "seed",
+    "dataset_fingerprint",
+    "started",
+    "ended",
+    "image_revision",
+    "status",
+}
+
+
+@pytest.fixture(scope="module")
+def finished_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    output = tmp_path_factory.mktemp("run") / "out"
+    # 2,000 samples (25 steps) are enough for the tiny model to learn the one demo sentence.
+    env = tiny_env(output, image_revision="abc123", hub_token="hf_canary_job_456", demo_samples="2000")
+    result = run_torchrun(env)
+    assert result.returncode == 0, result.stderr[-3000:]
+    return output
+
+
+def test_final_model_loads_back_and_predicts(finished_run: Path) -> None:
+    final = finished_run / "final"
+    assert (final / "model.safetensors").exists()
+    model = AutoModelForMaskedLM.from_pretrained(final)
+    tokenizer = AutoTokenizer.from_pretrained(final)
+    inputs = tokenizer("This is a training [MASK] for multi-GPU demonstration.", return_tensors="pt")
+    with torch.no_grad():
+        logits = model(**inputs).logits
+    position = (inputs["input_ids"][0] == tokenizer.mask_token_id).nonzero()[0].item()
+    assert logits.shape[-1] == len(tokenizer)
+    assert tokenizer.decode(logits[0, position].argmax()) == "sample"  # the demo sentence is learnt
+    assert not list(finished_run.glob(".final*"))  # the staging directory was renamed into place
+
+
+def test_results_and_run_facts(finished_run: Path) -> None:
+    results = json.loads((finished_run / "all_results.json").read_text())
+    assert RESULT_KEYS <= results.keys()
+    assert results["train_tokens_per_second"] > 0 and 0.0 <= results["eval_accuracy"] <= 1.0
+    assert results["world_size"] == 1
+    facts = json.loads((finished_run / "run.json").read_text())
+    assert RUN_KEYS <= facts.keys()
+    assert facts["status"] == "finished" and facts["image_revision"] == "abc123"
+    assert {"python", "torch", "transformers", "datasets", "accelerate"} <= facts["versions"].keys()
+    assert facts["config"]["padding"] == "dynamic"
+    text = (finished_run / "run.json").read_text()
+    assert "hf_canary_job_456" not in text and facts["config"]["hub_token"] == "***"
+
+
+def test_a_finished_final_is_not_overwritten(finished_run: Path) -> None:
+    before = (finished_run / "final" / "model.safetensors").read_bytes()
+    env = tiny_env(finished_run)
+    result = subprocess.run([sys.executable, "-m", "train.job"], env=env, cwd=REPO, capture_output=True, text=True)
+    assert result.returncode == 2
+    assert "holds a finished model in final/; set MLM_OVERWRITE_OUTPUT_DIR=true" in result.stderr
+    assert "Traceback" not in result.stderr
+    assert (finished_run / "final" / "model.safetensors").read_bytes() == before
+
+
+def test_two_processes_under_torchrun(tmp_path: Path) -> None:
+    output = tmp_path / "out"
+    result = run_torchrun(tiny_env(output), nproc=2)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert json.loads((output / "all_results.json").read_text())["world_size"] == 2
+    assert json.loads((output / "run.json").read_text())["world_size"] == 2
+    assert [p.name for p in output.iterdir() if p.name.startswith("final") or p.name.startswith(".final")] == ["final"]

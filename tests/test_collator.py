@@ -1,0 +1,69 @@
+"""Masking is a pure function of (seed, epoch, sample index); padding rounds up; special tokens stay."""
+
+from __future__ import annotations
+
+import torch
+
+from train.collator import IGNORE_INDEX, MaskingCollator
+
+PAD, CLS, SEP, MASK, VOCAB = 0, 2, 3, 4, 1000
+
+
+def sample(index: int, length: int) -> dict:
+    ids = [CLS] + [10 + (index * 7 + i) % 900 for i in range(length - 2)] + [SEP]
+    return {"input_ids": ids, "special_tokens_mask": [1] + [0] * (length - 2) + [1], "sample_index": index}
+
+
+def collator(**kw) -> MaskingCollator:
+    return MaskingCollator(pad_token_id=PAD, mask_token_id=MASK, vocab_size=VOCAB, **kw)
+
+
+def test_masks_do_not_depend_on_batch_composition() -> None:
+    c = collator()
+    alone = c([sample(5, 40)])
+    together = c([sample(1, 20), sample(5, 40), sample(9, 60)])
+    assert torch.equal(alone["labels"][0], together["labels"][1][:40])
+    assert torch.equal(alone["input_ids"][0], together["input_ids"][1][:40])
+
+
+def test_same_seed_same_masks_other_epoch_other_masks() -> None:
+    batch = [sample(i, 100) for i in range(8)]
+    first = collator(seed=1)(batch)
+    assert torch.equal(first["labels"], collator(seed=1)(batch)["labels"])
+    assert not torch.equal(first["labels"], collator(seed=2)(batch)["labels"])
+    assert not torch.equal(first["labels"], collator(seed=1, epoch=1)(batch)["labels"])
+
+
+def test_masking_rate_and_replacement_mix() -> None:
+    batch = collator(mlm_probability=0.15)([sample(i, 128) for i in range(200)])
+    chosen = batch["labels"] != IGNORE_INDEX
+    rate = chosen.float().sum() / (200 * 126)
+    assert 0.13 < rate < 0.17
+    masked = (batch["input_ids"] == MASK) & chosen
+    assert 0.75 < masked.sum() / chosen.sum() < 0.85
+
+
+def test_special_and_padding_positions_are_never_masked() -> None:
+    batch = collator()([sample(i, 10 + i) for i in range(30)])
+    assert (batch["labels"][:, 0] == IGNORE_INDEX).all()  # [CLS]
+    for row in range(30):
+        length = 10 + row
+        assert batch["labels"][row, length - 1] == IGNORE_INDEX  # [SEP]
+        assert (batch["labels"][row, length:] == IGNORE_INDEX).all()
+        assert (batch["input_ids"][row, length:] == PAD).all()
+        assert batch["attention_mask"][row].sum() == length
+
+
+def test_dynamic_padding_rounds_to_multiple_of_8() -> None:
+    assert collator()([sample(0, 13), sample(1, 9)])["input_ids"].shape == (2, 16)
+    assert collator(pad_to_multiple_of=None)([sample(0, 13)])["input_ids"].shape == (1, 13)
+
+
+def test_padded_inputs_keep_their_attention_mask() -> None:
+    feature = sample(3, 6)
+    feature["input_ids"] += [PAD, PAD]
+    feature["special_tokens_mask"] += [1, 1]
+    feature["attention_mask"] = [1] * 6 + [0, 0]
+    batch = collator()([feature])
+    assert batch["attention_mask"].tolist() == [[1] * 6 + [0, 0]]
+    assert (batch["labels"][0, 6:] == IGNORE_INDEX).all()

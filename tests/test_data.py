@@ -1,0 +1,127 @@
+"""Every data source and padding mode, and the one-line errors for bad data."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import datasets
+import pytest
+
+from train.config import load_config
+from train.data import DEMO_SENTENCE, SAMPLE_INDEX, load_raw, real_token_count, tokenize
+from train.errors import ConfigError
+from train.model import train_wordpiece
+
+LINES = [f"line number {i} of the local corpus" + " with more words" * (i % 5) for i in range(50)]
+
+
+def config_for(dataset: str, **env: str):
+    return load_config([], {"MLM_DATASET": dataset, **{f"MLM_{k.upper()}": v for k, v in env.items()}})
+
+
+def write_formats(tmp_path: Path) -> dict[str, Path]:
+    paths = {}
+    (tmp_path / "c.txt").write_text("\n".join(LINES) + "\n")
+    paths["txt"] = tmp_path / "c.txt"
+    (tmp_path / "c.jsonl").write_text("\n".join(json.dumps({"text": t, "id": i}) for i, t in enumerate(LINES)))
+    paths["jsonl"] = tmp_path / "c.jsonl"
+    (tmp_path / "c.json").write_text(json.dumps([{"text": t} for t in LINES]))
+    paths["json"] = tmp_path / "c.json"
+    (tmp_path / "c.csv").write_text("text,id\n" + "\n".join(f'"{t}",{i}' for i, t in enumerate(LINES)) + "\n")
+    paths["csv"] = tmp_path / "c.csv"
+    datasets.Dataset.from_dict({"text": LINES}).to_parquet(str(tmp_path / "c.parquet"))
+    paths["parquet"] = tmp_path / "c.parquet"
+    datasets.Dataset.from_dict({"text": LINES}).save_to_disk(str(tmp_path / "saved"))
+    paths["save_to_disk"] = tmp_path / "saved"
+    shards = tmp_path / "shards"
+    shards.mkdir()
+    (shards / "a.txt").write_text("\n".join(LINES[:25]) + "\n")
+    (shards / "b.txt").write_text("\n".join(LINES[25:]) + "\n")
+    paths["directory"] = shards
+    return paths
+
+
+def test_demo_is_the_seed_data_split_80_20() -> None:
+    raw = load_raw(config_for("demo"))
+    assert len(raw.splits["train"]) == 40000 and len(raw.splits["validation"]) == 10000
+    assert raw.splits["train"][0]["text"] == DEMO_SENTENCE
+
+
+@pytest.mark.parametrize("kind", ["txt", "jsonl", "json", "csv", "parquet", "save_to_disk", "directory"])
+def test_each_local_format(tmp_path: Path, kind: str) -> None:
+    path = write_formats(tmp_path)[kind]
+    raw = load_raw(config_for(str(path), validation_split_percentage="10"))
+    assert raw.splits["train"].column_names == ["text"]
+    assert len(raw.splits["train"]) == 45 and len(raw.splits["validation"]) == 5
+    assert sorted(list(raw.splits["train"]["text"]) + list(raw.splits["validation"]["text"])) == sorted(LINES)
+
+
+def test_validation_file_replaces_the_split(tmp_path: Path) -> None:
+    paths = write_formats(tmp_path)
+    raw = load_raw(config_for(str(paths["txt"]), validation_file=str(paths["csv"])))
+    assert len(raw.splits["train"]) == 50 and len(raw.splits["validation"]) == 50
+
+
+def test_padding_modes_keep_the_same_real_tokens(tmp_path: Path) -> None:
+    path = write_formats(tmp_path)["txt"]
+    results = {}
+    for padding in ("dynamic", "max_length", "packed"):
+        config = config_for(str(path), padding=padding, max_seq_length="32", tokenizer_vocab_size="200")
+        raw = load_raw(config)
+        tokenizer = train_wordpiece(raw, config)
+        results[padding] = (tokenize(config, raw, tokenizer)["train"], tokenizer.pad_token_id)
+    dynamic, pad = results["dynamic"]
+    padded, _ = results["max_length"]
+    packed, _ = results["packed"]
+    assert {len(ids) for ids in padded["input_ids"]} == {32}
+    assert len({len(ids) for ids in dynamic["input_ids"]}) > 1 and max(len(i) for i in dynamic["input_ids"]) < 32
+    assert real_token_count(dynamic, pad) == real_token_count(padded, pad)
+    assert {len(ids) for ids in packed["input_ids"]} == {32}
+    # packing drops only the last incomplete block
+    assert 0 <= real_token_count(dynamic, pad) - real_token_count(packed, pad) < 32
+    for split in (dynamic, padded, packed):
+        assert list(split[SAMPLE_INDEX]) == list(range(len(split)))
+
+
+def test_tokenization_is_cached(tmp_path: Path, hf_home: Path) -> None:
+    config = config_for("demo", demo_samples="300", tokenizer_vocab_size="100")
+    raw = load_raw(config)
+    tokenizer = train_wordpiece(raw, config)
+    first = tokenize(config, raw, tokenizer)["train"]
+    second = tokenize(config, load_raw(config), train_wordpiece(load_raw(config), config))["train"]
+    assert first.cache_files and first.cache_files[0]["filename"] == second.cache_files[0]["filename"]
+    assert str(hf_home) in first.cache_files[0]["filename"]
+
+
+def bad(tmp_path: Path, name: str, content: bytes) -> str:
+    path = tmp_path / name
+    path.write_bytes(content)
+    return str(path)
+
+
+@pytest.mark.parametrize(
+    ("make", "message"),
+    [
+        (lambda p: str(p / "nope.txt"), r"MLM_DATASET='.*nope.txt': no such file or directory"),
+        (lambda p: bad(p, "empty.txt", b""), r"MLM_DATASET='.*empty.txt': the file is empty"),
+        (
+            lambda p: bad(p, "other.jsonl", b'{"body": "x"}\n'),
+            r"no column 'text' \(columns: body\); set MLM_TEXT_COLUMN",
+        ),
+        (lambda p: bad(p, "data.xml", b"<a/>"), r"unsupported extension '.xml'"),
+        (lambda p: bad(p, "corrupt.jsonl", b'{"text": "ok"}\n{"text": broken\n'), r"corrupt.jsonl': cannot be read"),
+        (lambda p: bad(p, "corrupt.parquet", b"PAR1 this is not parquet"), r"corrupt.parquet': cannot be read"),
+    ],
+)
+def test_bad_data_is_one_clear_line(tmp_path: Path, make, message: str) -> None:
+    with pytest.raises(ConfigError, match=message) as info:
+        load_raw(config_for(make(tmp_path)))
+    assert "\n" not in str(info.value)
+
+
+def test_hub_dataset_offline_says_so() -> None:
+    with pytest.raises(
+        ConfigError, match=r"MLM_DATASET='someone/corpus': cannot load the hub dataset \(HF_HUB_OFFLINE"
+    ):
+        load_raw(config_for("someone/corpus"))
