@@ -6,6 +6,7 @@ the same configuration as the launcher, plus the launcher's decisions appended a
 
 from __future__ import annotations
 
+import errno
 import math
 import signal
 import sys
@@ -21,7 +22,7 @@ from transformers.utils import logging as hf_logging
 from train.collator import MaskingCollator
 from train.config import Config, load_config
 from train.data import load_raw, real_token_count, tokenize
-from train.errors import Preempted, run_main
+from train.errors import EnvironmentProblem, Preempted, run_main
 from train.model import load_model, load_tokenizer, scratch_config, use_masked_only_head
 from train.outputs import (
     check_output_dir,
@@ -146,6 +147,18 @@ def build_trainer(config: Config) -> tuple[Trainer, dict[str, Any]]:
 
 def main(argv: list[str] | None = None) -> int:
     config = load_config(sys.argv[1:] if argv is None else argv)
+    try:
+        return train(config)
+    except OSError as exc:
+        if exc.errno == errno.ENOSPC:  # a checkpoint or the final model did not fit; earlier ones are intact
+            raise EnvironmentProblem(
+                f"{config.source_of('output_dir')}={config.training.output_dir!r}: no space left on the device "
+                "while writing; free space or use a larger volume, then run again to resume"
+            ) from None
+        raise
+
+
+def train(config: Config) -> int:
     training = config.training
     started = now()
     output_dir = check_output_dir(config)

@@ -23,6 +23,7 @@ from train.errors import ConfigError, EnvironmentProblem
 FINAL = "final"
 COMPLETE_MARKER = ".complete"  # written into a checkpoint once the Trainer has finished saving it
 CHECKPOINT_PREFIX = "checkpoint-"
+WRITE_PROBE_BYTES = 1 << 20
 
 
 def now() -> str:
@@ -35,8 +36,11 @@ def check_output_dir(config: Config) -> Path:
     label = config.source_of("output_dir")
     try:
         output.mkdir(parents=True, exist_ok=True)
-        with tempfile.NamedTemporaryFile(dir=output, prefix=".write-test-"):
-            pass
+        # Write real bytes: on a full device creating an empty file still succeeds.
+        with tempfile.NamedTemporaryFile(dir=output, prefix=".write-test-") as probe:
+            probe.write(b"\0" * WRITE_PROBE_BYTES)
+            probe.flush()
+            os.fsync(probe.fileno())
     except OSError as exc:
         reason = "no space left on the device" if exc.errno == errno.ENOSPC else exc.strerror or str(exc)
         message = f"{label}={str(output)!r}: not writable ({reason}); expected a writable directory"

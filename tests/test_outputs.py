@@ -1,0 +1,90 @@
+"""Outputs lose nothing: atomic final/, refusal to overwrite, complete-only resume, writability checks."""
+
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from train.config import load_config
+from train.errors import EXIT_CONFIG, EXIT_ENVIRONMENT, ConfigError, EnvironmentProblem
+from train.outputs import (
+    COMPLETE_MARKER,
+    check_output_dir,
+    find_resume_checkpoint,
+    mark_complete,
+    publish_final,
+)
+
+
+def config(tmp_path: Path, **env: str):
+    return load_config([], {"MLM_OUTPUT_DIR": str(tmp_path), **{f"MLM_{k.upper()}": v for k, v in env.items()}})
+
+
+def test_final_appears_whole_or_not_at_all(tmp_path: Path) -> None:
+    def crash(directory: Path) -> None:
+        (directory / "model.safetensors").write_text("half")
+        raise OSError("disk went away")
+
+    with pytest.raises(OSError):
+        publish_final(tmp_path, crash)
+    assert not (tmp_path / "final").exists()
+
+    publish_final(tmp_path, lambda d: (d / "model.safetensors").write_text("v1"))
+    with pytest.raises(OSError):
+        publish_final(tmp_path, crash)
+    assert (tmp_path / "final" / "model.safetensors").read_text() == "v1"  # the earlier model is intact
+
+    publish_final(tmp_path, lambda d: (d / "model.safetensors").write_text("v2"))
+    assert (tmp_path / "final" / "model.safetensors").read_text() == "v2"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["final"]
+
+
+def test_finished_final_is_kept_unless_overwrite(tmp_path: Path) -> None:
+    (tmp_path / "final").mkdir()
+    with pytest.raises(
+        ConfigError, match=r"holds a finished model in final/; set MLM_OVERWRITE_OUTPUT_DIR=true"
+    ) as info:
+        check_output_dir(config(tmp_path))
+    assert info.value.exit_code == EXIT_CONFIG
+    assert check_output_dir(config(tmp_path, overwrite_output_dir="true")) == tmp_path
+
+
+def test_output_dir_that_cannot_be_created_is_an_environment_error(tmp_path: Path) -> None:
+    blocker = tmp_path / "file"
+    blocker.write_text("not a directory")
+    with pytest.raises(EnvironmentProblem, match=r"MLM_OUTPUT_DIR='.*file/out': not writable") as info:
+        check_output_dir(config(blocker / "out"))
+    assert info.value.exit_code == EXIT_ENVIRONMENT
+
+
+def test_full_output_device_is_reported(tmp_path: Path) -> None:
+    mount = tmp_path / "small"
+    mount.mkdir()
+    if subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64k", "tmpfs", str(mount)], capture_output=True).returncode:
+        pytest.skip("cannot mount a small tmpfs here (needs root and mount rights)")
+    try:
+        subprocess.run(["dd", "if=/dev/zero", f"of={mount / 'filler'}", "bs=4k"], capture_output=True)  # fills it
+        with pytest.raises(EnvironmentProblem, match=r"not writable \(no space left on the device\)"):
+            check_output_dir(config(mount / "out"))
+    finally:
+        subprocess.run(["umount", str(mount)], check=False)
+
+
+def test_resume_picks_the_newest_complete_checkpoint(tmp_path: Path) -> None:
+    for step in (5, 10, 15):
+        (tmp_path / f"checkpoint-{step}").mkdir()
+    mark_complete(tmp_path / "checkpoint-5")
+    mark_complete(tmp_path / "checkpoint-10")
+    warnings: list[str] = []
+    chosen = find_resume_checkpoint(config(tmp_path), warnings.append)
+    assert chosen == str(tmp_path / "checkpoint-10")
+    assert warnings == [f"skipping incomplete checkpoint {tmp_path / 'checkpoint-15'} (cut off while being written)"]
+    assert find_resume_checkpoint(config(tmp_path, resume="never"), warnings.append) is None
+    assert (tmp_path / "checkpoint-10" / COMPLETE_MARKER).exists()
+
+
+def test_explicit_resume_path_must_be_a_checkpoint(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match=r"MLM_RESUME='.*nowhere': not a checkpoint directory"):
+        find_resume_checkpoint(config(tmp_path, resume=str(tmp_path / "nowhere")), print)

@@ -1,0 +1,499 @@
+"""What a person (or a log collector) sees while the job runs: the launch banner, one record per log step, and
+``output_dir/logs/`` (``train.jsonl`` and TensorBoard events).
+
+Every record is appended to ``output_dir/logs/train.jsonl`` whatever the console format, so the report can be
+built from any run, finished or not. On the console, ``log_format`` picks readable lines under the Trainer's
+progress bar (``text``) or one JSON object per line on stdout and no progress bar (``json``); ``auto`` means text on
+a terminal. Only the world's rank 0 prints and writes.
+
+Record kinds (the ``event`` key): ``banner`` (each start, resumes included), ``train`` (each log step), ``eval``
+and ``train_end`` (the Trainer's summary).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import sys
+import time
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any, TextIO
+
+from transformers import Trainer, TrainerCallback
+from transformers.trainer_callback import PrinterCallback, ProgressCallback
+
+from train.config import Config
+
+LOGS_DIR = "logs"
+JSONL_NAME = "train.jsonl"
+MIB = 1024 * 1024
+
+
+def log_dir(output_dir: str | Path) -> Path:
+    return Path(output_dir) / LOGS_DIR
+
+
+def jsonl_path(output_dir: str | Path) -> Path:
+    return log_dir(output_dir) / JSONL_NAME
+
+
+def resolve_format(log_format: str, stream: TextIO | None = None) -> str:
+    """``text`` or ``json``. The launcher should resolve ``auto`` once, on its own stdout, and hand the result to the
+    ranks (``--log_format text|json``): a rank's stdout is a pipe whenever torchrun filters or tees output."""
+    if log_format in ("text", "json"):
+        return log_format
+    stream = sys.stdout if stream is None else stream
+    try:
+        return "text" if stream.isatty() else "json"
+    except (AttributeError, ValueError):  # closed or not a real stream
+        return "json"
+
+
+def _now() -> str:
+    return datetime.now(UTC).isoformat(timespec="seconds")
+
+
+def _jsonable(value: Any) -> Any:
+    """JSON has no NaN or infinity; a diverged loss must still be visible, so they are kept as strings."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return str(value)
+    if isinstance(value, dict):
+        return {str(k): _jsonable(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_jsonable(v) for v in value]
+    if isinstance(value, (str, int, float, bool)) or value is None:
+        return value
+    if hasattr(value, "item"):  # a 0-d tensor or numpy scalar
+        return _jsonable(value.item())
+    return str(value)
+
+
+def append_record(output_dir: str | Path, record: dict[str, Any]) -> None:
+    """Append one JSON line; opened per record so a crash leaves every earlier line intact."""
+    path = jsonl_path(output_dir)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with path.open("a", encoding="utf-8") as handle:
+        handle.write(json.dumps(_jsonable(record), sort_keys=False) + "\n")
+
+
+def _duration(seconds: float | None) -> str:
+    if seconds is None or not math.isfinite(seconds):
+        return "?"
+    seconds = int(round(seconds))
+    hours, rest = divmod(seconds, 3600)
+    minutes, secs = divmod(rest, 60)
+    if hours:
+        return f"{hours}h{minutes:02d}m"
+    if minutes:
+        return f"{minutes}m{secs:02d}s"
+    return f"{secs}s"
+
+
+# ---- GPU metrics -------------------------------------------------------------------------------------------------
+
+
+def visible_selector() -> list[str] | None:
+    """CUDA_VISIBLE_DEVICES as a list of indices or UUIDs, or None when it does not restrict the GPUs."""
+    value = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if value is None:
+        return None
+    return [part.strip() for part in value.split(",") if part.strip()]
+
+
+class GpuSampler:
+    """Memory and utilization of this node's visible GPUs through NVML; silently nothing without NVML or GPUs."""
+
+    def __init__(self) -> None:
+        self._nvml: Any = None
+        self._handles: list[tuple[int, Any]] = []
+
+    def start(self) -> None:
+        try:
+            import pynvml
+
+            pynvml.nvmlInit()
+            count = pynvml.nvmlDeviceGetCount()
+            handles = [(i, pynvml.nvmlDeviceGetHandleByIndex(i)) for i in range(count)]
+            selector = visible_selector()
+            if selector is not None:
+                handles = [(i, h) for i, h in handles if str(i) in selector or self._uuid(pynvml, h) in selector]
+        except Exception:  # no driver library, no GPU, a broken driver: metrics are optional
+            self._nvml = None
+            self._handles = []
+            return
+        self._nvml = pynvml
+        self._handles = handles
+
+    @staticmethod
+    def _uuid(pynvml: Any, handle: Any) -> str:
+        try:
+            uuid = pynvml.nvmlDeviceGetUUID(handle)
+        except Exception:
+            return ""
+        return uuid.decode() if isinstance(uuid, bytes) else str(uuid)
+
+    def sample(self) -> list[dict[str, Any]]:
+        if self._nvml is None:
+            return []
+        found = []
+        for index, handle in self._handles:
+            try:
+                memory = self._nvml.nvmlDeviceGetMemoryInfo(handle)
+                util = self._nvml.nvmlDeviceGetUtilizationRates(handle)
+            except Exception:  # one GPU fell off the bus: report the others
+                continue
+            found.append(
+                {
+                    "index": index,
+                    "util_pct": int(util.gpu),
+                    "mem_used_mib": round(memory.used / MIB),
+                    "mem_total_mib": round(memory.total / MIB),
+                }
+            )
+        return found
+
+    def stop(self) -> None:
+        if self._nvml is not None:
+            try:
+                self._nvml.nvmlShutdown()
+            except Exception:
+                pass
+        self._nvml = None
+
+
+# ---- banner ------------------------------------------------------------------------------------------------------
+
+
+def _precision(config: Config) -> str:
+    training = config.training
+    base = "bf16" if training.bf16 else "fp16" if training.fp16 else "fp32"
+    return base + (" + tf32" if training.tf32 else "")
+
+
+def banner_record(config: Config, facts: dict[str, Any]) -> dict[str, Any]:
+    """The launch facts as one record; ``facts`` adds what only the running job knows (data size, steps, GPUs)."""
+    from train.outputs import package_versions
+
+    training, job = config.training, config.job
+    world_size = int(facts.get("world_size") or training.world_size or 1)
+    accumulation = int(training.gradient_accumulation_steps)
+    per_device = int(training.per_device_train_batch_size)
+    output_dir = Path(training.output_dir)
+    record: dict[str, Any] = {
+        "event": "banner",
+        "time": _now(),
+        "image_revision": job.image_revision,
+        "versions": facts.get("versions") or package_versions(),
+        "gpus": facts.get("gpus", []),
+        "nodes": facts.get("nodes"),
+        "world_size": world_size,
+        "precision": _precision(config),
+        "global_batch_size": per_device * world_size * accumulation,
+        "per_device_train_batch_size": per_device,
+        "gradient_accumulation_steps": accumulation,
+        "model": job.model_name_or_path,
+        "dataset": job.dataset,
+        "train_samples": facts.get("train_samples"),
+        "eval_samples": facts.get("eval_samples"),
+        "train_real_tokens": facts.get("train_real_tokens"),
+        "max_steps": facts.get("max_steps") or (training.max_steps if training.max_steps > 0 else None),
+        "num_train_epochs": training.num_train_epochs,
+        "start_step": facts.get("start_step", 0),
+        "output_dir": str(output_dir),
+        "logs": str(log_dir(output_dir)),
+    }
+    return record
+
+
+def _count(value: Any) -> str:
+    return f"{value:,}" if isinstance(value, int) else "?"
+
+
+def banner(config: Config, facts: dict[str, Any]) -> str:
+    """The launch banner: one JSON line in json format, a short block of aligned lines in text format."""
+    record = banner_record(config, facts)
+    if resolve_format(config.job.log_format) == "json":
+        return json.dumps(_jsonable(record))
+    versions = record["versions"]
+    shown = [name for name in ("torch", "transformers", "python") if name in versions]
+    version_text = " · ".join(f"{name} {versions[name]}" for name in shown)
+    gpus = record["gpus"]
+    if gpus:
+        names = sorted(set(gpus))
+        hardware = f"{len(gpus)} GPU(s) on this node ({', '.join(names)})"
+    else:
+        hardware = "CPU (no GPU)"
+    if record["nodes"]:
+        hardware += f", {record['nodes']} node(s)"
+    steps = record["max_steps"]
+    resumed = f", resuming at step {record['start_step']}" if record["start_step"] else ""
+    output = record["output_dir"]
+    lines = [
+        f"mlm-trainer  image {record['image_revision'] or 'unknown'} · {version_text}",
+        f"  hardware   {hardware}, world size {record['world_size']}",
+        f"  precision  {record['precision']}",
+        f"  batch      global {record['global_batch_size']} = {record['world_size']} rank(s) × "
+        f"{record['per_device_train_batch_size']} per device × {record['gradient_accumulation_steps']} accumulation",
+        f"  model      {record['model']}",
+        f"  data       {record['dataset']}: {_count(record['train_samples'])} train / "
+        f"{_count(record['eval_samples'])} eval samples, {_count(record['train_real_tokens'])} real tokens",
+        f"  steps      {_count(steps)} ({record['num_train_epochs']:g} epoch(s)){resumed}",
+        f"  outputs    {output} (logs in {record['logs']}, report {Path(output) / 'report.html'})",
+    ]
+    return "\n".join(lines)
+
+
+# ---- per-step records ----------------------------------------------------------------------------------------------
+
+
+def _text_line(record: dict[str, Any]) -> str:
+    """One readable line per record (the JSON record carries the same values, unrounded)."""
+    clock = str(record.get("time", ""))[11:19]
+    event = record["event"]
+    if event == "train":
+        parts = [f"step {record['step']}/{record.get('max_steps') or '?'}", f"epoch {record.get('epoch') or 0:.2f}"]
+        if "loss" in record:
+            parts.append(f"loss {_float(record['loss'], '.4f')}")
+        if "learning_rate" in record:
+            parts.append(f"lr {_float(record['learning_rate'], '.2e')}")
+        if "grad_norm" in record:
+            parts.append(f"grad {_float(record['grad_norm'], '.3g')}")
+        if record.get("tokens_per_second") is not None:
+            parts.append(f"{record['tokens_per_second']:,.0f} tok/s")
+        if record.get("samples_per_second") is not None:
+            parts.append(f"{record['samples_per_second']:,.1f} samples/s")
+        for gpu in record.get("gpus", []):
+            parts.append(
+                f"gpu{gpu['index']} {gpu['util_pct']}% {gpu['mem_used_mib'] / 1024:.1f}/"
+                f"{gpu['mem_total_mib'] / 1024:.0f} GiB"
+            )
+        parts.append(f"elapsed {_duration(record.get('elapsed_s'))} eta {_duration(record.get('eta_s'))}")
+        return f"[{clock}] " + " | ".join(parts)
+    skip = {"event", "time", "step", "epoch"}
+    values = [f"{k} {_float(v, '.4g')}" for k, v in record.items() if k not in skip and not isinstance(v, (list, dict))]
+    return f"[{clock}] {event} step {record.get('step', '?')} | " + " | ".join(values)
+
+
+def _float(value: Any, spec: str) -> str:
+    if isinstance(value, (int, float)):
+        return format(value, spec)
+    return str(value)
+
+
+class TrainingLog(TrainerCallback):
+    """On rank 0: a record per log step, evaluation and summary, to ``train.jsonl`` and the console.
+
+    Throughput is measured between consecutive step ends, leaving out the time spent evaluating and saving, so it
+    shows training speed (data loading included). Real tokens per second come from the Trainer's exact count when
+    ``include_num_input_tokens_seen`` is on, otherwise from the dataset's average real tokens per sample
+    (``tokens_per_sample``, which the job knows from tokenization).
+    """
+
+    def __init__(
+        self,
+        output_dir: str | Path,
+        log_format: str,
+        tokens_per_sample: float | None = None,
+        banner_facts: dict[str, Any] | None = None,
+        config: Config | None = None,
+        stream: TextIO | None = None,
+    ) -> None:
+        self.output_dir = Path(output_dir)
+        self.log_format = log_format
+        self.tokens_per_sample = tokens_per_sample
+        self.banner_facts = banner_facts
+        self.config = config
+        self.stream = stream
+        self.gpus = GpuSampler()
+        self._started: float | None = None
+        self._start_step = 0
+        self._mark: float | None = None
+        self._busy = 0.0
+        self._steps_timed = 0
+        self._tokens_at_mark = 0
+
+    # -- output --
+    def _emit(self, record: dict[str, Any]) -> None:
+        append_record(self.output_dir, record)
+        stream = self.stream or sys.stdout
+        if self.log_format == "json":
+            print(json.dumps(_jsonable(record)), file=stream, flush=True)
+        else:
+            _write_line(_text_line(record), stream)
+
+    # -- Trainer events --
+    def on_train_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        self._started = self._mark = time.monotonic()
+        self._start_step = state.global_step
+        self._tokens_at_mark = state.num_input_tokens_seen or 0
+        if not state.is_world_process_zero:
+            return
+        self.gpus.start()
+        if self.config is not None and self.banner_facts is not None:
+            facts = dict(self.banner_facts)
+            facts.update(max_steps=state.max_steps, world_size=args.world_size, start_step=state.global_step)
+            facts.setdefault("gpus", _cuda_names())
+            facts.setdefault("nodes", _nodes(args.world_size))
+            append_record(self.output_dir, banner_record(self.config, facts))
+            text = banner(self.config, facts)
+            print(text, file=self.stream or sys.stdout, flush=True)
+
+    def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        now = time.monotonic()
+        if self._mark is not None:
+            self._busy += now - self._mark
+            self._steps_timed += 1
+        self._mark = now
+
+    def _pause(self) -> None:
+        """Evaluation and checkpointing are not training time: restart the step clock after them."""
+        self._mark = time.monotonic()
+
+    def on_evaluate(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        self._pause()
+
+    def on_save(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        self._pause()
+
+    def on_log(self, args: Any, state: Any, control: Any, logs: dict[str, Any] | None = None, **kwargs: Any) -> None:
+        if not state.is_world_process_zero or not logs:
+            return
+        logs = dict(logs)
+        base = {"time": _now(), "step": state.global_step, "epoch": logs.pop("epoch", state.epoch)}
+        if any(key.startswith("eval_") for key in logs):
+            self._emit({"event": "eval", **base, **logs})
+            self._pause()
+        elif "train_runtime" in logs:
+            self._emit({"event": "train_end", **base, **logs})
+        else:
+            self._emit({"event": "train", **base, "max_steps": state.max_steps, **logs, **self._speed(args, state)})
+
+    def on_train_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        self.gpus.stop()
+
+    # -- measurements --
+    def _speed(self, args: Any, state: Any) -> dict[str, Any]:
+        now = time.monotonic()
+        global_batch = args.per_device_train_batch_size * max(args.world_size, 1) * args.gradient_accumulation_steps
+        out: dict[str, Any] = {}
+        if self._busy > 0 and self._steps_timed:
+            samples_per_second = self._steps_timed * global_batch / self._busy
+            out["samples_per_second"] = round(samples_per_second, 3)
+            tokens_seen = state.num_input_tokens_seen or 0
+            if tokens_seen > self._tokens_at_mark:
+                out["tokens_per_second"] = round((tokens_seen - self._tokens_at_mark) / self._busy, 1)
+            elif self.tokens_per_sample:
+                out["tokens_per_second"] = round(samples_per_second * self.tokens_per_sample, 1)
+            self._tokens_at_mark = tokens_seen
+        self._busy, self._steps_timed = 0.0, 0
+        if self._started is not None:
+            elapsed = now - self._started
+            done = state.global_step - self._start_step
+            out["elapsed_s"] = round(elapsed, 1)
+            if done > 0 and state.max_steps:
+                out["eta_s"] = round(elapsed / done * max(state.max_steps - state.global_step, 0), 1)
+        gpus = self.gpus.sample()
+        if gpus:
+            out["gpu_util_pct"] = round(sum(g["util_pct"] for g in gpus) / len(gpus), 1)
+            out["gpu_mem_used_mib"] = max(g["mem_used_mib"] for g in gpus)
+            out["gpus"] = gpus
+        return out
+
+
+def _write_line(line: str, stream: TextIO) -> None:
+    """Print above the progress bar (tqdm redraws it below) rather than through it."""
+    try:
+        from tqdm.auto import tqdm
+
+        tqdm.write(line, file=stream)
+        stream.flush()
+    except ImportError:
+        print(line, file=stream, flush=True)
+
+
+def _cuda_names() -> list[str]:
+    try:
+        import torch
+
+        if torch.cuda.is_available():
+            return [torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())]
+    except Exception:
+        pass
+    return []
+
+
+def _nodes(world_size: int) -> int | None:
+    """Nodes in the job, from torchrun's LOCAL_WORLD_SIZE (set on every rank)."""
+    try:
+        local = int(os.environ.get("LOCAL_WORLD_SIZE", "0"))
+    except ValueError:
+        return None
+    return max(world_size // local, 1) if local > 0 else None
+
+
+class QuietProgress(ProgressCallback):
+    """The Trainer's progress bar without its printing of each log dict (our own lines replace it)."""
+
+    def on_log(self, args: Any, state: Any, control: Any, logs: dict[str, Any] | None = None, **kwargs: Any) -> None:
+        return None
+
+
+# ---- wiring --------------------------------------------------------------------------------------------------------
+
+
+def tensorboard_wanted(config: Config) -> bool:
+    """TensorBoard is on when the package is present and the user left ``report_to`` alone (MLM_REPORT_TO=none
+    turns it off; naming other integrations replaces it)."""
+    if "report_to" in config.sources:
+        return False
+    from transformers.integrations import is_tensorboard_available
+
+    return bool(is_tensorboard_available())
+
+
+def callbacks(config: Config, facts: dict[str, Any] | None = None) -> list[TrainerCallback]:
+    """Our logging callbacks for this rank. ``facts``: train_samples, eval_samples, train_real_tokens (what the
+    job's data preparation counted); without them the banner is skipped and tokens/s needs the Trainer's count."""
+    facts = facts or {}
+    log_format = resolve_format(config.job.log_format)
+    output_dir = config.training.output_dir
+    tokens_per_sample = None
+    if facts.get("train_samples") and facts.get("train_real_tokens"):
+        tokens_per_sample = facts["train_real_tokens"] / facts["train_samples"]
+    banner_facts = {k: facts[k] for k in ("train_samples", "eval_samples", "train_real_tokens") if k in facts}
+    found: list[TrainerCallback] = [
+        TrainingLog(
+            output_dir,
+            log_format,
+            tokens_per_sample=tokens_per_sample,
+            banner_facts=banner_facts if facts else None,
+            config=config,
+        )
+    ]
+    if log_format == "text" and not config.training.disable_tqdm:
+        found.append(QuietProgress())
+    if tensorboard_wanted(config):
+        from transformers.integrations import TensorBoardCallback
+
+        found.append(TensorBoardCallback())
+    return found
+
+
+def attach(trainer: Trainer, config: Config, facts: dict[str, Any] | None = None) -> None:
+    """Replace the Trainer's console output with ours and route TensorBoard events to ``output_dir/logs``.
+
+    The Trainer always installs either a progress bar that also prints each log dict to stdout, or (with
+    ``disable_tqdm``) a printer of those dicts; both would interleave with our JSON lines, so both go.
+    """
+    trainer.remove_callback(ProgressCallback)
+    trainer.remove_callback(PrinterCallback)
+    for callback in callbacks(config, facts):
+        trainer.add_callback(callback)
+    from transformers.integrations import TensorBoardCallback
+
+    for callback in trainer.callback_handler.callbacks:
+        # TENSORBOARD_LOGGING_DIR, when set, already chose the directory; otherwise the Trainer would pick runs/<date>
+        if isinstance(callback, TensorBoardCallback) and callback.logging_dir is None:
+            callback.logging_dir = str(log_dir(config.training.output_dir))
