@@ -11,7 +11,15 @@
 # Configuration: MLM_<OPTION> environment variables, a YAML file (MLM_CONFIG) or --option flags.
 set -Eeo pipefail
 
-PYTHON="${MLM_PYTHON:-python3}"
+HERE="$(dirname "$(readlink -f "${BASH_SOURCE[0]}")")"
+# The interpreter: MLM_PYTHON, else the checkout's .venv (make venv), else python3 on PATH (the image's /opt/venv).
+if [[ -n "${MLM_PYTHON:-}" ]]; then
+	PYTHON="$MLM_PYTHON"
+elif [[ -x "$HERE/.venv/bin/python" ]]; then
+	PYTHON="$HERE/.venv/bin/python"
+else
+	PYTHON=python3
+fi
 
 # Log to stderr with a timestamp; colour only on a terminal, NO_COLOR respected.
 _log() {
@@ -73,7 +81,7 @@ _main() {
 # Sourcing the file (tests) defines the functions without running anything.
 if [[ "${BASH_SOURCE[0]}" == "$0" ]]; then
 	# Import the train package from beside this file, whatever the working directory (relative paths stay the user's).
-	PYTHONPATH="$(dirname "$(readlink -f "${BASH_SOURCE[0]}")")${PYTHONPATH:+:$PYTHONPATH}"
+	PYTHONPATH="$HERE${PYTHONPATH:+:$PYTHONPATH}"
 	export PYTHONPATH
 	_main "$@"
 fi
