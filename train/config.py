@@ -30,7 +30,7 @@ from train.errors import ConfigError
 
 ENV_PREFIX = "MLM_"
 # MLM_* variables that are not options: read by entrypoint.sh / the launcher / logging, documented in the README.
-NON_OPTION_ENV = {"MLM_CONFIG", "MLM_DEBUG", "MLM_EXIT_DIR"}
+NON_OPTION_ENV = {"MLM_CONFIG", "MLM_DEBUG", "MLM_EXIT_DIR", "MLM_PYTHON"}
 REDACTED = "***"
 SECRET_FIELDS = {"hub_token"}
 

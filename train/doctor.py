@@ -23,6 +23,7 @@ from typing import Any
 
 from train.config import Config, load_config
 from train.errors import EXIT_ENVIRONMENT, run_main
+from train.launch import as_launcher
 
 OK, WARN, FAIL, SKIP = "OK", "WARN", "FAIL", "SKIP"
 GIB = 1024**3
@@ -689,7 +690,9 @@ def format_table(checks: list[Check], colour: bool = False) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    config = load_config(sys.argv[1:] if argv is None else argv)
+    # As in the launcher: building TrainingArguments here must not start a process group or touch a GPU.
+    with as_launcher():
+        config = load_config(sys.argv[1:] if argv is None else argv)
     checks = run_checks(config, os.environ)
     if config.job.log_format == "json":
         print(json.dumps({"checks": [asdict(c) for c in checks], "ok": all(c.status != FAIL for c in checks)}))

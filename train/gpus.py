@@ -221,10 +221,7 @@ def detect(environ: Mapping[str, str] | None = None) -> Inventory:
     try:
         pynvml.nvmlInit()
     except pynvml.NVMLError_LibraryNotFound:
-        return Inventory(
-            nvml_error="no NVIDIA driver in this container (NVML library not found): "
-            "run it with --gpus all or the NVIDIA container runtime"
-        )
+        return Inventory(nvml_error="no NVIDIA driver in this container (NVML library not found)")
     except pynvml.NVMLError_DriverNotLoaded:
         return Inventory(nvml_error="the NVIDIA driver is not loaded on the host (NVML: Driver Not Loaded)")
     except pynvml.NVMLError as exc:

@@ -19,6 +19,7 @@ import torch.distributed as dist
 from transformers import Trainer, TrainerCallback, set_seed
 from transformers.utils import logging as hf_logging
 
+from train import logs
 from train.collator import MaskingCollator
 from train.config import Config, load_config
 from train.data import load_raw, real_token_count, tokenize
@@ -33,6 +34,7 @@ from train.outputs import (
     run_facts,
     write_json_atomic,
 )
+from train.report import write_report
 
 logger = hf_logging.get_logger("mlm-trainer")
 
@@ -88,6 +90,14 @@ class StopOnSigterm(TrainerCallback):
             self.stopped = True
             control.should_save = True
             control.should_training_stop = True
+
+
+def write_report_safely(output_dir: Path) -> None:
+    """The report is a convenience: failing to draw it must not fail a finished or preempted run."""
+    try:
+        write_report(output_dir)
+    except Exception as exc:  # noqa: BLE001 - any drawing failure is only a warning
+        warn(f"no report ({type(exc).__name__}: {exc}); try: entrypoint.sh report {output_dir}")
 
 
 def masked_accuracy(eval_pred: Any) -> dict[str, float]:
@@ -160,11 +170,13 @@ def main(argv: list[str] | None = None) -> int:
 
 def train(config: Config) -> int:
     training = config.training
+    logs.configure_console(config)
     started = now()
     output_dir = check_output_dir(config)
     set_seed(training.seed)
     stopper = StopOnSigterm()
     trainer, facts = build_trainer(config)
+    logs.attach(trainer, config, facts)
     trainer.add_callback(stopper)
     resume = find_resume_checkpoint(config, warn)
     if resume:
@@ -184,6 +196,7 @@ def train(config: Config) -> int:
                     status="preempted",
                 ),
             )
+            write_report_safely(output_dir)
         raise Preempted(f"stopped by SIGTERM at step {trainer.state.global_step}; checkpoint saved in {output_dir}")
 
     metrics: dict[str, Any] = dict(result.metrics)
@@ -219,6 +232,7 @@ def train(config: Config) -> int:
                 status="finished",
             ),
         )
+        write_report_safely(output_dir)
         print(f"mlm-trainer: finished: model in {output_dir / 'final'}", file=sys.stderr, flush=True)
     if dist.is_available() and dist.is_initialized():
         dist.barrier()

@@ -25,6 +25,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 import shutil
 import signal
 import socket
@@ -40,7 +41,10 @@ from typing import Any
 
 from train.config import load_config
 from train.errors import (
+    EXIT_CONFIG,
     EXIT_DIR_ENV,
+    EXIT_ENVIRONMENT,
+    EXIT_PREEMPTED,
     ConfigError,
     EnvironmentProblem,
     documented_exit,
@@ -94,10 +98,12 @@ class Topology:
     @property
     def address_to_wait_for(self) -> tuple[str, str] | None:
         """(host, source) this node must resolve before torchrun can meet the others."""
-        if self.mode == "static" and self.node_rank != 0 and self.master_addr:
-            return self.master_addr, self.sources.get("master_addr", "MASTER_ADDR")
-        if self.mode == "dynamic" and self.rdzv_endpoint:
+        if self.mode == "standalone" or (self.mode == "static" and self.node_rank == 0):
+            return None  # node 0 of a static rendezvous hosts the store: it only listens
+        if self.rdzv_endpoint:
             return _split_endpoint(self.rdzv_endpoint)[0], self.sources.get("rdzv_endpoint", "PET_RDZV_ENDPOINT")
+        if self.master_addr:
+            return self.master_addr, self.sources.get("master_addr", "MASTER_ADDR")
         return None
 
 
@@ -196,6 +202,12 @@ def topology_from_env(environ: Mapping[str, str]) -> Topology:
             )
     else:
         mode = "standalone"
+        if node_rank > 0:
+            # Node 1 of a job that forgot its size would otherwise train alone, unnoticed.
+            raise ConfigError(
+                f"{sources['node_rank']}={node_rank} but the job has one node: "
+                "set PET_NNODES or NNODES to the node count"
+            )
     if mode == "static" and node_rank >= max_nodes:
         raise ConfigError(
             f"{sources.get('node_rank', 'node rank')}={node_rank}: expected 0..{max_nodes - 1} "
@@ -463,6 +475,7 @@ def make_plan(
     cpu_count: int = 1,
     torchrun: Sequence[str] = ("torchrun",),
     log_format: str = "json",
+    shm_bytes: int | None = MIN_SHM_BYTES,
 ) -> Plan:
     """Every launch decision, from the resolved config, the GPU inventory and the cluster environment."""
     job, training, sources = config.job, config.training, config.sources
@@ -474,8 +487,8 @@ def make_plan(
         reason = "use_cpu is set" if inventory.gpus else inventory.cpu_reason
         if job.require_gpu:
             raise EnvironmentProblem(
-                f"{config.source_of('require_gpu')} asks for a GPU but none is used: {reason}. Run the container "
-                "with --gpus all (Kubernetes: resources.limits nvidia.com/gpu) or unset it to train on CPU"
+                f"{config.source_of('require_gpu')} asks for a GPU but none is used: {reason}; give the container "
+                "GPUs (docker run --gpus all; Kubernetes: resources.limits nvidia.com/gpu) or unset it to use the CPU"
             )
         warnings.append(f"no GPU visible: CPU mode ({reason})")
     else:
@@ -534,7 +547,7 @@ def make_plan(
     if batch.flags:
         decided["gradient_accumulation_steps"] = batch.accumulation
 
-    warning = shm_warning(shm_size(), training.dataloader_num_workers)
+    warning = shm_warning(shm_bytes, training.dataloader_num_workers)
     if warning:
         warnings.append(warning)
 
@@ -664,7 +677,7 @@ def plan_document(plan: Plan, config: Any, torch_cuda: str | None) -> dict[str, 
 
 
 @contextlib.contextmanager
-def _as_launcher() -> Iterator[None]:
+def as_launcher() -> Iterator[None]:
     """Load the config as a launcher, not as a rank.
 
     TrainingArguments sets up a device when built: on a GPU machine that is torch.cuda.set_device(0), a CUDA
@@ -727,25 +740,85 @@ def _die_with_parent() -> None:
         pass
 
 
-def run_torchrun(command: Sequence[str], env: Mapping[str, str], log: Callable[..., None]) -> int:
+# torchrun's agent reports a failed rank with an ERROR log line ("E1130 12:00:00.000 123 .../api.py:1002] failed
+# (exitcode: 2) ...") followed by its own traceback and a summary table. When the rank failed with a documented
+# code it has already printed the one line a user needs, so that report is held back and dropped.
+_AGENT_REPORT = re.compile(rb"^[EWI]\d{4} \d\d:\d\d:\d\d\.\d+ +\d+ .*torch/distributed/elastic/.*\] failed")
+
+
+class _StderrRelay:
+    """Passes torchrun's stderr through as it comes, holding back everything from the agent's failure report on."""
+
+    def __init__(self, sink: Any) -> None:
+        self.sink = sink
+        self.partial = b""
+        self.held: list[bytes] = []
+
+    def feed(self, chunk: bytes) -> None:
+        lines = (self.partial + chunk).split(b"\n")
+        self.partial = lines.pop()
+        for line in lines:
+            if self.held or _AGENT_REPORT.match(line):
+                self.held.append(line + b"\n")
+            else:
+                self.sink.write(line + b"\n")
+        # Progress bars redraw with \r and no newline: show them now, unless this may be the start of a report line.
+        if self.partial and not self.held and not re.match(rb"[EWI]\d", self.partial):
+            self.sink.write(self.partial)
+            self.partial = b""
+        self.sink.flush()
+
+    def finish(self, drop_report: bool) -> None:
+        if self.partial:
+            if self.held:
+                self.held.append(self.partial)
+            else:
+                self.sink.write(self.partial)
+            self.partial = b""
+        if not drop_report:
+            for line in self.held:
+                self.sink.write(line)
+        self.sink.flush()
+
+
+def run_torchrun(
+    command: Sequence[str], env: Mapping[str, str], log: Callable[..., None], exit_dir: str, debug: bool = False
+) -> int:
     """Run torchrun as a child in its own process group, forwarding SIGTERM/SIGINT; return its exit status.
 
     Its own group: a Ctrl-C on a terminal reaches only the launcher, which forwards it once (torchrun passes it
-    on to the ranks), instead of every process receiving it twice.
+    on to the ranks), instead of every process receiving it twice. The handlers are in place before the child
+    starts, so a signal arriving in between is held and delivered, not lost. Its stderr is relayed so that the
+    agent's failure report can be dropped when a rank already said what went wrong (MLM_DEBUG=1 keeps it).
     """
-    child = subprocess.Popen(list(command), env=dict(env), process_group=0, preexec_fn=_die_with_parent)
+    child: subprocess.Popen[bytes] | None = None
+    pending: list[int] = []
 
     def forward(signum: int, _frame: object) -> None:
         log(f"{signal.Signals(signum).name} received: passing it to torchrun (ranks checkpoint and exit)")
+        if child is None:
+            pending.append(signum)
+            return
         with contextlib.suppress(ProcessLookupError):
             child.send_signal(signum)
 
     previous = {sig: signal.signal(sig, forward) for sig in (signal.SIGTERM, signal.SIGINT)}
+    relay = _StderrRelay(sys.stderr.buffer)
     try:
+        child = subprocess.Popen(
+            list(command), env=dict(env), process_group=0, preexec_fn=_die_with_parent, stderr=subprocess.PIPE
+        )
+        for signum in pending:
+            child.send_signal(signum)
+        assert child.stderr is not None
+        while chunk := child.stderr.read1(65536):
+            relay.feed(chunk)
         status = child.wait()
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
+    documented = documented_exit(read_exit_codes(exit_dir), 0) != 0
+    relay.finish(drop_report=documented and not debug)
     # A negative status is death by that signal: report it the way a shell does.
     return 128 + -status if status < 0 else status
 
@@ -757,13 +830,16 @@ def launch(plan: Plan, environ: Mapping[str, str], log: Callable[..., None], rdz
     exit_dir = tempfile.mkdtemp(prefix="mlm-exit-")
     try:
         log("torchrun: " + " ".join(redact_argv(plan.command)))
-        status = run_torchrun(plan.command, _child_env(environ, plan, exit_dir), log)
+        debug = environ.get("MLM_DEBUG", "") not in ("", "0", "false")
+        status = run_torchrun(plan.command, _child_env(environ, plan, exit_dir), log, exit_dir, debug)
         codes = read_exit_codes(exit_dir)
     finally:
         shutil.rmtree(exit_dir, ignore_errors=True)
     code = 0 if status == 0 else documented_exit(codes, status)
-    if code:
-        log(f"torchrun exited {status}; ranks reported {sorted(set(codes)) or 'nothing'}: exit {code}", "error")
+    if code in (EXIT_CONFIG, EXIT_ENVIRONMENT, EXIT_PREEMPTED):
+        log(f"exit {code}, as the ranks reported (see the line above)")
+    elif code:
+        log(f"torchrun exited {status}; no rank reported a documented exit code: a crash", "error")
     return code
 
 
@@ -792,14 +868,14 @@ def main(argv: Sequence[str] | None = None, environ: Mapping[str, str] | None = 
     if command not in ("train", "plan"):
         raise ConfigError(f"unknown command {command!r}; {USAGE}")
 
-    with _as_launcher():
+    with as_launcher():
         config = load_config(args, environ)
     log_format = resolve_log_format(config.job.log_format)
     log = _Log(log_format)
     inventory = detect(environ)
     torch_cuda = torch_cuda_version()
     cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
-    plan = make_plan(config, inventory, environ, args, torch_cuda, cpus, torchrun_path(), log_format)
+    plan = make_plan(config, inventory, environ, args, torch_cuda, cpus, torchrun_path(), log_format, shm_size())
     # The job's own check, before torchrun: an unwritable output_dir (3) or a finished final/ there (2).
     check_output_dir(config)
 

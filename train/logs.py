@@ -19,12 +19,14 @@ import sys
 import time
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, TextIO
+from typing import TYPE_CHECKING, Any, TextIO
 
-from transformers import Trainer, TrainerCallback
-from transformers.trainer_callback import PrinterCallback, ProgressCallback
+from transformers.trainer_callback import PrinterCallback, ProgressCallback, TrainerCallback
 
 from train.config import Config
+
+if TYPE_CHECKING:
+    from transformers import Trainer
 
 LOGS_DIR = "logs"
 JSONL_NAME = "train.jsonl"
@@ -228,6 +230,7 @@ def banner(config: Config, facts: dict[str, Any]) -> str:
     if record["nodes"]:
         hardware += f", {record['nodes']} node(s)"
     steps = record["max_steps"]
+    span = "max_steps" if config.training.max_steps > 0 else f"{record['num_train_epochs']:g} epoch(s)"
     resumed = f", resuming at step {record['start_step']}" if record["start_step"] else ""
     output = record["output_dir"]
     lines = [
@@ -239,7 +242,7 @@ def banner(config: Config, facts: dict[str, Any]) -> str:
         f"  model      {record['model']}",
         f"  data       {record['dataset']}: {_count(record['train_samples'])} train / "
         f"{_count(record['eval_samples'])} eval samples, {_count(record['train_real_tokens'])} real tokens",
-        f"  steps      {_count(steps)} ({record['num_train_epochs']:g} epoch(s)){resumed}",
+        f"  steps      {_count(steps)} ({span}){resumed}",
         f"  outputs    {output} (logs in {record['logs']}, report {Path(output) / 'report.html'})",
     ]
     return "\n".join(lines)
@@ -440,7 +443,22 @@ class QuietProgress(ProgressCallback):
         return None
 
 
-# ---- wiring --------------------------------------------------------------------------------------------------------
+# ---- wiring ------------------------------------------------------------------------------------------------------
+
+
+def configure_console(config: Config) -> str:
+    """Resolve the console format; for JSON, silence the progress bars datasets, transformers and the hub draw on
+    stderr (tokenizing, downloading, saving), so the output is JSON lines and real warnings. Call once, early."""
+    log_format = resolve_format(config.job.log_format)
+    if log_format == "json":
+        import datasets
+        import huggingface_hub.utils
+        from transformers.utils import logging as hf_logging
+
+        datasets.disable_progress_bars()
+        hf_logging.disable_progress_bar()
+        huggingface_hub.utils.disable_progress_bars()
+    return log_format
 
 
 def tensorboard_wanted(config: Config) -> bool:

@@ -1,0 +1,88 @@
+"""Two nodes on one machine: two entrypoint.sh processes given what a PyTorchJob gives its master and worker.
+
+Each "node" is one CPU process (gloo) with its own HF cache and output directory, as on two machines; they meet at
+127.0.0.1 through torchrun's static rendezvous and train the tiny demo together.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import REPO, tiny_env
+
+pytestmark = pytest.mark.slow
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def node_env(tmp_path: Path, rank: int, port: int) -> dict[str, str]:
+    env = tiny_env(tmp_path / f"node{rank}" / "output", log_format="text")
+    env.update(
+        # What a PyTorchJob (training-operator >= 1.7) sets on the master (0) and worker (1) pods.
+        PET_NNODES="2",
+        PET_NODE_RANK=str(rank),
+        PET_NPROC_PER_NODE="1",
+        PET_MASTER_ADDR="127.0.0.1",
+        PET_MASTER_PORT=str(port),
+        MASTER_ADDR="127.0.0.1",
+        MASTER_PORT=str(port),
+        WORLD_SIZE="2",
+        RANK=str(rank),
+        HF_HOME=str(tmp_path / f"node{rank}" / "hf"),
+        # entrypoint.sh runs python3: this environment's.
+        PATH=f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}",
+    )
+    env.pop("CUDA_VISIBLE_DEVICES", None)
+    return env
+
+
+def test_two_nodes_train_together_and_write_one_final(tmp_path: Path) -> None:
+    port = free_port()
+    nodes = [
+        subprocess.Popen(
+            [str(REPO / "entrypoint.sh"), "train"],
+            env=node_env(tmp_path, rank, port),
+            cwd=tmp_path,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
+        for rank in (0, 1)
+    ]
+    logs = []
+    try:
+        for node in nodes:
+            logs.append(node.communicate(timeout=900)[0])
+    finally:
+        for node in nodes:
+            if node.poll() is None:
+                node.kill()
+    for rank, (node, log) in enumerate(zip(nodes, logs, strict=True)):
+        assert node.returncode == 0, f"node {rank} exited {node.returncode}:\n{log[-4000:]}"
+
+    # The launch banner counts both nodes; torchrun met at the address the PET_* variables gave.
+    assert "batch: 64 per device x 1 process x 2 nodes x 1 accumulation = 128 global" in logs[0]
+    assert "--node-rank 1 --master-addr 127.0.0.1" in logs[1]
+    # A process group without DDP (CPU ranks without use_cpu) trains two unsynchronised copies; transformers says so.
+    for log in logs:
+        assert "parallel_mode != ParallelMode.DISTRIBUTED" not in log
+
+    finals = sorted(p.relative_to(tmp_path) for p in tmp_path.glob("node*/output/final"))
+    assert finals == [Path("node0/output/final")], logs[0][-3000:]
+    assert (tmp_path / "node0/output/final/model.safetensors").exists()
+    run = json.loads((tmp_path / "node0/output/run.json").read_text())
+    assert run["status"] == "finished"
+    assert run["world_size"] == 2
+    assert run["config"]["use_cpu"] is True and run["config"]["ddp_backend"] == "gloo"
+    assert not (tmp_path / "node1/output/run.json").exists()

@@ -1,0 +1,324 @@
+"""train.logs: JSON lines on stdout and in output_dir/logs/train.jsonl, readable text lines, the banner, GPU metrics
+through a fake NVML, and the wiring into a real (tiny) Trainer."""
+
+from __future__ import annotations
+
+import io
+import json
+from pathlib import Path
+from types import SimpleNamespace
+
+import pynvml
+import pytest
+import torch
+from torch import nn
+from transformers import Trainer
+from transformers.trainer_callback import PrinterCallback, ProgressCallback
+
+from train import logs
+from train.config import load_config
+
+TRAIN_KEYS = {
+    "event",
+    "time",
+    "step",
+    "epoch",
+    "max_steps",
+    "loss",
+    "learning_rate",
+    "grad_norm",
+    "samples_per_second",
+    "tokens_per_second",
+    "elapsed_s",
+    "eta_s",
+}
+
+
+def strict_json(line: str) -> dict:
+    """Parse as strict JSON: NaN/Infinity tokens (which json.dumps emits by default) are errors."""
+
+    def refuse(token: str) -> None:
+        raise ValueError(f"non-standard JSON token {token}")
+
+    return json.loads(line, parse_constant=refuse)
+
+
+def config_for(tmp_path: Path, *extra: str):
+    argv = [
+        "--output_dir",
+        str(tmp_path / "out"),
+        "--per_device_train_batch_size",
+        "4",
+        "--per_device_eval_batch_size",
+        "4",
+        "--max_steps",
+        "6",
+        "--logging_steps",
+        "2",
+        "--eval_strategy",
+        "no",
+        "--save_strategy",
+        "no",
+        "--dataloader_num_workers",
+        "0",
+        "--use_cpu",
+        "true",
+        *extra,
+    ]
+    return load_config(argv, environ={})
+
+
+class TinyRegression(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.linear = nn.Linear(4, 1)
+
+    def forward(self, x: torch.Tensor, labels: torch.Tensor | None = None) -> dict[str, torch.Tensor]:
+        out = self.linear(x).squeeze(-1)
+        return {"loss": ((out - labels) ** 2).mean(), "logits": out}
+
+
+def samples(count: int) -> list[dict[str, torch.Tensor]]:
+    generator = torch.Generator().manual_seed(0)
+    return [{"x": torch.randn(4, generator=generator), "labels": torch.tensor(float(i % 3))} for i in range(count)]
+
+
+def train_tiny(config, facts: dict) -> Trainer:
+    torch.manual_seed(0)
+    trainer = Trainer(model=TinyRegression(), args=config.training, train_dataset=samples(32), eval_dataset=samples(8))
+    logs.attach(trainer, config, facts)
+    trainer.train()
+    trainer.evaluate()
+    return trainer
+
+
+FACTS = {"train_samples": 32, "eval_samples": 8, "train_real_tokens": 320}
+
+
+def test_json_mode_with_a_real_trainer(tmp_path, capsys):
+    config = config_for(tmp_path, "--log_format", "json")
+    trainer = train_tiny(config, FACTS)
+    out = capsys.readouterr().out
+    lines = [line for line in out.splitlines() if line.strip()]
+    records = [strict_json(line) for line in lines]  # every stdout line is a JSON object: no Trainer dict prints
+    events = [r["event"] for r in records]
+    assert events == ["banner", "train", "train", "train", "train_end", "eval"]
+    banner = records[0]
+    assert banner["world_size"] == 1 and banner["max_steps"] == 6 and banner["global_batch_size"] == 4
+    assert banner["train_samples"] == 32 and banner["output_dir"] == str(tmp_path / "out")
+    for record in records[1:4]:
+        assert TRAIN_KEYS <= record.keys(), TRAIN_KEYS - record.keys()
+        # 10 real tokens per sample (320 / 32): tokens/s follows samples/s
+        assert record["tokens_per_second"] == pytest.approx(record["samples_per_second"] * 10, rel=1e-3)
+    assert [r["step"] for r in records[1:4]] == [2, 4, 6]
+    assert records[3]["eta_s"] == 0
+    assert "eval_loss" in records[5]
+    # the file holds the same records as stdout
+    written = [strict_json(line) for line in logs.jsonl_path(tmp_path / "out").read_text().splitlines()]
+    assert written == records
+    # the Trainer's own printers are gone, ours are in
+    kinds = {type(cb) for cb in trainer.callback_handler.callbacks}
+    assert ProgressCallback not in kinds and PrinterCallback not in kinds and logs.TrainingLog in kinds
+    # TensorBoard on by default (the package is installed), its events under output_dir/logs
+    assert list((tmp_path / "out" / "logs").glob("events.out.tfevents.*"))
+
+
+def test_text_mode_prints_lines_and_still_writes_jsonl(tmp_path, capsys):
+    config = config_for(tmp_path, "--log_format", "text", "--report_to", "none")
+    train_tiny(config, FACTS)
+    out = capsys.readouterr().out
+    assert "mlm-trainer  image unknown" in out and "global 4 = 1 rank(s) × 4 per device × 1 accumulation" in out
+    step_lines = [line for line in out.splitlines() if "step 4/6" in line]
+    assert step_lines and "loss " in step_lines[0] and "tok/s" in step_lines[0] and "eta " in step_lines[0]
+    assert not any(line.startswith("{") for line in out.splitlines())
+    assert "{'loss'" not in out
+    records = [strict_json(line) for line in logs.jsonl_path(tmp_path / "out").read_text().splitlines()]
+    assert [r["event"] for r in records].count("train") == 3
+    # report_to given by the user: no TensorBoard added
+    assert not list((tmp_path / "out" / "logs").glob("events.out.tfevents.*"))
+
+
+def test_resolve_format():
+    class Terminal(io.StringIO):
+        def isatty(self) -> bool:
+            return True
+
+    assert logs.resolve_format("auto", Terminal()) == "text"
+    assert logs.resolve_format("auto", io.StringIO()) == "json"
+    assert logs.resolve_format("json", Terminal()) == "json"
+    assert logs.resolve_format("text", io.StringIO()) == "text"
+
+
+def test_tensorboard_off_switch(tmp_path):
+    assert logs.tensorboard_wanted(config_for(tmp_path))
+    assert not logs.tensorboard_wanted(config_for(tmp_path, "--report_to", "none"))
+    off = load_config(["--output_dir", str(tmp_path)], environ={"MLM_REPORT_TO": "none"})
+    assert not logs.tensorboard_wanted(off)
+
+
+def test_banner_json_and_text(tmp_path):
+    facts = {**FACTS, "max_steps": 100, "gpus": ["NVIDIA H100 80GB HBM3"] * 8, "nodes": 2, "world_size": 16}
+    config = config_for(
+        tmp_path,
+        "--log_format",
+        "json",
+        "--bf16",
+        "true",
+        "--gradient_accumulation_steps",
+        "2",
+        "--image_revision",
+        "abc",
+    )
+    record = strict_json(logs.banner(config, facts))
+    assert record["event"] == "banner" and record["image_revision"] == "abc"
+    assert record["global_batch_size"] == 4 * 16 * 2 and record["precision"] == "bf16"
+    assert record["versions"]["torch"] == torch.__version__
+    text = logs.banner(config_for(tmp_path, "--log_format", "text", "--image_revision", "abc"), facts)
+    assert "image abc" in text and "8 GPU(s) on this node (NVIDIA H100 80GB HBM3), 2 node(s)" in text
+    assert "steps      100" in text and str(tmp_path / "out" / "report.html") in text
+
+
+# ---- callback driven directly, with a fake NVML ---------------------------------------------------------------------
+
+
+class FakeNvml:
+    """Two GPUs at the pynvml function boundary."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch, count: int = 2) -> None:
+        self.shutdowns = 0
+        self.count = count
+        monkeypatch.setattr(pynvml, "nvmlInit", lambda: None)
+        monkeypatch.setattr(pynvml, "nvmlShutdown", self._shutdown)
+        monkeypatch.setattr(pynvml, "nvmlDeviceGetCount", lambda: self.count)
+        monkeypatch.setattr(pynvml, "nvmlDeviceGetHandleByIndex", lambda i: f"handle-{i}")
+        monkeypatch.setattr(pynvml, "nvmlDeviceGetUUID", lambda h: f"GPU-uuid-{h[-1]}")
+        monkeypatch.setattr(
+            pynvml,
+            "nvmlDeviceGetMemoryInfo",
+            lambda h: SimpleNamespace(used=(10 + int(h[-1])) * 1024**3, total=80 * 1024**3, free=0),
+        )
+        monkeypatch.setattr(pynvml, "nvmlDeviceGetUtilizationRates", lambda h: SimpleNamespace(gpu=90 + int(h[-1])))
+
+    def _shutdown(self) -> None:
+        self.shutdowns += 1
+
+
+def fake_state(step: int, zero: bool = True) -> SimpleNamespace:
+    return SimpleNamespace(
+        global_step=step, max_steps=10, epoch=step / 10, is_world_process_zero=zero, num_input_tokens_seen=0
+    )
+
+
+ARGS = SimpleNamespace(per_device_train_batch_size=8, world_size=2, gradient_accumulation_steps=1)
+
+
+def drive(callback: logs.TrainingLog, loss: float = 1.5) -> None:
+    callback.on_train_begin(ARGS, fake_state(0), None)
+    for step in (1, 2):
+        callback.on_step_end(ARGS, fake_state(step), None)
+    callback.on_log(ARGS, fake_state(2), None, logs={"loss": loss, "learning_rate": 1e-4, "grad_norm": 0.5})
+    callback.on_train_end(ARGS, fake_state(2), None)
+
+
+def test_gpu_metrics_from_nvml(tmp_path, monkeypatch):
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    nvml = FakeNvml(monkeypatch)
+    stream = io.StringIO()
+    callback = logs.TrainingLog(tmp_path, "json", tokens_per_sample=100.0, stream=stream)
+    drive(callback)
+    record = strict_json(stream.getvalue().splitlines()[-1])
+    assert record["gpus"] == [
+        {"index": 0, "util_pct": 90, "mem_used_mib": 10240, "mem_total_mib": 81920},
+        {"index": 1, "util_pct": 91, "mem_used_mib": 11264, "mem_total_mib": 81920},
+    ]
+    assert record["gpu_mem_used_mib"] == 11264 and record["gpu_util_pct"] == 90.5
+    assert record["tokens_per_second"] == pytest.approx(record["samples_per_second"] * 100, rel=1e-3)
+    assert nvml.shutdowns == 1
+
+
+@pytest.mark.parametrize("visible", ["1", "GPU-uuid-1"])
+def test_gpu_metrics_follow_cuda_visible_devices(tmp_path, monkeypatch, visible):
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", visible)
+    FakeNvml(monkeypatch)
+    sampler = logs.GpuSampler()
+    sampler.start()
+    assert [g["index"] for g in sampler.sample()] == [1]
+
+
+def test_no_nvml_means_no_gpu_keys(tmp_path, monkeypatch):
+    def missing() -> None:
+        raise pynvml.NVMLError(pynvml.NVML_ERROR_LIBRARY_NOT_FOUND)
+
+    monkeypatch.setattr(pynvml, "nvmlInit", missing)
+    stream = io.StringIO()
+    drive(logs.TrainingLog(tmp_path, "json", stream=stream))
+    record = strict_json(stream.getvalue().splitlines()[-1])
+    assert "gpus" not in record and "gpu_mem_used_mib" not in record
+    assert "tokens_per_second" not in record  # neither the Trainer's count nor tokens per sample: not invented
+
+
+def test_nan_loss_stays_visible_and_valid_json(tmp_path, monkeypatch):
+    monkeypatch.setattr(pynvml, "nvmlInit", lambda: (_ for _ in ()).throw(pynvml.NVMLError(1)))
+    stream = io.StringIO()
+    drive(logs.TrainingLog(tmp_path, "json", stream=stream), loss=float("nan"))
+    assert strict_json(stream.getvalue().splitlines()[-1])["loss"] == "nan"
+    assert strict_json(logs.jsonl_path(tmp_path).read_text().splitlines()[-1])["loss"] == "nan"
+
+
+def test_other_ranks_write_nothing(tmp_path):
+    stream = io.StringIO()
+    callback = logs.TrainingLog(tmp_path, "json", stream=stream)
+    callback.on_train_begin(ARGS, fake_state(0, zero=False), None)
+    callback.on_log(ARGS, fake_state(2, zero=False), None, logs={"loss": 1.0})
+    assert stream.getvalue() == "" and not logs.jsonl_path(tmp_path).exists()
+
+
+def test_exact_token_count_wins_over_the_estimate(tmp_path, monkeypatch):
+    monkeypatch.setattr(pynvml, "nvmlInit", lambda: (_ for _ in ()).throw(pynvml.NVMLError(1)))
+    stream = io.StringIO()
+    callback = logs.TrainingLog(tmp_path, "json", tokens_per_sample=1000.0, stream=stream)
+    callback.on_train_begin(ARGS, fake_state(0), None)
+    callback.on_step_end(ARGS, fake_state(1), None)
+    callback._busy = 2.0  # two seconds of training, set directly: no timing in tests
+    state = fake_state(2)
+    state.num_input_tokens_seen = 500
+    callback.on_log(ARGS, state, None, logs={"loss": 1.0})
+    assert strict_json(stream.getvalue().splitlines()[-1])["tokens_per_second"] == 250.0
+
+
+def test_text_line_format():
+    line = logs._text_line(
+        {
+            "event": "train",
+            "time": "2025-01-01T10:00:00+00:00",
+            "step": 50,
+            "max_steps": 100,
+            "epoch": 0.5,
+            "loss": 2.5,
+            "learning_rate": 1e-4,
+            "grad_norm": 1.25,
+            "tokens_per_second": 12345.6,
+            "samples_per_second": 96.4,
+            "gpus": [{"index": 0, "util_pct": 97, "mem_used_mib": 30720, "mem_total_mib": 81920}],
+            "elapsed_s": 65,
+            "eta_s": 3725,
+        }
+    )
+    assert line == (
+        "[10:00:00] step 50/100 | epoch 0.50 | loss 2.5000 | lr 1.00e-04 | grad 1.25 | 12,346 tok/s | "
+        "96.4 samples/s | gpu0 97% 30.0/80 GiB | elapsed 1m05s eta 1h02m"
+    )
+
+
+def test_configure_console_silences_progress_bars_for_json(tmp_path):
+    import datasets
+    from transformers.utils import logging as hf_logging
+
+    try:
+        assert logs.configure_console(config_for(tmp_path, "--log_format", "text")) == "text"
+        assert datasets.is_progress_bar_enabled()
+        assert logs.configure_console(config_for(tmp_path, "--log_format", "json")) == "json"
+        assert not datasets.is_progress_bar_enabled() and not hf_logging.is_progress_bar_enabled()
+    finally:
+        datasets.enable_progress_bars()
+        hf_logging.enable_progress_bar()
