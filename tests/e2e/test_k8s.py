@@ -1,0 +1,430 @@
+"""The Kubernetes manifests (k8s/): every overlay renders with kustomize, validates strictly against a current
+Kubernetes, keeps the pod contract of issue 5 (restricted security, volumes, secrets, exit codes, labels, image by
+digest), and gives the launcher an environment that it turns into the right torchrun command on node 0 and node 1.
+Offline: kubectl kustomize and kubernetes-validate need no cluster.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from tests.e2e.k8s_manifests import (
+    K8S,
+    MULTI_NODE,
+    OVERLAYS,
+    REPO,
+    container,
+    find,
+    mount_paths,
+    nodes,
+    pod_for_node,
+    pod_templates,
+    relocate,
+    render,
+    workload,
+)
+from train.config import NON_OPTION_ENV, load_config
+from train.errors import EXIT_CONFIG, EXIT_ENVIRONMENT, EXIT_PREEMPTED
+
+# A current Kubernetes that kubernetes-validate bundles schemas for.
+KUBERNETES_VERSION = "1.34.0"
+IMAGE = "ghcr.io/mlm-trainer/mlm-trainer"
+DIGEST = re.compile(r"^" + re.escape(IMAGE) + r"@sha256:[0-9a-f]{64}$")
+LABELS = (
+    "app.kubernetes.io/name",
+    "app.kubernetes.io/instance",
+    "app.kubernetes.io/part-of",
+    "app.kubernetes.io/component",
+)
+
+
+@pytest.fixture(scope="module")
+def rendered() -> dict[str, list[dict]]:
+    return {overlay: render(overlay) for overlay in OVERLAYS}
+
+
+def validate(docs: list[dict], tmp_path: Path) -> subprocess.CompletedProcess:
+    """kubernetes-validate --strict (unknown fields are errors) on the documents, as CI runs it."""
+    manifest = tmp_path / "manifest.yaml"
+    manifest.write_text(yaml.safe_dump_all(docs))
+    validator = Path(sys.executable).with_name("kubernetes-validate")
+    return subprocess.run(
+        [str(validator), "--strict", "-k", KUBERNETES_VERSION, str(manifest)],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+
+
+def as_pod_templates(docs: list[dict]) -> list[dict]:
+    """Each pod template of the workload wrapped as a core/v1 PodTemplate, so it is validated as a PodTemplateSpec."""
+    return [
+        {"apiVersion": "v1", "kind": "PodTemplate", "metadata": {"name": f"mlm-trainer-{role.lower()}"}, "template": t}
+        for role, t in pod_templates(docs).items()
+    ]
+
+
+# --- rendering and schema -------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("overlay", OVERLAYS)
+def test_overlay_validates_strictly(rendered, overlay, tmp_path):
+    done = validate(rendered[overlay], tmp_path)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "ERROR" not in done.stdout
+    # Everything but the custom resource is checked against the bundled schemas.
+    checked = [d for d in rendered[overlay] if d["apiVersion"] != "kubeflow.org/v1"]
+    assert done.stdout.count(" passed for resource ") == len(checked), done.stdout
+
+
+@pytest.mark.parametrize("overlay", OVERLAYS)
+def test_pod_templates_validate_as_podtemplatespec(rendered, overlay, tmp_path):
+    """The validator only warns on a PyTorchJob; its Master and Worker templates are checked here as PodTemplateSpec."""
+    wrapped = as_pod_templates(rendered[overlay])
+    done = validate(wrapped, tmp_path)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert done.stdout.count(" passed for resource podtemplate/") == len(wrapped), done.stdout
+
+
+def test_strict_validation_rejects_a_misspelt_field(rendered, tmp_path):
+    """The validation above can fail: a misspelt field in a pod template is an error."""
+    wrapped = as_pod_templates(rendered["multi-node-pytorchjob"])
+    broken = copy.deepcopy(wrapped[0])
+    broken["template"]["spec"]["terminationGracePeriodSecond"] = 300
+    done = validate([broken], tmp_path)
+    assert done.returncode != 0
+    assert "terminationGracePeriodSecond" in done.stdout
+
+
+def test_the_shared_pod_template_is_not_applied(rendered):
+    """base/pod-template.yaml is copied into the workloads, then dropped from the output."""
+    for overlay, docs in rendered.items():
+        assert not [d for d in docs if d["kind"] == "PodTemplate"], overlay
+
+
+# --- the pod contract -----------------------------------------------------------------------------------------------
+
+
+def templates_of(rendered):
+    for overlay in OVERLAYS:
+        for role, template in pod_templates(rendered[overlay]).items():
+            yield overlay, role, template
+
+
+def test_restricted_security_context(rendered):
+    for overlay, role, template in templates_of(rendered):
+        where = f"{overlay}/{role}"
+        pod = template["spec"]
+        security = pod["securityContext"]
+        assert security["runAsNonRoot"] is True, where
+        assert security["seccompProfile"] == {"type": "RuntimeDefault"}, where
+        assert pod["automountServiceAccountToken"] is False, where
+        assert "hostNetwork" not in pod and "hostIPC" not in pod and "hostPID" not in pod, where
+        box = container(template)["securityContext"]
+        assert box["allowPrivilegeEscalation"] is False, where
+        assert box["readOnlyRootFilesystem"] is True, where
+        assert box["capabilities"] == {"drop": ["ALL"]}, where
+        assert "privileged" not in box, where
+
+
+def volume_at(template: dict, mount_path: str) -> dict:
+    mounts = {m["mountPath"]: m for m in container(template)["volumeMounts"]}
+    assert mount_path in mounts, f"nothing mounted at {mount_path}"
+    volumes = {v["name"]: v for v in template["spec"]["volumes"]}
+    return {**volumes[mounts[mount_path]["name"]], "readOnly": mounts[mount_path].get("readOnly", False)}
+
+
+def test_volumes(rendered):
+    for overlay, role, template in templates_of(rendered):
+        where = f"{overlay}/{role}"
+        docs = rendered[overlay]
+        # NCCL and DataLoader workers need more than a container's default 64 MiB of /dev/shm.
+        assert volume_at(template, "/dev/shm")["emptyDir"]["medium"] == "Memory", where
+        # The root filesystem is read-only: /tmp is the writable scratch space.
+        assert "emptyDir" in volume_at(template, "/tmp"), where
+        want_mode = "ReadWriteMany" if overlay in MULTI_NODE else "ReadWriteOnce"
+        for path in ("/output", "/cache", "/data"):
+            volume = volume_at(template, path)
+            claim = find(docs, "PersistentVolumeClaim", volume["persistentVolumeClaim"]["claimName"])
+            assert claim["spec"]["accessModes"] == [want_mode], f"{where}: {path}"
+        assert volume_at(template, "/data")["readOnly"] is True, where
+        assert volume_at(template, "/output")["readOnly"] is False, where
+
+
+def test_environment_points_at_the_volumes_and_is_a_valid_configuration(rendered):
+    """Every MLM_* variable is a real option with a valid value (the job would stop with exit 2 otherwise)."""
+    for overlay, role, template in templates_of(rendered):
+        env = {e["name"]: e for e in container(template)["env"]}
+        # The image's default MLM_CONFIG is the demo preset (a toy model): a pod must say which options it means.
+        assert "MLM_CONFIG" in env and "demo" not in env["MLM_CONFIG"]["value"]
+        assert env["MLM_OUTPUT_DIR"]["value"] == "/output"
+        assert env["HF_HOME"]["value"].startswith("/cache")
+        assert env["MLM_DATASET"]["value"].startswith("/data")
+        options = {n: e["value"] for n, e in env.items() if n.startswith("MLM_") and n not in NON_OPTION_ENV}
+        config = load_config([], options)
+        assert config.training.output_dir == "/output", f"{overlay}/{role}"
+
+
+def test_service_links_are_off(rendered):
+    """Service links would inject MLM_<SERVICE>_PORT... for a Service named mlm-*: unknown options, exit 2."""
+    for overlay, role, template in templates_of(rendered):
+        assert template["spec"]["enableServiceLinks"] is False, f"{overlay}/{role}"
+
+
+def test_hf_token_comes_from_a_secret(rendered):
+    for overlay, role, template in templates_of(rendered):
+        env = {e["name"]: e for e in container(template)["env"]}
+        if "HF_TOKEN" in env:
+            ref = env["HF_TOKEN"]["valueFrom"]["secretKeyRef"]
+            assert ref["name"] and ref["key"], f"{overlay}/{role}"
+            assert "value" not in env["HF_TOKEN"]
+        else:
+            assert "HF_TOKEN_FILE" in env, f"{overlay}/{role}: HF_TOKEN from a Secret, as env or file"
+
+
+def test_grace_period_leaves_time_for_a_checkpoint(rendered):
+    for overlay, role, template in templates_of(rendered):
+        assert template["spec"]["terminationGracePeriodSeconds"] >= 120, f"{overlay}/{role}"
+
+
+def test_gpus_are_requested(rendered):
+    for overlay, role, template in templates_of(rendered):
+        limits = container(template)["resources"]["limits"]
+        assert int(limits["nvidia.com/gpu"]) >= 1, f"{overlay}/{role}"
+
+
+def test_image_is_pinned_by_digest(rendered):
+    for overlay, role, template in templates_of(rendered):
+        assert DIGEST.match(container(template)["image"]), f"{overlay}/{role}: {container(template)['image']}"
+
+
+def test_labels(rendered):
+    for overlay, docs in rendered.items():
+        for doc in docs:
+            labels = doc["metadata"].get("labels", {})
+            for key in LABELS:
+                assert labels.get(key), f"{overlay}: {doc['kind']}/{doc['metadata']['name']} lacks {key}"
+    for overlay, role, template in templates_of(rendered):
+        labels = template["metadata"]["labels"]
+        for key in LABELS:
+            assert labels.get(key), f"{overlay}/{role} pod template lacks {key}"
+
+
+@pytest.mark.parametrize("overlay", OVERLAYS)
+def test_overlay_header_says_how_to_run_it(overlay):
+    """Each overlay starts with the commands to pin the image, apply, watch, read logs and clean up."""
+    text = (K8S / "overlays" / overlay / "kustomization.yaml").read_text()
+    header = "\n".join(line for line in text.splitlines() if line.startswith("#"))
+    for word in ("apply:", "watch:", "logs:", "clean up:"):
+        assert word in header, f"{overlay}: header lacks {word!r}"
+    assert f"kubectl apply -k k8s/overlays/{overlay}" in header
+    assert f"kustomize edit set image {IMAGE}@sha256:<digest>" in header
+    assert f"kubectl delete -k k8s/overlays/{overlay}" in header
+
+
+# --- failure handling -----------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("overlay", ["single-node", "multi-node-indexed"])
+def test_pod_failure_policy_uses_the_documented_exit_codes(rendered, overlay):
+    job = workload(rendered[overlay])
+    assert job["kind"] == "Job"
+    name = container(job["spec"]["template"])["name"]
+    assert job["spec"]["template"]["spec"]["restartPolicy"] == "Never"  # required by podFailurePolicy
+    actions: dict[object, str] = {}
+    for rule in job["spec"]["podFailurePolicy"]["rules"]:
+        if "onExitCodes" in rule:
+            codes = rule["onExitCodes"]
+            assert codes["containerName"] == name and codes["operator"] == "In"
+            actions.update({code: rule["action"] for code in codes["values"]})
+        for condition in rule.get("onPodConditions", []):
+            actions[(condition["type"], condition.get("status", "True"))] = rule["action"]
+    assert actions == {
+        EXIT_CONFIG: "FailJob",
+        EXIT_ENVIRONMENT: "FailJob",
+        EXIT_PREEMPTED: "Ignore",
+        ("DisruptionTarget", "True"): "Ignore",
+    }
+    # A replacement pod starts only once the failed one is gone (never two pods of one node at once).
+    assert job["spec"]["podReplacementPolicy"] == "Failed"
+
+
+def test_pytorchjob_restarts_failed_pods(rendered):
+    job = workload(rendered["multi-node-pytorchjob"])
+    for role, spec in job["spec"]["pytorchReplicaSpecs"].items():
+        assert spec["restartPolicy"] == "OnFailure", role
+    assert job["spec"]["runPolicy"]["backoffLimit"] >= 1
+
+
+# --- multi-node topology --------------------------------------------------------------------------------------------
+
+
+def test_indexed_job_topology(rendered):
+    docs = rendered["multi-node-indexed"]
+    job = find(docs, "Job")
+    service = find(docs, "Service")
+    template = job["spec"]["template"]
+    env = {e["name"]: e.get("value") for e in container(template)["env"]}
+    spec = job["spec"]
+    assert spec["completionMode"] == "Indexed"
+    assert spec["completions"] == spec["parallelism"] == int(env["NNODES"]) >= 2
+    # Node 0's DNS name through the headless Service.
+    assert service["spec"]["clusterIP"] == "None"
+    assert service["spec"]["publishNotReadyAddresses"] is True
+    assert template["spec"]["subdomain"] == service["metadata"]["name"]
+    assert env["MASTER_ADDR"] == f"{job['metadata']['name']}-0.{service['metadata']['name']}"
+    assert service["spec"]["selector"] == {"batch.kubernetes.io/job-name": job["metadata"]["name"]}
+    ports = {p["containerPort"] for p in container(template)["ports"]}
+    assert int(env["MASTER_PORT"]) in ports
+    assert int(env["MASTER_PORT"]) in {p["port"] for p in service["spec"]["ports"]}
+
+
+def test_pytorchjob_shape(rendered):
+    """The CRD is not in the validator's schemas: the fields the operator relies on are checked here."""
+    job = workload(rendered["multi-node-pytorchjob"])
+    assert job["apiVersion"] == "kubeflow.org/v1"
+    assert set(job["spec"]) <= {"nprocPerNode", "runPolicy", "pytorchReplicaSpecs", "elasticPolicy"}
+    assert set(job["spec"]["runPolicy"]) <= {
+        "cleanPodPolicy",
+        "ttlSecondsAfterFinished",
+        "activeDeadlineSeconds",
+        "backoffLimit",
+        "schedulingPolicy",
+        "suspend",
+        "managedBy",
+    }
+    assert job["spec"]["nprocPerNode"] == "auto"
+    replicas = job["spec"]["pytorchReplicaSpecs"]
+    assert set(replicas) == {"Master", "Worker"}
+    assert replicas["Master"]["replicas"] == 1
+    assert replicas["Worker"]["replicas"] >= 1
+    for role, spec in replicas.items():
+        assert set(spec) <= {"replicas", "restartPolicy", "template"}, role
+        # The operator finds the training container and the rendezvous port by these names.
+        box = container(spec["template"])
+        assert box["name"] == "pytorch", role
+        assert "pytorchjob-port" in {p["name"] for p in box["ports"]}, role
+
+
+# --- the launcher, given each overlay's pod environment --------------------------------------------------------------
+
+# The cluster's own variables: none may leak in from the shell running the tests.
+CLUSTER_ENV = re.compile(r"^(PET_|MASTER_|NNODES$|NODE_RANK$|JOB_COMPLETION_INDEX$|WORLD_SIZE$|RANK$|LOCAL_RANK$)")
+NODE_CASES = [("single-node", 0), *[(overlay, rank) for overlay in MULTI_NODE for rank in (0, 1)]]
+
+
+def node_environment(docs: list[dict], rank: int, root: Path) -> dict[str, str]:
+    """The pod's environment for node ``rank`` as its controller fills it in, the volumes standing in as directories
+    under ``root`` (claims shared by the nodes, emptyDirs per pod)."""
+    pod = pod_for_node(docs, rank)
+    return relocate(pod.env, mount_paths(pod.template, root / "claims", root / f"pod-{rank}"))
+
+
+def run_plan(pod_env: dict[str, str]) -> subprocess.CompletedProcess:
+    base = {k: v for k, v in os.environ.items() if not k.startswith("MLM_") and not CLUSTER_ENV.match(k)}
+    # entrypoint.sh runs python3: this environment's.
+    base["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{base.get('PATH', '')}"
+    return subprocess.run(
+        [str(REPO / "entrypoint.sh"), "plan"],
+        env={**base, **pod_env},
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+
+
+def torchrun_options(command: list[str]) -> dict[str, str | None]:
+    """torchrun's own options (before ``-m train.job``): ``--flag value`` pairs, None for a bare flag."""
+    head = command[1 : command.index("-m")]
+    options: dict[str, str | None] = {}
+    for i, arg in enumerate(head):
+        if arg.startswith("--"):
+            following = head[i + 1] if i + 1 < len(head) else None
+            options[arg] = following if following is not None and not following.startswith("--") else None
+    return options
+
+
+def expected_rendezvous(docs: list[dict]) -> tuple[str, str]:
+    """(master address, port) the manifests mean for node 0: the operator's Service or the Indexed Job's DNS name."""
+    job = workload(docs)
+    name = job["metadata"]["name"]
+    if job["kind"] == "PyTorchJob":
+        return f"{name}-master-0", "29500"
+    return f"{name}-0.{find(docs, 'Service')['metadata']['name']}", "29500"
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(("overlay", "rank"), NODE_CASES)
+def test_plan_for_each_node(rendered, overlay, rank, tmp_path):
+    docs = rendered[overlay]
+    env = node_environment(docs, rank, tmp_path)
+    # This machine has no GPU: the pods' MLM_REQUIRE_GPU=true would stop the plan (see the next test).
+    env["MLM_REQUIRE_GPU"] = "false"
+    done = run_plan(env)
+    assert done.returncode == 0, done.stderr[-3000:]
+    plan = json.loads(done.stdout)
+    options = torchrun_options(plan["command"])
+    count = nodes(docs)
+    assert options["--nnodes"] == str(count)
+    # nprocPerNode auto / no MLM_NPROC_PER_NODE: one process per GPU, and one on a node without GPU.
+    assert options["--nproc-per-node"] == "1"
+    assert plan["world_size"] == count
+    assert plan["node_rank"] == rank
+    assert plan["backend"] == "gloo"
+    if overlay == "single-node":
+        assert "--standalone" in options
+        assert "--node-rank" not in options and "--master-addr" not in options
+        return
+    master, port = expected_rendezvous(docs)
+    assert options["--node-rank"] == str(rank)
+    assert (options["--master-addr"], options["--master-port"]) == (master, port)
+    assert plan["rendezvous"]["mode"] == "static"
+    # MLM_RDZV_TIMEOUT from the overlay bounds how long node 0 waits for the others.
+    assert f"timeout={env['MLM_RDZV_TIMEOUT']}" in (options["--rdzv-conf"] or "").split(",")
+    wanted_source = {"multi-node-pytorchjob": "PET_NODE_RANK", "multi-node-indexed": "JOB_COMPLETION_INDEX"}
+    assert plan["topology_sources"]["node_rank"] == wanted_source[overlay]
+
+
+@pytest.mark.slow
+def test_a_gpu_pod_without_a_gpu_stops_with_exit_3(rendered, tmp_path):
+    """MLM_REQUIRE_GPU=true in the pods: a node whose GPU is missing fails the Job at once (podFailurePolicy: 3)."""
+    env = node_environment(rendered["multi-node-indexed"], 1, tmp_path)
+    done = run_plan(env)
+    assert done.returncode == EXIT_ENVIRONMENT, done.stderr[-3000:]
+    assert "MLM_REQUIRE_GPU" in done.stderr and "nvidia.com/gpu" in done.stderr
+    assert "Traceback" not in done.stderr
+
+
+@pytest.mark.parametrize(("overlay", "rank"), NODE_CASES)
+def test_plan_on_an_eight_gpu_node(rendered, overlay, rank, tmp_path, monkeypatch, capsys):
+    """The same environments on a node with 8 GPUs (NVML faked at the pynvml boundary): one rank per GPU, NCCL."""
+    from tests.test_gpus import h100s, install
+    from train import launch
+
+    install(monkeypatch, h100s(8))
+    docs = rendered[overlay]
+    env = node_environment(docs, rank, tmp_path)
+    assert env["MLM_REQUIRE_GPU"] == "true"  # unchanged: the pod as it runs
+    assert launch.main(["plan"], env) == 0
+    plan = json.loads(capsys.readouterr().out)
+    options = torchrun_options(plan["command"])
+    assert options["--nproc-per-node"] == "8"
+    assert options["--nnodes"] == str(nodes(docs))
+    assert plan["world_size"] == 8 * nodes(docs)
+    assert plan["node_rank"] == rank
+    assert plan["backend"] == "nccl"
+    assert len(plan["env"]["CUDA_VISIBLE_DEVICES"].split(",")) == 8
+    if overlay != "single-node":
+        assert (options["--master-addr"], options["--master-port"]) == expected_rendezvous(docs)
+        assert options["--node-rank"] == str(rank)
