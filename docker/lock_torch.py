@@ -24,15 +24,14 @@ def pypi_linux_hashes(version: str) -> list[str]:
     with urllib.request.urlopen(request, timeout=60) as response:
         files = json.load(response)["files"]
     return sorted(
-        f["hashes"]["sha256"]
-        for f in files
-        if (m := LINUX_WHEEL.match(f["filename"])) and m["version"] == version
+        f["hashes"]["sha256"] for f in files if (m := LINUX_WHEEL.match(f["filename"])) and m["version"] == version
     )
 
 
 def main(lock_path: str) -> None:
     text = open(lock_path, encoding="utf-8").read()
-    block = re.search(r"^torch==(?P<version>[0-9.]+)(\+\w+)? \\\n(?P<hashes>(    --hash=sha256:\w+ ?\\?\n)+)", text, re.M)
+    torch_block = r"^torch==(?P<version>[0-9.]+)(\+\w+)? \\\n(?P<hashes>(    --hash=sha256:\w+ ?\\?\n)+)"
+    block = re.search(torch_block, text, re.M)
     if block is None:
         sys.exit(f"{lock_path}: no torch==... line with hashes")
     version = block["version"]

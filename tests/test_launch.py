@@ -21,7 +21,7 @@ from tests.conftest import REPO
 from tests.test_gpus import FakeDevice, FakeNvml, h100s, install, uuid_of
 from train import launch
 from train.config import load_config
-from train.errors import ConfigError, EnvironmentProblem, run_main
+from train.errors import ConfigError, EnvironmentProblem, UserError, run_main
 
 
 def gpus_of(cc: tuple[int, int], n: int = 1, name: str = "GPU") -> FakeNvml:
@@ -482,9 +482,9 @@ def test_wait_for_address_is_bounded():
     def resolve(host):
         raise OSError("Name or service not known")
 
-    with pytest.raises(EnvironmentProblem, match=r"MASTER_ADDR='nowhere' did not resolve within 30s") as caught:
+    with pytest.raises(UserError, match=r"MASTER_ADDR='nowhere' did not resolve within 30s") as caught:
         launch.wait_for_address("nowhere", "MASTER_ADDR", 30, lambda m: None, resolve, sleep, lambda: now[0])
-    assert caught.value.exit_code == 3
+    assert caught.value.exit_code == 1  # retried by the Job controller, unlike exit 3
     assert now[0] == 30
 
 

@@ -145,6 +145,8 @@ PROJECT_DEFAULTS: dict[str, Any] = {
     "dataloader_num_workers": 2,
     # The collator needs each sample's index to make masking a pure function of (seed, epoch, index).
     "remove_unused_columns": False,
+    # Masked LMs use every parameter in every step; searching for unused ones costs a graph traversal per step.
+    "ddp_find_unused_parameters": False,
     "seed": 42,
 }
 

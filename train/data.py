@@ -88,12 +88,17 @@ def load_local(path: str, label: str, text_column: str) -> Dataset:
                 raise ConfigError(f"{label}={str(file)!r}: not readable (permission denied)")
             if file.stat().st_size == 0:
                 raise ConfigError(f"{label}={str(file)!r}: the file is empty; expected at least one example")
+        # The builders log a parse error before raising it; our one-line error says the same, once.
+        verbosity = datasets.logging.get_verbosity()
+        datasets.logging.set_verbosity(datasets.logging.CRITICAL)
         try:
             dataset = datasets.load_dataset(
                 BUILDERS[suffix], data_files=[str(f) for f in files], split="train", cache_dir=str(cache_root() / "raw")
             )
         except Exception as exc:  # noqa: BLE001 - parser errors vary by format (Arrow, JSON, CSV)
             raise _read_error(label, path, exc) from None
+        finally:
+            datasets.logging.set_verbosity(verbosity)
     return _checked(dataset, label, path, text_column)
 
 

@@ -23,7 +23,7 @@ from train import logs
 from train.collator import MaskingCollator
 from train.config import Config, load_config
 from train.data import load_raw, real_token_count, tokenize
-from train.errors import EnvironmentProblem, Preempted, run_main
+from train.errors import EnvironmentProblem, Preempted, UserError, run_main
 from train.model import load_model, load_tokenizer, scratch_config, use_masked_only_head
 from train.outputs import (
     check_output_dir,
@@ -37,6 +37,7 @@ from train.outputs import (
 from train.report import write_report
 
 logger = hf_logging.get_logger("mlm-trainer")
+EXIT_CRASH = 1
 
 
 def warn(message: str) -> None:
@@ -159,6 +160,14 @@ def main(argv: list[str] | None = None) -> int:
     config = load_config(sys.argv[1:] if argv is None else argv)
     try:
         return train(config)
+    except dist.DistBackendError as exc:
+        # Another rank died (a node lost, killed or preempted without a checkpoint): say so in one line, and exit 1
+        # (a crash, worth retrying) rather than the 2/3 that tell Kubernetes not to retry.
+        first = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:200]
+        raise UserError(
+            f"lost contact with another rank ({first}): a node or process failed; check its logs",
+            exit_code=EXIT_CRASH,
+        ) from exc
     except OSError as exc:
         if exc.errno == errno.ENOSPC:  # a checkpoint or the final model did not fit; earlier ones are intact
             raise EnvironmentProblem(

@@ -47,6 +47,7 @@ from train.errors import (
     EXIT_PREEMPTED,
     ConfigError,
     EnvironmentProblem,
+    UserError,
     documented_exit,
     read_exit_codes,
     run_main,
@@ -414,7 +415,9 @@ def wait_for_address(
 ) -> int:
     """Wait until ``host`` resolves: a Kubernetes Service name appears some seconds after the pods start.
 
-    Returns the number of failed attempts; raises EnvironmentProblem when ``timeout_s`` passes.
+    Returns the number of failed attempts; raises a UserError with exit code 1 when ``timeout_s`` passes: not 3,
+    because a master pod still Pending (no GPU free yet) is worth retrying, and the podFailurePolicy fails the Job
+    at once on 3.
     """
     deadline = clock() + timeout_s
     delay, failures = 1.0, 0
@@ -428,9 +431,10 @@ def wait_for_address(
             failures += 1
             left = deadline - clock()
             if left <= 0:
-                raise EnvironmentProblem(
+                raise UserError(
                     f"{source}={host!r} did not resolve within {timeout_s:.0f}s ({exc}); check that the master "
-                    "pod and its headless Service exist (or raise MLM_RDZV_TIMEOUT)"
+                    "pod and its headless Service exist (or raise MLM_RDZV_TIMEOUT)",
+                    exit_code=EXIT_RETRY,
                 ) from None
             log(f"waiting for {source}={host} to resolve (attempt {failures}, {left:.0f}s left): {exc}")
             sleep(min(delay, left))
@@ -739,6 +743,8 @@ def _die_with_parent() -> None:
     except (OSError, AttributeError):
         pass
 
+
+EXIT_RETRY = 1  # a plain failure: the Job controller retries it
 
 # torchrun's agent reports a failed rank with an ERROR log line ("E1130 12:00:00.000 123 .../api.py:1002] failed
 # (exitcode: 2) ...") followed by its own traceback and a summary table. When the rank failed with a documented

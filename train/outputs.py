@@ -104,7 +104,11 @@ def find_resume_checkpoint(config: Config, warn: Callable[[str], None]) -> str |
     for candidate in reversed(checkpoints(Path(config.training.output_dir))):
         if (candidate / COMPLETE_MARKER).exists():
             return str(candidate)
-        warn(f"skipping incomplete checkpoint {candidate} (cut off while being written)")
+        # Moved aside, not deleted: the Trainer would otherwise write into it again, or keep it while rotating
+        # away the complete checkpoint this run resumes from.
+        aside = candidate.with_name(f".incomplete-{candidate.name}-{os.getpid()}")
+        os.replace(candidate, aside)
+        warn(f"skipping incomplete checkpoint {candidate} (cut off while being written); moved to {aside.name}")
     return None
 
 

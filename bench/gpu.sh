@@ -1,0 +1,86 @@
+#!/usr/bin/env bash
+# bench/gpu.sh: the benchmark on one GPU (made for an H200) in under 8 minutes; prints the results table.
+#
+# Usage:
+#   bash bench/gpu.sh fetch   # where PyPI is reachable: download into .whl/ the wheels the GPU machine lacks
+#   bash bench/gpu.sh         # on the GPU machine, from the repository root: install .whl/ if present, run
+#
+# On this workplace's device tool: run(command="bash bench/gpu.sh", carry=[".whl"], timeout_s=540).
+# The GPU image has torch and transformers but not datasets, and an older transformers: fetch carries the pinned
+# ones (requirements.lock) as wheels; nothing is downloaded there (that machine reaches no network).
+#
+# What it runs (python -m bench.run --device cuda, see bench/run.py): the full-size DistilBERT built from its
+# config (scratch:distilbert, 66 M parameters, the real 30,522-token vocabulary; the hub is unreachable there) on
+# the seed workload (the 50,000 demo samples, 32 per step, 128 tokens): the seed recipe (fp16, every sample padded
+# to 128) and ours (dynamic padding, masked-only head, bf16 + tf32), alternating, 2 pairs of 400 steps; then
+# single runs: packed 128-token blocks x 256 for MFU, ours with 256 samples per step, and packed + torch_compile.
+# Results are written after the pairs and after each single run, so the time limit keeps what was measured.
+set -Eeuo pipefail
+
+readonly BUDGET_S=${BENCH_BUDGET_S:-450}   # bench.run's share of the 8 minutes (start-up and copying aside)
+readonly WHEELS=${BENCH_WHEELS:-.whl}
+readonly WORKDIR=${BENCH_WORKDIR:-/tmp/mlm-bench}
+readonly PYTHON=${PYTHON:-python3}
+# The versions requirements.lock pins; the GPU image's torch, tokenizers, accelerate, pyarrow and pandas serve.
+readonly PINNED=(transformers==5.24.0 datasets==5.2.0 dill==0.4.1 multiprocess==0.70.19 fsspec==2026.9.0)
+
+log() { printf '[gpu.sh %s] %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
+
+# Download the pinned pure-Python wheels for the GPU machine's Python 3.12 (x86-64).
+fetch() {
+  mkdir -p "$WHEELS"
+  "$PYTHON" -m pip download --quiet --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
+    --platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 \
+    -d "$WHEELS" "${PINNED[@]}"
+  ls -l "$WHEELS"
+}
+
+# Put the carried wheels ahead of the image's packages, without touching the image's site-packages.
+install_wheels() {
+  if compgen -G "$WHEELS/*.whl" >/dev/null; then
+    "$PYTHON" -m pip install --quiet --no-index --no-deps --no-compile --no-cache-dir --upgrade \
+      --target /tmp/site "$WHEELS"/*.whl
+    export PYTHONPATH=/tmp/site${PYTHONPATH:+:$PYTHONPATH}
+  else
+    log "no wheels in $WHEELS: using the image's packages (run 'bash bench/gpu.sh fetch' where PyPI is reachable)"
+  fi
+}
+
+# Fail in seconds, not minutes, when the machine lacks a GPU or a package.
+preflight() {
+  nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.max.sm --format=csv,noheader
+  "$PYTHON" - <<'EOF'
+import importlib, torch
+assert torch.cuda.is_available(), "no CUDA device visible"
+versions = {name: importlib.import_module(name).__version__ for name in ("torch", "transformers", "datasets", "pyarrow")}
+print("versions:", versions, "| device:", torch.cuda.get_device_name())
+EOF
+}
+
+main() {
+  if [[ ${1:-} == fetch ]]; then
+    fetch
+    return
+  fi
+  local started=$SECONDS results=${OUT:-bench/results}
+  install_wheels
+  preflight
+  export PYTHONUNBUFFERED=1
+  # timeout keeps the whole script inside its budget; what was written by then is kept.
+  local code=0
+  timeout --signal=TERM --kill-after=15 "$BUDGET_S" \
+    "$PYTHON" -m bench.run --device cuda --no-entrypoint --workdir "$WORKDIR" --results-dir "$results" \
+    || code=$?
+  if [[ -n ${OUT:-} ]]; then
+    # The runs' logs (not the models) come back with the results, for a failure or a closer look.
+    tar czf "$OUT/logs.tgz" -C "$WORKDIR" --exclude=output runs 2>/dev/null || true
+  fi
+  if ((code != 0)); then
+    log "bench.run ended with exit $code after $((SECONDS - started)) s; partial results, if any:"
+    cat "$results/latest.md" 2>/dev/null || true
+  fi
+  log "done in $((SECONDS - started)) s"
+  return "$code"
+}
+
+main "$@"

@@ -1,0 +1,139 @@
+"""The benchmark's Markdown report and progress lines (pure formatting of bench.run's result dictionary)."""
+
+from __future__ import annotations
+
+import statistics
+import sys
+import time
+from typing import Any
+
+MIB = 1024 * 1024
+STAGES = ("process", "imports", "setup", "first_step")
+
+FLOPS_NOTE = (
+    "MFU = model FLOPs per token x real tokens/s / the GPU's dense bf16 peak (H100/H200 SXM 989, H100 PCIe 756, "
+    "H100/H200 NVL 835, A100 312 TFLOP/s). FLOPs per token = 6 x parameters + 12 x layers x hidden x T "
+    "(T: the block length when packed, else the real tokens per sample), less 6 x (hidden^2 + hidden x vocab) x "
+    "(1 - masking probability) with the masked-only head; see bench/flops.py."
+)
+
+
+def progress(message: str) -> None:
+    print(f"[{time.strftime('%H:%M:%S')}] {message}", file=sys.stderr, flush=True)
+
+
+def run_line(rep: int, run: dict[str, Any]) -> str:
+    mfu = f", MFU {run['mfu']:.1%}" if run.get("mfu") is not None else ""
+    return (
+        f"run {rep or 'extra'} {run['recipe']}: {run['real_tokens_per_s']:,.0f} real tokens/s, "
+        f"{run['samples_per_s']:,.1f} samples/s, first step {run['first_step_s']:.1f} s, wall {run['wall_s']:.1f} s, "
+        f"peak {run['peak_memory_bytes'] / MIB:,.0f} MiB{mfu}, final loss {run['final_loss']:.3f}"
+    )
+
+
+def _spread(s: dict[str, float], fmt: str) -> str:
+    return f"{s['median']:{fmt}} [{s['min']:{fmt}} – {s['max']:{fmt}}]"
+
+
+def markdown(result: dict[str, Any]) -> str:
+    env, settings = result["environment"], result["settings"]
+    gpu = settings["device"] == "cuda"
+    out: list[str] = []
+    add = out.append
+    threads = result["runs"][0]["probe"]["torch_threads"] if result["runs"] else "?"
+    device = env["gpu"] if gpu else f"CPU, {env['cpu_count']} cores, {threads} torch thread(s) per run"
+    add(f"# Benchmark: the seed recipe against our default recipe ({result['date'][:10]}, {env['host']})\n")
+    extras = settings.get("extras") or []
+    then = f"; then single runs ({', '.join(extras)}) with the flags listed below" if extras else ""
+    add(
+        f"{device}; torch {env['torch']}, transformers {env['transformers']}. Model: DistilBERT from scratch "
+        f"(`{settings['model_overrides']}`), the same WordPiece tokenizer and the same 50,000 demo samples for "
+        f"both recipes; {settings['max_steps']} optimizer steps of 32 samples per run; {settings['repeats']} "
+        f"repetitions, alternating {' / '.join(settings['recipes'])}, each run a fresh torchrun process{then}. "
+        "Throughput counts real (non-padding) tokens over the steps after the first fifth.\n"
+    )
+    ratios = result.get("ratios", {})
+    for name, metrics in ratios.items():
+        add(f"## {name} / seed, per repetition: median [min – max]\n")
+        add("| metric | ratio | per repetition |")
+        add("|---|---|---|")
+        for metric, s in metrics.items():
+            values = ", ".join(f"{v:.2f}" for v in s["values"])
+            add(f"| {metric.replace('_', ' ')} | **{_spread(s, '.2f')}** | {values} |")
+        add("")
+
+    add("## Each recipe: median [min – max]\n")
+    header = "| recipe | real tokens/s | samples/s | wall s | first step s | peak memory MiB |"
+    add(header + (" MFU |" if gpu else ""))
+    add("|---|---|---|---|---|---|" + ("---|" if gpu else ""))
+    for name, s in result["summary"].items():
+        memory = {k: v / MIB for k, v in s["peak_memory_bytes"].items()}
+        row = (
+            f"| {name} | {_spread(s['real_tokens_per_s'], ',.0f')} | {_spread(s['samples_per_s'], ',.1f')} | "
+            f"{_spread(s['wall_s'], '.1f')} | {_spread(s['first_step_s'], '.1f')} | {_spread(memory, ',.0f')} |"
+        )
+        if gpu:
+            row += f" {_spread(s['mfu'], '.1%')} |" if "mfu" in s else " |"
+        add(row)
+    add("")
+
+    add("## Every run, in the order they ran\n")
+    add("| run | recipe | real tokens/s | samples/s | wall s | first step s | peak MiB | final loss | eval loss |"
+        " load avg (before, after) |" + (" MFU |" if gpu else ""))  # fmt: skip
+    add("|---|---|---|---|---|---|---|---|---|---|" + ("---|" if gpu else ""))
+    for run in result["runs"]:
+        eval_loss = f"{run['eval_loss']:.3f}" if run.get("eval_loss") is not None else "–"
+        load = ", ".join(f"{x:.1f}" for x in run["load_avg_1m"])
+        row = (
+            f"| {run['label']} | {run['recipe']} | {run['real_tokens_per_s']:,.0f} | {run['samples_per_s']:,.1f} | "
+            f"{run['wall_s']:.1f} | {run['first_step_s']:.1f} | {run['peak_memory_bytes'] / MIB:,.0f} | "
+            f"{run['final_loss']:.3f} | {eval_loss} | {load} |"
+        )
+        if gpu:
+            row += f" {run['mfu']:.1%} |" if run.get("mfu") is not None else " – |"
+        add(row)
+    add("")
+
+    startups = [r for r in result["runs"] if r.get("startup_s")]
+    if startups:
+        add("## Where the time to the first step goes, median seconds\n")
+        add("| recipe | torchrun + Python start | imports | data, model, Trainer | first step (workers start) |")
+        add("|---|---|---|---|---|")
+        for name in dict.fromkeys(r["recipe"] for r in startups):
+            parts = [statistics.median(r["startup_s"][k] for r in startups if r["recipe"] == name) for k in STAGES]
+            add(f"| {name} | " + " | ".join(f"{p:.1f}" for p in parts) + " |")
+        add("")
+
+    curves = result.get("loss_curves") or {}
+    if curves.get("rows"):
+        add("## Loss curves, repetition 1 (same model, data and steps)\n")
+        add("| step | seed | ours | difference |")
+        add("|---|---|---|---|")
+        for step, seed, ours in curves["rows"]:
+            add(f"| {step} | {seed:.4f} | {ours:.4f} | {ours - seed:+.4f} |")
+        add(f"\nLargest difference: {curves['max_abs_diff']:.4f} ({curves['max_rel_diff']:.2%} of the seed's loss).\n")
+
+    add("## Tokenizing the 50,000 demo samples\n")
+    add("| padding | samples | first run s | second run s | second run from the cache |")
+    add("|---|---|---|---|---|")
+    for padding, t in result["tokenization"].items():
+        hit = "yes" if t["cache_hit"] else "**no**"
+        add(f"| {padding} | {t['samples']:,} | {t['cold_s']:.2f} | {t['cached_s']:.2f} | {hit} |")
+    add("")
+    entry = result.get("first_step_demo")
+    if entry:
+        add(
+            f"Time to the first optimizer step on configs/demo.yaml via {entry['via']}: "
+            f"{entry['cold_cache_s']:.1f} s with empty caches (tokenizer training and tokenization included), "
+            f"{entry['warm_cache_s']:.1f} s on the second run.\n"
+        )
+
+    add("## Recipes\n")
+    for name, flags in result["recipes"].items():
+        add(f"- **{name}**: `{' '.join(flags) or '(the defaults)'}`")
+    add(f"- every run: `{' '.join(result['common_flags'])}`")
+    proposed = ", ".join(f"{k}={v}" for k, v in result["proposed_defaults"].items())
+    add(f'\n"ours" is the default recipe plus the proposed default changes ({proposed}).')
+    if gpu:
+        add(f"\n{FLOPS_NOTE}")
+    return "\n".join(out) + "\n"

@@ -1,0 +1,107 @@
+#!/usr/bin/env bash
+# Build the training image from docker/Dockerfile, filling in its metadata from git and the lock files.
+#
+# usage: bash docker/build.sh [IMAGE] [extra build flags...]        (make image IMAGE=...)
+#
+# Settings (environment, all optional):
+#   ENGINE=docker|podman   default: docker when it reaches an engine, else podman
+#   BASE_IMAGE=REF         another base than the Dockerfile's pinned nvidia/cuda one
+#   TORCH_VARIANT=cuda|cpu default cuda (PyPI's torch + requirements-cuda.lock); cpu needs a WHEELHOUSE with it
+#   WHEELHOUSE=DIR         install the Python packages from DIR only (an offline build: no index, no network)
+#   PIP_CA=FILE            CA bundle of a TLS-intercepting proxy, handed to pip as a build secret (never stored)
+#   SOURCE=URL             the org.opencontainers.image.source label (default: git remote origin)
+set -Eeuo pipefail
+
+_log() {
+	printf '%s build.sh: %s\n' "$(date -u +%H:%M:%S)" "$*" >&2
+}
+
+_die() {
+	_log "error: $*"
+	exit 1
+}
+
+# docker when a daemon answers, podman otherwise (the development and CI machines have no Docker engine).
+pick_engine() {
+	if [[ -n "${ENGINE:-}" ]]; then
+		echo "$ENGINE"
+	elif command -v docker >/dev/null && docker info >/dev/null 2>&1; then
+		echo docker
+	elif command -v podman >/dev/null; then
+		echo podman
+	else
+		_die "no container engine: install Docker (with BuildKit) or podman, or set ENGINE"
+	fi
+}
+
+# pinned_version PACKAGE: its version in requirements.lock.
+pinned_version() {
+	local version
+	version="$(sed -n "s/^$1==\([^ ]*\).*/\1/p" requirements.lock)"
+	[[ -n "$version" ]] || _die "requirements.lock does not pin $1"
+	echo "$version"
+}
+
+# The commit, marked -dirty when tracked files differ from it (what the image holds is then not that commit).
+revision() {
+	local rev
+	rev="$(git rev-parse HEAD 2>/dev/null)" || {
+		echo unknown
+		return
+	}
+	git diff --quiet HEAD -- 2>/dev/null || rev+="-dirty"
+	echo "$rev"
+}
+
+# The origin URL without any credentials in it.
+source_url() {
+	local url
+	url="$(git remote get-url origin 2>/dev/null)" || url=unknown
+	echo "${url/\/\/*@//\/}"
+}
+
+_main() {
+	local image="${1:-mlm-trainer:dev}"
+	[[ $# -gt 0 ]] && shift
+	cd "$(dirname "${BASH_SOURCE[0]}")/.."
+
+	local engine
+	engine="$(pick_engine)"
+	local created
+	created="$(date -u -d "@${SOURCE_DATE_EPOCH:-$(date +%s)}" +%Y-%m-%dT%H:%M:%SZ)"
+	local -a args=(
+		build --file docker/Dockerfile --tag "$image"
+		--build-arg "REVISION=$(revision)"
+		--build-arg "VERSION=$(sed -n 's/^version = "\(.*\)"/\1/p' pyproject.toml)"
+		--build-arg "CREATED=$created"
+		--build-arg "SOURCE=${SOURCE:-$(source_url)}"
+		--build-arg "TORCH_VERSION=$(pinned_version torch)"
+		--build-arg "TRANSFORMERS_VERSION=$(pinned_version transformers)"
+		--build-arg "DATASETS_VERSION=$(pinned_version datasets)"
+		--build-arg "ACCELERATE_VERSION=$(pinned_version accelerate)"
+	)
+	[[ -n "${BASE_IMAGE:-}" ]] && args+=(--build-arg "BASE_IMAGE=$BASE_IMAGE")
+	[[ -n "${TORCH_VARIANT:-}" ]] && args+=(--build-arg "TORCH_VARIANT=$TORCH_VARIANT")
+	if [[ -n "${WHEELHOUSE:-}" ]]; then
+		[[ -d "$WHEELHOUSE" ]] || _die "WHEELHOUSE=$WHEELHOUSE is not a directory"
+		args+=(--build-context "wheelhouse=$(readlink -f "$WHEELHOUSE")")
+	fi
+	if [[ -n "${PIP_CA:-}" ]]; then
+		[[ -r "$PIP_CA" ]] || _die "PIP_CA=$PIP_CA: no such readable file (a PEM CA bundle)"
+		args+=(--secret "id=pip_ca,src=$(readlink -f "$PIP_CA")")
+	fi
+
+	_log "$engine ${args[*]} $* ."
+	if [[ "$engine" == docker ]]; then
+		# Secrets, bind mounts from build contexts and --build-context need BuildKit.
+		DOCKER_BUILDKIT=1 docker "${args[@]}" "$@" .
+	else
+		# docker format: the OCI one has no SHELL, and the RUN steps are written for bash with pipefail.
+		"$engine" "${args[@]}" --format docker "$@" .
+	fi
+	_log "built $image ($("$engine" image inspect --format '{{.Size}}' "$image" | numfmt --to=iec) uncompressed)"
+}
+
+if [[ "${BASH_SOURCE[0]}" == "$0" ]]; then
+	_main "$@"
+fi

@@ -1,0 +1,304 @@
+#!/usr/bin/env bash
+# Build docker/Dockerfile where there is no Docker engine and no registry (podman, a Debian 12 base made with
+# debootstrap, the CPU build of torch from a wheelhouse) and run it as `docker run` would, checking what the image
+# promises: the demo trains as an arbitrary --user on a read-only root filesystem, final/ loads back, files on the
+# bind mount belong to the caller, `plan` reports CPU mode, the installed packages are exactly the lock, any other
+# UID can write HOME/HF_HOME//output, and `docker stop` mid-training ends in exit 75 with a checkpoint.
+#
+# usage: bash docker/image-test.sh          (make image-test; as root, with .ci/system-deps.sh's packages)
+#
+# Settings (environment, optional):
+#   IMAGE_TEST_DIR=DIR   podman storage, the cached base image, the wheelhouse, logs (default build/podman)
+#   IMAGE_TEST_IMAGE=REF the tag built and tested (default localhost/mlm-trainer:image-test)
+# Only BASE_IMAGE and TORCH_VARIANT differ from the real build (docker/build.sh does both).
+set -Eeuo pipefail
+
+REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+WORK="${IMAGE_TEST_DIR:-$REPO/build/podman}"
+IMAGE="${IMAGE_TEST_IMAGE:-localhost/mlm-trainer:image-test}"
+BASE="localhost/mlm-trainer-base:bookworm"
+RUN_AS="1234:1234"
+PYTHON="$REPO/.venv/bin/python"
+# Like `docker run --read-only --tmpfs /tmp`: podman would otherwise add tmpfs mounts of its own on /var/tmp, /run.
+READ_ONLY=(--read-only --read-only-tmpfs=false --tmpfs /tmp)
+# The demo needs no network, and a sandbox may not give containers one.
+RUN=(podman run -e MLM_DATALOADER_NUM_WORKERS=0 --rm --network none)
+
+CHECKS=0
+PHASE=""
+PHASE_START=0
+TIMINGS=()
+
+_log() {
+	printf '%s image-test: %s\n' "$(date -u +%H:%M:%S)" "$*" >&2
+}
+
+# phase NAME: close the running phase (recording its duration) and start NAME.
+phase() {
+	local now
+	now="$(date +%s)"
+	[[ -n "$PHASE" ]] && TIMINGS+=("$(printf '%-10s %5ss' "$PHASE" "$((now - PHASE_START))")")
+	PHASE="${1:-}"
+	PHASE_START="$now"
+	[[ -n "$PHASE" ]] && _log "== $PHASE"
+	return 0
+}
+
+# On any exit: the time each phase took, and the verdict.
+_finish() {
+	local code=$?
+	phase ""
+	_log "phase timings:"
+	printf '  %s\n' "${TIMINGS[@]}" >&2
+	if ((code == 0)); then
+		_log "all $CHECKS checks passed"
+	else
+		_log "FAILED (exit $code); logs in $WORK/logs"
+	fi
+}
+
+fail() {
+	_log "FAIL: $*"
+	exit 1
+}
+
+passed() {
+	CHECKS=$((CHECKS + 1))
+	_log "ok: $*"
+}
+
+# show_log FILE: its last lines, when a step that logs to a file fails.
+show_log() {
+	_log "last lines of $1:"
+	tail -n 40 "$1" >&2
+}
+
+# Private podman settings (storage, cgroups/ulimits this sandbox allows), nothing written outside WORK.
+setup_podman() {
+	command -v podman >/dev/null || fail "podman is missing: run bash .ci/system-deps.sh (as root)"
+	mkdir -p "$WORK/graph" "$WORK/run" "$WORK/tmp" "$WORK/logs"
+	cat >"$WORK/storage.conf" <<-EOF
+		[storage]
+		driver = "overlay"
+		graphroot = "$WORK/graph"
+		runroot = "$WORK/run"
+	EOF
+	# runc: crun fails with cgroups in hybrid mode; ulimits: no CAP_SYS_RESOURCE to raise the defaults.
+	cat >"$WORK/containers.conf" <<-EOF
+		[containers]
+		default_ulimits = ["nofile=1024:1024", "nproc=4096:4096"]
+		[engine]
+		runtime = "runc"
+		tmp_dir = "$WORK/tmp"
+	EOF
+	export CONTAINERS_STORAGE_CONF="$WORK/storage.conf" CONTAINERS_CONF="$WORK/containers.conf"
+}
+
+# The stand-in for the CUDA base: Debian 12 minbase from debootstrap, made once and kept in WORK's storage.
+make_base() {
+	if podman image exists "$BASE"; then
+		_log "base $BASE already made"
+		return
+	fi
+	command -v debootstrap >/dev/null || fail "debootstrap is missing: run bash .ci/system-deps.sh (as root)"
+	local rootfs="$WORK/rootfs"
+	rm -rf "$rootfs"
+	debootstrap --variant=minbase bookworm "$rootfs" http://deb.debian.org/debian >"$WORK/logs/debootstrap.log" 2>&1 ||
+		{
+			show_log "$WORK/logs/debootstrap.log"
+			fail "debootstrap"
+		}
+	tar -C "$rootfs" --numeric-owner -c . | podman import --quiet --change 'CMD ["/bin/bash"]' - "$BASE" >/dev/null
+	rm -rf "$rootfs"
+}
+
+# Every wheel of the lock for this machine's Python (3.11, as Debian 12's), the torch one being the CPU build:
+# the build then installs with no index at all. pip skips the wheels already there.
+make_wheelhouse() {
+	mkdir -p "$WORK/wheelhouse"
+	"$PYTHON" -m pip download --quiet --require-hashes --only-binary :all: -r "$REPO/requirements.lock" \
+		-c "$REPO/docker/torch-cpu.txt" -d "$WORK/wheelhouse" >"$WORK/logs/wheelhouse.log" 2>&1 ||
+		{
+			show_log "$WORK/logs/wheelhouse.log"
+			fail "pip download"
+		}
+	_log "wheelhouse: $(find "$WORK/wheelhouse" -name '*.whl' | wc -l) wheels, $(du -sh "$WORK/wheelhouse" | cut -f1)"
+}
+
+build_image() {
+	ENGINE=podman BASE_IMAGE="$BASE" TORCH_VARIANT=cpu WHEELHOUSE="$WORK/wheelhouse" \
+		bash "$REPO/docker/build.sh" "$IMAGE" >"$WORK/logs/build.log" 2>&1 ||
+		{
+			show_log "$WORK/logs/build.log"
+			fail "the image build"
+		}
+	tail -n 1 "$WORK/logs/build.log" >&2
+	local user
+	user="$(podman image inspect --format '{{.Config.User}}' "$IMAGE")"
+	[[ -n "$user" && "${user%%:*}" != 0 && "${user%%:*}" != root ]] || fail "the image's default USER is '$user'"
+	passed "image built; default user $user (non-root)"
+}
+
+# The tiny demo, as `docker run --user 1234:1234 --read-only --tmpfs /tmp -v data:/data:ro -v out:/output`.
+run_demo() {
+	local data="$WORK/case/data" out="$WORK/case/out"
+	rm -rf "$WORK/case"
+	mkdir -p "$data"
+	echo "A line of input that must stay read-only." >"$data/input.txt"
+	# The caller's own output directory, as a user's bind mount would be.
+	install -d -o "${RUN_AS%%:*}" -g "${RUN_AS#*:}" "$out"
+	local code=0
+	"${RUN[@]}" --user "$RUN_AS" "${READ_ONLY[@]}" -v "$data:/data:ro" -v "$out:/output" \
+		-e MLM_DEMO_SAMPLES=400 -e MLM_NUM_TRAIN_EPOCHS=1 "$IMAGE" >"$WORK/logs/demo.log" 2>&1 || code=$?
+	tail -n 25 "$WORK/logs/demo.log" >&2
+	((code == 0)) || fail "the demo exited $code (log: $WORK/logs/demo.log)"
+	passed "demo trained (exit 0) as $RUN_AS on a read-only root filesystem"
+
+	"$PYTHON" - "$out/final" <<-'EOF' || fail "$out/final does not load back"
+		import sys
+
+		from transformers import AutoModelForMaskedLM, AutoTokenizer
+
+		model = AutoModelForMaskedLM.from_pretrained(sys.argv[1])
+		tokenizer = AutoTokenizer.from_pretrained(sys.argv[1])
+		batch = tokenizer(f"This is a {tokenizer.mask_token} sample.", return_tensors="pt")
+		logits = model(**batch).logits
+		assert logits.shape[-1] == model.config.vocab_size, logits.shape
+		print(f"final/: {type(model).__name__}, {model.num_parameters()} parameters, logits {tuple(logits.shape)}")
+	EOF
+	passed "out/final loads back with AutoModelForMaskedLM and AutoTokenizer"
+
+	local foreign count
+	count="$(find "$out" -mindepth 1 | wc -l)"
+	foreign="$(find "$out" -mindepth 1 \( ! -uid "${RUN_AS%%:*}" -o ! -gid "${RUN_AS#*:}" \) -printf '%u:%g %p\n')"
+	((count > 0)) || fail "nothing was written to the output bind mount"
+	[[ -z "$foreign" ]] || fail "files in the output not owned by $RUN_AS:"$'\n'"$foreign"
+	passed "all $count paths written to the bind mount belong to $RUN_AS"
+
+	local label
+	label="$(podman image inspect --format '{{index .Config.Labels "org.opencontainers.image.revision"}}' "$IMAGE")"
+	"$PYTHON" - "$out/run.json" "$label" <<-'EOF' || fail "run.json does not record the image's revision"
+		import json
+		import sys
+
+		recorded = json.load(open(sys.argv[1]))["image_revision"]
+		assert recorded == sys.argv[2], f"run.json image_revision {recorded!r}, image label {sys.argv[2]!r}"
+	EOF
+	passed "run.json records the image revision ($label)"
+}
+
+# `plan` inside the container: CPU mode, gloo, no GPUs (this machine has none).
+check_plan() {
+	"${RUN[@]}" --user "$RUN_AS" "${READ_ONLY[@]}" "$IMAGE" plan >"$WORK/logs/plan.json" 2>"$WORK/logs/plan.err" ||
+		{
+			show_log "$WORK/logs/plan.err"
+			fail "plan"
+		}
+	"$PYTHON" - "$WORK/logs/plan.json" <<-'EOF' || fail "plan does not report CPU mode ($WORK/logs/plan.json)"
+		import json
+		import sys
+
+		plan = json.load(open(sys.argv[1]))
+		assert plan["cpu_mode"] is True, plan["cpu_mode"]
+		assert plan["backend"] == "gloo", plan["backend"]
+		assert plan["gpus"] == [], plan["gpus"]
+		print(f"plan: cpu_mode, backend {plan['backend']}, {plan['nproc_per_node']} process(es), {plan['cpu_reason']}")
+	EOF
+	passed "plan reports CPU mode (backend gloo, no GPUs)"
+}
+
+# pip freeze in the image == requirements.lock (torch's +cpu local label aside; pip itself is not locked).
+check_freeze() {
+	"${RUN[@]}" --user "$RUN_AS" "${READ_ONLY[@]}" "$IMAGE" pip freeze --all >"$WORK/logs/freeze.txt" ||
+		fail "pip freeze in the image"
+	"$PYTHON" - "$REPO/requirements.lock" "$WORK/logs/freeze.txt" <<-'EOF' || fail "pip freeze differs from the lock"
+		import re
+		import sys
+
+		def pins(path):
+		    found = {}
+		    for line in open(path):
+		        if m := re.match(r"([A-Za-z0-9][A-Za-z0-9._-]*)==([^\s;+]+)", line):
+		            found[re.sub(r"[-_.]+", "-", m[1]).lower()] = m[2]
+		    return found
+
+		lock, image = pins(sys.argv[1]), pins(sys.argv[2])
+		image.pop("pip", None)
+		diff = sorted(set(lock.items()) ^ set(image.items()))
+		for name, version in diff:
+		    print(f"  {name}=={version}: {'only in the lock' if lock.get(name) == version else 'only in the image'}")
+		assert not diff, "pip freeze != requirements.lock"
+		print(f"pip freeze: the {len(image)} packages of requirements.lock")
+	EOF
+	passed "pip freeze == requirements.lock"
+}
+
+# `docker stop` mid-training: tini hands SIGTERM to the launcher, the ranks save a checkpoint, exit code 75.
+check_stop() {
+	local out="$WORK/case/stop" name="mlm-image-test-stop"
+	install -d -o "${RUN_AS%%:*}" -g "${RUN_AS#*:}" "$out"
+	podman rm --force --ignore --volumes "$name" >/dev/null
+	podman run -e MLM_DATALOADER_NUM_WORKERS=0 --detach --name "$name" --network none --user "$RUN_AS" "${READ_ONLY[@]}" -v "$out:/output" \
+		-e MLM_DEMO_SAMPLES=20000 -e MLM_LOGGING_STEPS=1 -e MLM_LOG_FORMAT=json "$IMAGE" >/dev/null
+	local waited=0
+	until podman logs "$name" 2>&1 | grep -q '"event": *"train"'; do
+		if ((waited >= 300)) || [[ "$(podman inspect --format '{{.State.Running}}' "$name")" != true ]]; then
+			podman logs "$name" >"$WORK/logs/stop.log" 2>&1
+			podman rm --force --volumes "$name" >/dev/null
+			show_log "$WORK/logs/stop.log"
+			fail "training did not start within 300 s"
+		fi
+		sleep 2
+		waited=$((waited + 2))
+	done
+	podman stop --time 120 "$name" >/dev/null
+	local code
+	code="$(podman wait "$name")"
+	podman logs "$name" >"$WORK/logs/stop.log" 2>&1
+	podman rm --volumes "$name" >/dev/null
+	if [[ "$code" != 75 ]]; then
+		show_log "$WORK/logs/stop.log"
+		fail "after docker stop the container exited $code, not 75 (preempted, checkpoint saved)"
+	fi
+	local checkpoints
+	checkpoints="$(find "$out" -mindepth 1 -maxdepth 1 -name 'checkpoint-*' -uid "${RUN_AS%%:*}" | wc -l)"
+	((checkpoints > 0)) || fail "docker stop left no checkpoint owned by $RUN_AS in $out"
+	passed "docker stop: exit 75 with a checkpoint in /output"
+}
+
+# Any other UID (OpenShift-style) with no mounts at all: HOME, HF_HOME and /output (anonymous volumes) writable.
+check_any_user() {
+	# shellcheck disable=SC2016  # expanded by the container's shell
+	"${RUN[@]}" --user 4321:4321 "${READ_ONLY[@]}" "$IMAGE" \
+		bash -c 'touch "$HOME/.probe" "$HF_HOME/.probe" /output/.probe && [[ "$(id -u)" == 4321 ]]' ||
+		fail "as --user 4321:4321, HOME/HF_HOME//output are not writable"
+	passed "--user 4321:4321: HOME, HF_HOME and /output writable"
+}
+
+_main() {
+	trap _finish EXIT
+	cd "$REPO"
+	[[ -x "$PYTHON" ]] || fail "$PYTHON is missing: make venv"
+	phase setup
+	setup_podman
+	phase base
+	make_base
+	phase wheels
+	make_wheelhouse
+	phase build
+	build_image
+	phase demo
+	run_demo
+	phase checks
+	check_plan
+	check_freeze
+	check_any_user
+	phase stop
+	check_stop
+	# Images left untagged by earlier builds (the layers of the current one stay: they are its parents).
+	podman image prune --force >/dev/null
+}
+
+if [[ "${BASH_SOURCE[0]}" == "$0" ]]; then
+	_main "$@"
+fi

@@ -1,0 +1,204 @@
+"""The benchmark's arithmetic: FLOPs per token, MFU, device peaks, throughput windows, ratio statistics, and the
+recipes it compares. No timing: these check formulas on made-up records."""
+
+from __future__ import annotations
+
+import pytest
+
+from bench import report
+from bench.flops import PEAK_BF16_DENSE, flops_per_token, mfu, peak_flops
+from bench.run import PROPOSED_DEFAULTS, SMALL_MODEL, common_flags, default_settings, recipe_flags, schedule
+from bench.stats import loss_agreement, paired_ratios, run_metrics, spread, warmup_steps
+
+
+def test_flops_per_token_is_six_n_plus_the_attention_term():
+    # 6 x 1000 parameters + 12 x 2 layers x 10 hidden x 5 tokens
+    assert flops_per_token(1000, 2, 10, 5) == 6000 + 1200
+
+
+def test_full_distilbert_at_128_tokens():
+    # DistilBERT-base: 66,985,530 parameters, 6 layers, dim 768.
+    assert flops_per_token(66_985_530, 6, 768, 128) == pytest.approx(6 * 66_985_530 + 12 * 6 * 768 * 128)
+    assert flops_per_token(66_985_530, 6, 768, 128) == pytest.approx(4.09e8, rel=1e-3)
+
+
+def test_masked_only_head_takes_off_the_head_work_at_unmasked_positions():
+    dense = flops_per_token(1000, 2, 10, 5, vocab_size=50)
+    assert flops_per_token(1000, 2, 10, 5, vocab_size=50, head_fraction=1.0) == dense
+    # The transform (10 x 10) and the projection (10 x 50) run at 15 % of the positions.
+    assert flops_per_token(1000, 2, 10, 5, vocab_size=50, head_fraction=0.15) == pytest.approx(
+        dense - 6 * (100 + 500) * 0.85
+    )
+
+
+def test_head_fraction_outside_zero_to_one_is_rejected():
+    with pytest.raises(ValueError, match="head_fraction"):
+        flops_per_token(1000, 2, 10, 5, vocab_size=50, head_fraction=1.5)
+
+
+def test_mfu_is_achieved_over_peak():
+    assert mfu(4e8, 1e6, 1e15) == pytest.approx(0.4)
+    assert mfu(4e8, 1e6, 1e15, devices=2) == pytest.approx(0.2)
+    with pytest.raises(ValueError):
+        mfu(4e8, 1e6, 0)
+
+
+@pytest.mark.parametrize(
+    ("name", "peak"),
+    [
+        ("NVIDIA H200", 989e12),
+        ("NVIDIA H200 NVL", 835e12),
+        ("NVIDIA H100 80GB HBM3", 989e12),
+        ("NVIDIA H100 PCIe", 756e12),
+        ("NVIDIA H100 NVL", 835e12),
+        ("NVIDIA A100-SXM4-80GB", 312e12),
+        ("NVIDIA A100 80GB PCIe", 312e12),
+        ("NVIDIA GeForce RTX 4090", None),
+        ("cpu", None),
+    ],
+)
+def test_peak_by_device_name(name, peak):
+    assert peak_flops(name) == peak
+
+
+def test_the_peak_table_names_the_three_gpus():
+    assert {"H100", "H200", "A100"} <= set(PEAK_BF16_DENSE)
+
+
+def probe(**overrides):
+    record = {
+        # ten steps; the first two (a fifth) are warm-up, so the window is steps 3..10: 8 steps in 20 - 11 = 9 s
+        "step_ends": [10.0, 11.0, 12.0, 13.0, 14.0, 15.0, 16.0, 17.0, 18.0, 20.0],
+        "samples_per_step": 32,
+        "real_tokens_per_sample": 13.0,
+        "losses": [[2, 10.4], [4, 10.2]],
+        "peak_rss_bytes": 700 * 2**20,
+        "cuda_peak_bytes": None,
+        "device_name": "cpu",
+        "torch_threads": 1,
+        "padding": "dynamic",
+        "max_seq_length": 128,
+        "masked_only_head": True,
+        "mlm_probability": 0.15,
+        "parameters": 4_416_442,
+        "layers": 2,
+        "hidden": 128,
+        "vocab_size": 30522,
+    }
+    record.update(overrides)
+    return record
+
+
+def test_warmup_is_a_fifth_and_at_least_one_step():
+    assert [warmup_steps(n) for n in (2, 4, 5, 10, 400)] == [1, 1, 1, 2, 80]
+
+
+def test_run_metrics_time_the_steady_steps():
+    metrics = run_metrics(probe(), started=0.0, ended=42.0)
+    assert metrics["timed_steps"] == 8
+    assert metrics["samples_per_s"] == pytest.approx(8 * 32 / 9)
+    assert metrics["real_tokens_per_s"] == pytest.approx(8 * 32 * 13 / 9)
+    assert metrics["first_step_s"] == 10.0
+    assert metrics["wall_s"] == 42.0
+    assert metrics["peak_memory_bytes"] == 700 * 2**20
+    assert metrics["final_loss"] == 10.2
+    assert metrics["mfu"] is None  # no peak for a CPU
+
+
+def test_startup_is_split_into_its_stages():
+    record = probe(python_started=3.0, imports_done=7.0, train_begin=9.5)
+    stages = run_metrics(record, started=0.0, ended=42.0)["startup_s"]
+    assert stages == {"process": 3.0, "imports": 4.0, "setup": 2.5, "first_step": 0.5}
+    assert sum(stages.values()) == run_metrics(record, started=0.0, ended=42.0)["first_step_s"]
+    assert run_metrics(probe(), started=0.0, ended=42.0)["startup_s"] is None  # an older record without them
+
+
+def test_run_metrics_on_a_gpu_report_cuda_memory_and_mfu():
+    record = probe(cuda_peak_bytes=5 * 2**30, device_name="NVIDIA H200", padding="packed", masked_only_head=False)
+    metrics = run_metrics(record, started=0.0, ended=42.0)
+    assert metrics["peak_memory_bytes"] == 5 * 2**30
+    expected = flops_per_token(4_416_442, 2, 128, 128) * metrics["real_tokens_per_s"] / 989e12
+    assert metrics["mfu"] == pytest.approx(expected)
+
+
+def test_a_run_with_one_step_cannot_be_timed():
+    with pytest.raises(ValueError, match="too few"):
+        run_metrics(probe(step_ends=[10.0]), started=0.0, ended=1.0)
+
+
+def test_spread_and_paired_ratios():
+    ratios = paired_ratios([10.0, 20.0, 30.0], [1.0, 2.0, 5.0])
+    assert ratios == [10.0, 10.0, 6.0]
+    assert spread(ratios) == {"min": 6.0, "median": 10.0, "max": 10.0}
+    assert spread([3.0, 1.0, 2.0, 10.0])["median"] == 2.5
+    with pytest.raises(ValueError, match="pairs"):
+        paired_ratios([1.0], [1.0, 2.0])
+    with pytest.raises(ValueError):
+        spread([])
+
+
+def test_loss_agreement_pairs_the_same_steps():
+    agreement = loss_agreement([[2, 10.0], [4, 9.0], [6, 8.0]], [[2, 10.5], [4, 9.0]])
+    assert agreement["rows"] == [(2, 10.0, 10.5), (4, 9.0, 9.0)]
+    assert agreement["max_abs_diff"] == pytest.approx(0.5)
+    assert agreement["max_rel_diff"] == pytest.approx(0.05)
+
+
+def test_recipes_differ_only_in_their_own_flags():
+    cpu = default_settings("cpu")
+    seed, ours = recipe_flags("seed", cpu), recipe_flags("ours", cpu)
+    assert seed == ["--config", "configs/seed.yaml", "--fp16", "false"]  # fp16 is off where there is no CUDA
+    assert ours == [arg for key, value in PROPOSED_DEFAULTS.items() for arg in (f"--{key}", value)]
+    common = common_flags(cpu, "tok", cpu.max_steps)
+    assert common[common.index("--config_overrides") + 1] == SMALL_MODEL
+    assert "vocab_size=30522" in SMALL_MODEL
+    gpu = default_settings("cuda")
+    assert recipe_flags("seed", gpu) == ["--config", "configs/seed.yaml"]
+    assert {"--bf16", "--tf32"} <= set(recipe_flags("ours", gpu))
+    with pytest.raises(ValueError):
+        recipe_flags("nonsense", cpu)
+
+
+def test_runs_alternate_between_the_recipes():
+    settings = default_settings("cpu")
+    settings.repeats = 3
+    assert schedule(settings) == [(1, "seed"), (1, "ours"), (2, "seed"), (2, "ours"), (3, "seed"), (3, "ours")]
+
+
+def test_markdown_shows_the_ratio_and_both_loss_curves():
+    run = run_metrics(probe(), started=0.0, ended=42.0)
+    runs = [
+        {**run, "recipe": name, "label": f"1-{name}", "eval_loss": 10.1, "load_avg_1m": [1.0, 1.0],
+         "losses": probe()["losses"], "probe": probe()}
+        for name in ("seed", "ours")
+    ]  # fmt: skip
+    result = {
+        "date": "2026-01-01T00:00:00+00:00",
+        "environment": {"host": "h", "gpu": None, "cpu_count": 2, "torch": "t", "transformers": "x"},
+        "settings": {
+            "device": "cpu",
+            "model_overrides": SMALL_MODEL,
+            "max_steps": 10,
+            "repeats": 1,
+            "recipes": ["seed", "ours"],
+        },  # fmt: skip
+        "recipes": {"seed": ["--config", "configs/seed.yaml"], "ours": ["--masked_only_head", "true"]},
+        "common_flags": ["--max_steps", "10"],
+        "proposed_defaults": PROPOSED_DEFAULTS,
+        "tokenization": {"dynamic": {"samples": 50000, "cold_s": 5.0, "cached_s": 0.1, "cache_hit": True}},
+        "first_step_demo": {"via": "entrypoint.sh", "cold_cache_s": 20.0, "warm_cache_s": 15.0},
+        "runs": runs,
+        "summary": {
+            "seed": {
+                m: spread([run[m]])
+                for m in ("real_tokens_per_s", "samples_per_s", "wall_s", "first_step_s", "peak_memory_bytes")
+            }
+        },  # fmt: skip
+        "ratios": {"ours": {"real_tokens_per_s": {**spread([20.0]), "values": [20.0]}}},
+        "loss_curves": loss_agreement(probe()["losses"], [[2, 10.5], [4, 10.0]]),
+    }
+    text = report.markdown(result)
+    assert "| real tokens per s | **20.00 [20.00 – 20.00]** | 20.00 |" in text
+    assert "| step | seed | ours | difference |" in text
+    assert "| 4 | 10.2000 | 10.0000 | -0.2000 |" in text
+    assert "| dynamic | 50,000 | 5.00 | 0.10 | yes |" in text
