@@ -12,6 +12,7 @@ DATA_DIR ?= $(CURDIR)/data
 OUTPUT_DIR ?= $(CURDIR)/output
 CACHE_VOLUME ?= mlm-trainer-cache
 PYTEST_ARGS ?=
+BENCH_ARGS ?=
 
 BIN := $(VENV)/bin
 export PATH := $(CURDIR)/$(BIN):$(PATH)
@@ -48,7 +49,7 @@ pytest: venv ## Run the Python test suite only
 .PHONY: lint
 lint: venv ## ruff, shellcheck, hadolint, compose config, README option table up to date
 	$(BIN)/ruff check .
-	$(BIN)/ruff format --check train tests bench
+	$(BIN)/ruff format --check train tests bench docker
 	$(BIN)/shellcheck entrypoint.sh .ci/run .ci/*.sh docker/*.sh bench/*.sh
 	$(BIN)/hadolint docker/Dockerfile
 	$(BIN)/python -c 'import compose, os, sys; os.execv(os.path.join(os.path.dirname(compose.__file__), "docker-compose"), ["docker-compose", "-f", "compose.yaml", "config", "-q"])'
@@ -63,6 +64,7 @@ lock: ## Re-resolve requirements.in into requirements.lock (exact versions + has
 	$(BIN)/pip-compile --quiet --generate-hashes --allow-unsafe --strip-extras --no-emit-find-links \
 	  --no-emit-index-url -o requirements.lock requirements.in
 	$(BIN)/python docker/lock_torch.py requirements.lock
+	$(BIN)/python docker/lock_cuda.py
 	$(BIN)/pip-compile --quiet --generate-hashes --allow-unsafe --strip-extras --no-emit-find-links \
 	  --no-emit-index-url -o requirements-dev.lock requirements-dev.in
 
@@ -87,7 +89,7 @@ run: ## docker run the image on all GPUs with ./data, ./output and a cache volum
 
 .PHONY: bench
 bench: venv ## Benchmark the default recipe against the seed recipe (results in bench/results/)
-	$(BIN)/python -m bench.run
+	$(BIN)/python -m bench.run $(BENCH_ARGS)
 
 .PHONY: clean
 clean: ## Remove outputs and caches (keeps .venv)

@@ -22,7 +22,7 @@ PYTHON="$REPO/.venv/bin/python"
 # Like `docker run --read-only --tmpfs /tmp`: podman would otherwise add tmpfs mounts of its own on /var/tmp, /run.
 READ_ONLY=(--read-only --read-only-tmpfs=false --tmpfs /tmp)
 # The demo needs no network, and a sandbox may not give containers one.
-RUN=(podman run -e MLM_DATALOADER_NUM_WORKERS=0 --rm --network none)
+RUN=(podman run --rm --network none)
 
 CHECKS=0
 PHASE=""
@@ -238,7 +238,7 @@ check_stop() {
 	local out="$WORK/case/stop" name="mlm-image-test-stop"
 	install -d -o "${RUN_AS%%:*}" -g "${RUN_AS#*:}" "$out"
 	podman rm --force --ignore --volumes "$name" >/dev/null
-	podman run -e MLM_DATALOADER_NUM_WORKERS=0 --detach --name "$name" --network none --user "$RUN_AS" "${READ_ONLY[@]}" -v "$out:/output" \
+	podman run --detach --name "$name" --network none --user "$RUN_AS" "${READ_ONLY[@]}" -v "$out:/output" \
 		-e MLM_DEMO_SAMPLES=20000 -e MLM_LOGGING_STEPS=1 -e MLM_LOG_FORMAT=json "$IMAGE" >/dev/null
 	local waited=0
 	until podman logs "$name" 2>&1 | grep -q '"event": *"train"'; do

@@ -93,10 +93,10 @@ class JobArguments:
     max_train_samples: int | None = field(default=None, metadata={"help": "Use at most this many training samples."})
     max_eval_samples: int | None = field(default=None, metadata={"help": "Use at most this many evaluation samples."})
     masked_only_head: bool = field(
-        default=False,
+        default=True,
         metadata={
-            "help": "Compute the vocabulary projection only at masked positions (same loss, less compute); "
-            "the saved model is unchanged."
+            "help": "Compute the vocabulary projection only at masked positions while training (same loss, less "
+            "compute; DistilBERT and BERT, other models keep the dense head); the saved model is unchanged."
         },
     )
     trust_remote_code: bool = field(

@@ -180,7 +180,12 @@ def load_raw(config: Config) -> RawData:
 
 def tokenizer_fingerprint(tokenizer: Any) -> str:
     backend = getattr(tokenizer, "backend_tokenizer", None)
-    state = backend.to_str() if backend is not None else json.dumps(tokenizer.get_vocab(), sort_keys=True)
+    if backend is not None:
+        # Calling a fast tokenizer with truncation/padding stores them in its state; they must not change the key.
+        saved = json.loads(backend.to_str())
+        state = json.dumps({k: v for k, v in saved.items() if k not in ("truncation", "padding")}, sort_keys=True)
+    else:
+        state = json.dumps(tokenizer.get_vocab(), sort_keys=True)
     return hashlib.sha256(state.encode()).hexdigest()[:16]
 
 

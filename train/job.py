@@ -7,9 +7,11 @@ the same configuration as the launcher, plus the launcher's decisions appended a
 from __future__ import annotations
 
 import errno
+import functools
 import math
 import signal
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -23,7 +25,7 @@ from train import logs
 from train.collator import MaskingCollator
 from train.config import Config, load_config
 from train.data import load_raw, real_token_count, tokenize
-from train.errors import EnvironmentProblem, Preempted, UserError, run_main
+from train.errors import ConfigError, EnvironmentProblem, Preempted, UserError, run_main
 from train.model import load_model, load_tokenizer, scratch_config, use_masked_only_head
 from train.outputs import (
     check_output_dir,
@@ -93,6 +95,35 @@ class StopOnSigterm(TrainerCallback):
             control.should_training_stop = True
 
 
+def _worker_ignores_sigterm(worker_id: int, init_fn: Callable[[int], None] | None) -> None:
+    """Data loader worker init: ignore SIGTERM, then the Trainer's own init (seeding).
+
+    torchrun stops a rank with killpg(), which reaches the rank's data loader workers too; PyTorch's workers die
+    on a SIGTERM that is not from their parent, and the rank would then fail its step with "DataLoader worker ...
+    killed by signal: Terminated" instead of saving the checkpoint. The rank shuts its workers down itself.
+    """
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    if init_fn is not None:
+        init_fn(worker_id)
+
+
+def _leave_sigterm_to_rank(loader: Any) -> Any:
+    # accelerate's prepared loader wraps the torch DataLoader (base_dataloader) and forwards attribute reads only.
+    base = getattr(loader, "base_dataloader", loader)
+    base.worker_init_fn = functools.partial(_worker_ignores_sigterm, init_fn=base.worker_init_fn)
+    return loader
+
+
+class MLMTrainer(Trainer):
+    """The Trainer, with data loader workers that leave SIGTERM to their rank (see _worker_ignores_sigterm)."""
+
+    def get_train_dataloader(self) -> Any:
+        return _leave_sigterm_to_rank(super().get_train_dataloader())
+
+    def get_eval_dataloader(self, eval_dataset: Any = None) -> Any:
+        return _leave_sigterm_to_rank(super().get_eval_dataloader(eval_dataset))
+
+
 def write_report_safely(output_dir: Path) -> None:
     """The report is a convenience: failing to draw it must not fail a finished or preempted run."""
     try:
@@ -125,7 +156,12 @@ def build_trainer(config: Config) -> tuple[Trainer, dict[str, Any]]:
         tokenized = tokenize(config, raw, tokenizer)
     model = load_model(config, arch, tokenizer)
     if job.masked_only_head:
-        use_masked_only_head(model)
+        try:
+            use_masked_only_head(model)
+        except ConfigError:
+            if "masked_only_head" in config.sources:  # asked for explicitly: say it cannot be done
+                raise
+            warn(f"masked_only_head: not supported for {type(model).__name__}; training with the dense head")
     collator = MaskingCollator(
         pad_token_id=tokenizer.pad_token_id,
         mask_token_id=tokenizer.mask_token_id,
@@ -135,7 +171,7 @@ def build_trainer(config: Config) -> tuple[Trainer, dict[str, Any]]:
         pad_to_multiple_of=job.pad_to_multiple_of if job.padding == "dynamic" else None,
     )
     evaluating = "validation" in tokenized and training.eval_strategy != "no"
-    trainer = Trainer(
+    trainer = MLMTrainer(
         model=model,
         args=training,
         train_dataset=tokenized["train"],
@@ -146,6 +182,10 @@ def build_trainer(config: Config) -> tuple[Trainer, dict[str, Any]]:
         preprocess_logits_for_metrics=argmax_logits if evaluating else None,
         callbacks=[EpochForCollator(collator), CheckpointCompleteMarker()],
     )
+    # Both heads' MLM losses are means over the micro-batch and ignore num_items_in_batch; without this the Trainer
+    # neither divides by gradient_accumulation_steps nor leaves the world size out (measured: accumulation 4 gave
+    # a 4x gradient norm and logged loss).
+    trainer.model_accepts_loss_kwargs = False
     facts = {
         "dataset_fingerprint": raw.fingerprint,
         "train_samples": len(tokenized["train"]),
