@@ -172,7 +172,9 @@ def tree_digest(directory: Path) -> dict[str, str]:
 
 
 @pytest.mark.parametrize("case", CASES, ids=[c.name for c in CASES])
-def test_bad_input(case: Case, tmp_path: Path, hf_home: Path) -> None:
+def test_bad_input(case: Case, tmp_path: Path, hf_home: Path, request: pytest.FixtureRequest) -> None:
+    # The small-filesystem case mounts a tmpfs under tmp_path: unmount it whatever happens.
+    request.addfinalizer(lambda: subprocess.run(["umount", str(tmp_path / "full")], capture_output=True))
     output = tmp_path / "output"
     checkpoint = output / "checkpoint-5"
     checkpoint.mkdir(parents=True)
