@@ -49,15 +49,15 @@ pytest: venv ## Run the Python test suite only
 .PHONY: lint
 lint: venv ## ruff, shellcheck, hadolint, compose config, README option table up to date
 	$(BIN)/ruff check .
-	$(BIN)/ruff format --check train tests bench docker
+	$(BIN)/ruff format --check train tests bench docker tools
 	$(BIN)/shellcheck entrypoint.sh .ci/run .ci/*.sh docker/*.sh bench/*.sh
 	$(BIN)/hadolint docker/Dockerfile
 	$(BIN)/python -c 'import compose, os, sys; os.execv(os.path.join(os.path.dirname(compose.__file__), "docker-compose"), ["docker-compose", "-f", "compose.yaml", "config", "-q"])'
-	$(BIN)/python -m train options --check README.md
+	$(BIN)/python -m tools.options --check README.md
 
 .PHONY: options
 options: venv ## Regenerate the README's table of options from the schema
-	$(BIN)/python -m train options --write README.md
+	$(BIN)/python -m tools.options --write README.md
 
 .PHONY: lock
 lock: ## Re-resolve requirements.in into requirements.lock (exact versions + hashes)

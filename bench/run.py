@@ -125,7 +125,7 @@ def child_env(workdir: Path, threads: int | None = None, **extra: str) -> dict[s
         env["OMP_NUM_THREADS"] = str(threads)
     else:
         cores = len(os.sched_getaffinity(0))
-        env["OMP_NUM_THREADS"] = env.get("OMP_NUM_THREADS") or str(cores)  # what train/launch.py sets for 1 rank
+        env["OMP_NUM_THREADS"] = env.get("OMP_NUM_THREADS") or str(cores)  # as the launcher sets it for 1 rank
     env.update(extra)
     return env
 
@@ -253,19 +253,12 @@ def run_once(name: str, argv: list[str], settings: Settings, workdir: Path, labe
 
 def first_step_via_entrypoint(workdir: Path, threads: int | None) -> dict[str, Any]:
     """Seconds from starting the front door to the first optimizer step on the demo config, read off the logs
-    (logging every step: the first loss line appears right after step 1), with cold caches and then warm ones.
-
-    Uses ``./entrypoint.sh`` when the launcher (train/launch.py) exists, else torchrun with train.job directly."""
-    use_entrypoint = (ROOT / "train" / "launch.py").exists() and (ROOT / "entrypoint.sh").exists()
-    if use_entrypoint:
-        command = ["./entrypoint.sh"]
-    else:
-        command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "1",
-                   "-m", "train.job", "--ddp_backend", "gloo"]  # fmt: skip
+    (logging every step: the first loss line appears right after step 1), with cold caches and then warm ones."""
+    command = ["./entrypoint.sh"]
     home = workdir / "hf-entrypoint"
     shutil.rmtree(home, ignore_errors=True)
     loss_line = re.compile(r'"loss"\s*:')  # a JSON log record of a training step
-    figures: dict[str, Any] = {"via": "entrypoint.sh" if use_entrypoint else "torchrun -m train.job (no launcher yet)"}
+    figures: dict[str, Any] = {"via": "entrypoint.sh"}
     for attempt in ("cold_cache_s", "warm_cache_s"):
         output = workdir / "runs" / f"entrypoint-{attempt}"
         shutil.rmtree(output, ignore_errors=True)

@@ -12,7 +12,8 @@ import sys
 import time
 
 from train.config import load_config
-from train.data import cache_root, load_raw, tokenize
+from train.data import load_raw, tokenize
+from train.hf import cache_root
 from train.model import load_tokenizer, scratch_config
 
 

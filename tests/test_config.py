@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from train.__main__ import main as options_main
+from tools.options import main as options_main
 from train.config import load_config
 from train.errors import EXIT_CONFIG, ConfigError
 
@@ -159,11 +159,11 @@ def test_demo_preset_needs_no_hub() -> None:
 
 
 def test_readme_option_table_is_current() -> None:
-    assert options_main(["options", "--check", str(REPO / "README.md")]) == 0
+    assert options_main(["--check", str(REPO / "README.md")]) == 0
 
 
 def test_stale_table_is_detected(tmp_path: Path) -> None:
     stale = tmp_path / "README.md"
     text = (REPO / "README.md").read_text().replace("`MLM_DEMO_SAMPLES`", "`MLM_DEMO_SAMPLEZ`")
     stale.write_text(text)
-    assert options_main(["options", "--check", str(stale)]) == 1
+    assert options_main(["--check", str(stale)]) == 1

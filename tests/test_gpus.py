@@ -3,96 +3,13 @@
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field
-from types import SimpleNamespace
 
 import pynvml
 import pytest
 
+from tests.fakes import FakeDevice, FakeNvml, h100s, install, uuid_of
 from train import gpus
 from train.errors import EnvironmentProblem
-
-
-def uuid_of(n: int) -> str:
-    return f"GPU-{n:08x}-1111-2222-3333-44445555{n:04x}"
-
-
-@dataclass
-class FakeDevice:
-    uuid: str
-    name: str = "NVIDIA H100 80GB HBM3"
-    memory: int = 80 * 2**30
-    cc: tuple[int, int] = (9, 0)
-    mig: int | None = None  # None: MIG not supported; 0/1: current mode
-    mig_instances: list[tuple[str, str, int]] = field(default_factory=list)
-    error: type[pynvml.NVMLError] | None = None  # raised by nvmlDeviceGetHandleByIndex
-
-
-@dataclass
-class FakeNvml:
-    devices: list[FakeDevice]
-    driver: str = "550.54.15"
-    cuda: int = 12040
-    shutdowns: int = 0
-
-
-def install(monkeypatch, fake: FakeNvml | None = None, init_error: type[pynvml.NVMLError] | None = None) -> FakeNvml:
-    """Replace the pynvml functions detect() calls with ones reading ``fake``."""
-    fake = fake or FakeNvml([])
-
-    def init():
-        if init_error is not None:
-            raise init_error()
-
-    def handle_by_index(i):
-        device = fake.devices[i]
-        if device.error is not None:
-            raise device.error()
-        return ("gpu", i)
-
-    def device_of(handle):
-        if handle[0] == "mig":
-            uuid, name, memory = fake.devices[handle[1]].mig_instances[handle[2]]
-            return SimpleNamespace(uuid=uuid, name=name, memory=memory, cc=fake.devices[handle[1]].cc)
-        return fake.devices[handle[1]]
-
-    def mig_mode(handle):
-        device = fake.devices[handle[1]]
-        if device.mig is None:
-            raise pynvml.NVMLError_NotSupported()
-        return [device.mig, device.mig]
-
-    def mig_handle(handle, slot):
-        device = fake.devices[handle[1]]
-        if slot >= len(device.mig_instances):
-            raise pynvml.NVMLError_NotFound()
-        return ("mig", handle[1], slot)
-
-    def shutdown():
-        fake.shutdowns += 1
-
-    patches = {
-        "nvmlInit": init,
-        "nvmlShutdown": shutdown,
-        "nvmlDeviceGetCount": lambda: len(fake.devices),
-        "nvmlDeviceGetHandleByIndex": handle_by_index,
-        "nvmlDeviceGetUUID": lambda h: device_of(h).uuid,
-        "nvmlDeviceGetName": lambda h: device_of(h).name,
-        "nvmlDeviceGetMemoryInfo": lambda h: SimpleNamespace(total=device_of(h).memory, free=0, used=0),
-        "nvmlDeviceGetCudaComputeCapability": lambda h: device_of(h).cc,
-        "nvmlDeviceGetMigMode": mig_mode,
-        "nvmlDeviceGetMaxMigDeviceCount": lambda h: 7,
-        "nvmlDeviceGetMigDeviceHandleByIndex": mig_handle,
-        "nvmlSystemGetDriverVersion": lambda: fake.driver,
-        "nvmlSystemGetCudaDriverVersion": lambda: fake.cuda,
-    }
-    for name, function in patches.items():
-        monkeypatch.setattr(pynvml, name, function)
-    return fake
-
-
-def h100s(n: int) -> FakeNvml:
-    return FakeNvml([FakeDevice(uuid_of(i)) for i in range(n)])
 
 
 def indices(inventory: gpus.Inventory) -> list[int]:
@@ -252,7 +169,8 @@ def test_driver_older_minor_is_a_warning(monkeypatch):
     warning = gpus.check_driver(inventory, "12.8")
     assert "CUDA 12.4" in warning and "12.8" in warning
     assert gpus.check_driver(inventory, "12.4") is None
-    assert gpus.check_driver(inventory, None) is None  # CPU build of torch: nothing to check
+    with pytest.raises(EnvironmentProblem, match="CPU build"):  # GPUs that a CPU build of torch cannot use
+        gpus.check_driver(inventory, None)
 
 
 def test_no_driver_check_without_gpu(monkeypatch):
@@ -293,3 +211,31 @@ def test_gpus_command_exits_3_on_old_driver(monkeypatch, capsys):
 
     assert run_main(gpus.main, []) == 3
     assert "too old" in capsys.readouterr().err
+
+
+# ---- the sampler the logs use -------------------------------------------------------------------------------------
+
+
+def test_sampler_reads_the_devices_it_was_handed_by_uuid(monkeypatch):
+    fake = h100s(4)
+    fake.devices[2].util_pct, fake.devices[2].memory_used = 97, 30 * 2**30
+    install(monkeypatch, fake)
+    sampler = gpus.Sampler([uuid_of(2), uuid_of(0), "GPU-gone"])
+    sampler.start()
+    found = sampler.sample()
+    sampler.stop()
+    # index is the CUDA ordinal in the rank (the order handed over); a UUID NVML no longer knows is left out
+    assert found == [
+        {"index": 0, "util_pct": 97, "mem_used_mib": 30720, "mem_total_mib": 81920},
+        {"index": 1, "util_pct": 90, "mem_used_mib": 10240, "mem_total_mib": 81920},
+    ]
+    assert fake.shutdowns == 1
+
+
+def test_sampler_without_nvml_or_devices_is_silent(monkeypatch):
+    install(monkeypatch, init_error=pynvml.NVMLError_LibraryNotFound)
+    for uuids in ([uuid_of(0)], []):
+        sampler = gpus.Sampler(uuids)
+        sampler.start()
+        assert sampler.sample() == []
+        sampler.stop()

@@ -15,8 +15,10 @@ from torch import nn
 from transformers import Trainer
 from transformers.trainer_callback import PrinterCallback, ProgressCallback
 
-from train import logs
+from tests.fakes import h100s, install, uuid_of
+from train import console, logs
 from train.config import load_config
+from train.handoff import Handoff
 
 TRAIN_KEYS = {
     "event",
@@ -143,10 +145,10 @@ def test_resolve_format():
         def isatty(self) -> bool:
             return True
 
-    assert logs.resolve_format("auto", Terminal()) == "text"
-    assert logs.resolve_format("auto", io.StringIO()) == "json"
-    assert logs.resolve_format("json", Terminal()) == "json"
-    assert logs.resolve_format("text", io.StringIO()) == "text"
+    assert console.resolve_format("auto", Terminal()) == "text"
+    assert console.resolve_format("auto", io.StringIO()) == "json"
+    assert console.resolve_format("json", Terminal()) == "json"
+    assert console.resolve_format("text", io.StringIO()) == "text"
 
 
 def test_tensorboard_off_switch(tmp_path):
@@ -156,8 +158,19 @@ def test_tensorboard_off_switch(tmp_path):
     assert not logs.tensorboard_wanted(off)
 
 
+EIGHT_H100S = Handoff(
+    precision="bf16 + tf32",
+    global_batch_size=128,
+    batch="batch: 4 per device x 8 GPUs x 2 nodes x 2 accumulation = 128 global",
+    nnodes="2",
+    gpus=["NVIDIA H100 80GB HBM3"] * 8,
+    gpu_uuids=[uuid_of(i) for i in range(8)],
+    command=["torchrun", "-m", "train.job"],
+)
+
+
 def test_banner_json_and_text(tmp_path):
-    facts = {**FACTS, "max_steps": 100, "gpus": ["NVIDIA H100 80GB HBM3"] * 8, "nodes": 2, "world_size": 16}
+    facts = {**FACTS, "max_steps": 100, "world_size": 16}
     config = config_for(
         tmp_path,
         "--log_format",
@@ -169,38 +182,19 @@ def test_banner_json_and_text(tmp_path):
         "--image_revision",
         "abc",
     )
-    record = strict_json(logs.banner(config, facts))
+    record = strict_json(logs.banner(config, facts, EIGHT_H100S))
     assert record["event"] == "banner" and record["image_revision"] == "abc"
-    assert record["global_batch_size"] == 4 * 16 * 2 and record["precision"] == "bf16"
+    # the precision the launcher decided, handed over; not re-derived from the flags
+    assert record["global_batch_size"] == 4 * 16 * 2 and record["precision"] == "bf16 + tf32"
     assert record["versions"]["torch"] == torch.__version__
-    text = logs.banner(config_for(tmp_path, "--log_format", "text", "--image_revision", "abc"), facts)
+    text = logs.banner(config_for(tmp_path, "--log_format", "text", "--image_revision", "abc"), facts, EIGHT_H100S)
     assert "image abc" in text and "8 GPU(s) on this node (NVIDIA H100 80GB HBM3), 2 node(s)" in text
+    unlaunched = logs.banner(config_for(tmp_path, "--log_format", "text"), facts)
+    assert "started without the launcher" in unlaunched and "precision  fp32" in unlaunched
     assert "steps      100" in text and str(tmp_path / "out" / "report.html") in text
 
 
 # ---- callback driven directly, with a fake NVML ---------------------------------------------------------------------
-
-
-class FakeNvml:
-    """Two GPUs at the pynvml function boundary."""
-
-    def __init__(self, monkeypatch: pytest.MonkeyPatch, count: int = 2) -> None:
-        self.shutdowns = 0
-        self.count = count
-        monkeypatch.setattr(pynvml, "nvmlInit", lambda: None)
-        monkeypatch.setattr(pynvml, "nvmlShutdown", self._shutdown)
-        monkeypatch.setattr(pynvml, "nvmlDeviceGetCount", lambda: self.count)
-        monkeypatch.setattr(pynvml, "nvmlDeviceGetHandleByIndex", lambda i: f"handle-{i}")
-        monkeypatch.setattr(pynvml, "nvmlDeviceGetUUID", lambda h: f"GPU-uuid-{h[-1]}")
-        monkeypatch.setattr(
-            pynvml,
-            "nvmlDeviceGetMemoryInfo",
-            lambda h: SimpleNamespace(used=(10 + int(h[-1])) * 1024**3, total=80 * 1024**3, free=0),
-        )
-        monkeypatch.setattr(pynvml, "nvmlDeviceGetUtilizationRates", lambda h: SimpleNamespace(gpu=90 + int(h[-1])))
-
-    def _shutdown(self) -> None:
-        self.shutdowns += 1
 
 
 def fake_state(step: int, zero: bool = True) -> SimpleNamespace:
@@ -221,10 +215,14 @@ def drive(callback: logs.TrainingLog, loss: float = 1.5) -> None:
 
 
 def test_gpu_metrics_from_nvml(tmp_path, monkeypatch):
-    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
-    nvml = FakeNvml(monkeypatch)
+    fake = h100s(3)
+    for i, device in enumerate(fake.devices):
+        device.util_pct, device.memory_used = 90 + i, (10 + i) * 1024**3
+    nvml = install(monkeypatch, fake)
     stream = io.StringIO()
-    callback = logs.TrainingLog(tmp_path, "json", tokens_per_sample=100.0, stream=stream)
+    # the launcher chose GPUs 0 and 1 of the three and handed them over by UUID
+    handoff = Handoff("bf16", 16, "batch", "1", ["H100"] * 2, [uuid_of(0), uuid_of(1)], [])
+    callback = logs.TrainingLog(tmp_path, "json", tokens_per_sample=100.0, stream=stream, handoff=handoff)
     drive(callback)
     record = strict_json(stream.getvalue().splitlines()[-1])
     assert record["gpus"] == [
@@ -234,15 +232,6 @@ def test_gpu_metrics_from_nvml(tmp_path, monkeypatch):
     assert record["gpu_mem_used_mib"] == 11264 and record["gpu_util_pct"] == 90.5
     assert record["tokens_per_second"] == pytest.approx(record["samples_per_second"] * 100, rel=1e-3)
     assert nvml.shutdowns == 1
-
-
-@pytest.mark.parametrize("visible", ["1", "GPU-uuid-1"])
-def test_gpu_metrics_follow_cuda_visible_devices(tmp_path, monkeypatch, visible):
-    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", visible)
-    FakeNvml(monkeypatch)
-    sampler = logs.GpuSampler()
-    sampler.start()
-    assert [g["index"] for g in sampler.sample()] == [1]
 
 
 def test_no_nvml_means_no_gpu_keys(tmp_path, monkeypatch):

@@ -30,7 +30,7 @@ from train.errors import ConfigError
 
 ENV_PREFIX = "MLM_"
 # MLM_* variables that are not options: read by entrypoint.sh / the launcher / logging, documented in the README.
-NON_OPTION_ENV = {"MLM_CONFIG", "MLM_DEBUG", "MLM_EXIT_DIR", "MLM_PYTHON"}
+NON_OPTION_ENV = {"MLM_CONFIG", "MLM_DEBUG", "MLM_EXIT_DIR", "MLM_LAUNCH", "MLM_PYTHON"}
 REDACTED = "***"
 SECRET_FIELDS = {"hub_token"}
 
@@ -158,7 +158,6 @@ class Config:
     job: JobArguments
     training: TrainingArguments
     sources: dict[str, str]
-    argv: list[str]
 
     def source_of(self, name: str) -> str:
         return self.sources.get(name, name)
@@ -346,7 +345,7 @@ def load_config(argv: Sequence[str] | None = None, environ: Mapping[str, str] | 
         raise
     except (ValueError, TypeError) as exc:  # TrainingArguments.__post_init__ rejects combinations
         raise ConfigError(" ".join(str(exc).split())) from None
-    config = Config(job=job, training=training, sources=sources, argv=full_argv)
+    config = Config(job=job, training=training, sources=sources)
     validate(config)
     return config
 

@@ -20,17 +20,12 @@ from datasets import Dataset, DatasetDict
 
 from train.config import Config
 from train.errors import ConfigError
+from train.hf import cache_root, looks_local, offline_hint
 
 DEMO_SENTENCE = "This is a training sample for multi-GPU demonstration."
 BUILDERS = {".txt": "text", ".jsonl": "json", ".json": "json", ".csv": "csv", ".parquet": "parquet"}
 SAMPLE_INDEX = "sample_index"
 CACHE_VERSION = "1"  # bump when tokenization changes shape, to invalidate older caches
-
-
-def cache_root() -> Path:
-    """Our cache folder inside HF_HOME (the one place besides output_dir the job writes to)."""
-    hf_home = os.environ.get("HF_HOME") or os.path.join(os.path.expanduser("~"), ".cache", "huggingface")
-    return Path(hf_home) / "mlm-trainer"
 
 
 @dataclass
@@ -39,10 +34,6 @@ class RawData:
 
     splits: DatasetDict
     fingerprint: str
-
-
-def _looks_local(name: str) -> bool:
-    return name.startswith(("/", ".", "~")) or Path(name).suffix.lower() in BUILDERS or os.path.exists(name)
 
 
 def _read_error(label: str, path: str, exc: BaseException) -> ConfigError:
@@ -117,13 +108,7 @@ def load_hub(name: str, config_name: str | None, label: str, text_column: str) -
     try:
         loaded = datasets.load_dataset(name, config_name, cache_dir=str(cache_root() / "raw"))
     except Exception as exc:  # noqa: BLE001 - network, offline mode, unknown id
-        offline = os.environ.get("HF_HUB_OFFLINE", "") not in ("", "0")
-        hint = (
-            "HF_HUB_OFFLINE is set and it is not cached"
-            if offline
-            else "the hub is unreachable or the id is unknown; set HF_HUB_OFFLINE=1 with a filled cache, "
-            "or mount the data and point MLM_DATASET at the local path"
-        )
+        hint = offline_hint("dataset", "MLM_DATASET")
         raise ConfigError(f"{label}={name!r}: cannot load the hub dataset ({hint})") from exc
     if not isinstance(loaded, DatasetDict):
         loaded = DatasetDict({"train": loaded})
@@ -151,7 +136,7 @@ def load_raw(config: Config) -> RawData:
         train = Dataset.from_dict({job.text_column: [DEMO_SENTENCE] * job.demo_samples})
         fingerprint = f"demo-{job.demo_samples}"
         splits = _split(train, job.validation_split_percentage)
-    elif _looks_local(job.dataset):
+    elif looks_local(job.dataset):
         train = load_local(job.dataset, config.source_of("dataset"), job.text_column)
         fingerprint = train._fingerprint
         splits = (

@@ -9,13 +9,21 @@ podFailurePolicy):
 2     configuration or input error: retrying cannot help
 3     environment error: GPU required but absent, driver too old, output not writable, disk full
 75    preempted (SIGTERM): a checkpoint was saved, running the same command again resumes (EX_TEMPFAIL)
-else  a crash
+1     a crash, or a transient failure worth retrying (a lost rank, a master that never resolved)
+else  a crash (128+N: killed by signal N)
 ====  =========================================================================================
 """
 
 from __future__ import annotations
 
+import glob
+import os
+from collections.abc import Mapping
+
+from train import console
+
 EXIT_OK = 0
+EXIT_CRASH = 1
 EXIT_CONFIG = 2
 EXIT_ENVIRONMENT = 3
 EXIT_PREEMPTED = 75
@@ -55,10 +63,8 @@ class Preempted(UserError):
 EXIT_DIR_ENV = "MLM_EXIT_DIR"
 
 
-def record_exit_code(code: int, environ: dict[str, str] | None = None) -> None:
+def record_exit_code(code: int, environ: Mapping[str, str] | None = None) -> None:
     """Leave this rank's exit code where the launcher finds it (no-op outside a launch)."""
-    import os
-
     env = os.environ if environ is None else environ
     directory = env.get(EXIT_DIR_ENV)
     if not directory:
@@ -73,8 +79,6 @@ def record_exit_code(code: int, environ: dict[str, str] | None = None) -> None:
 
 def read_exit_codes(directory: str) -> list[int]:
     """Exit codes recorded by the ranks of one launch."""
-    import glob
-
     codes = []
     for path in glob.glob(f"{directory}/rank-*.exit"):
         try:
@@ -84,9 +88,19 @@ def read_exit_codes(directory: str) -> list[int]:
     return codes
 
 
+# The codes a rank reports on purpose, in the order they win when ranks disagree.
+DOCUMENTED_EXITS = (EXIT_CONFIG, EXIT_ENVIRONMENT, EXIT_PREEMPTED)
+
+
+def debug_enabled(environ: Mapping[str, str] | None = None) -> bool:
+    """MLM_DEBUG=1: show tracebacks and torchrun's own failure reports instead of the one-line errors."""
+    env = os.environ if environ is None else environ
+    return env.get("MLM_DEBUG", "") not in ("", "0", "false")
+
+
 def documented_exit(codes: list[int], fallback: int) -> int:
     """The exit code of a whole launch: a documented code reported by a rank wins over torchrun's generic 1."""
-    for code in (EXIT_CONFIG, EXIT_ENVIRONMENT, EXIT_PREEMPTED):
+    for code in DOCUMENTED_EXITS:
         if code in codes:
             return code
     return fallback
@@ -94,14 +108,11 @@ def documented_exit(codes: list[int], fallback: int) -> int:
 
 def run_main(main, argv: list[str] | None = None) -> int:  # noqa: ANN001 - any callable taking argv
     """Call ``main(argv)``; a UserError becomes one line on stderr and its exit code (MLM_DEBUG=1: traceback)."""
-    import os
-    import sys
-
     try:
         return int(main(argv) or 0)
     except UserError as exc:
         record_exit_code(exc.exit_code)
-        if os.environ.get("MLM_DEBUG", "") not in ("", "0", "false"):
+        if debug_enabled():
             raise
-        print(f"mlm-trainer: error: {exc}", file=sys.stderr, flush=True)
+        console.error(str(exc))
         return exc.exit_code

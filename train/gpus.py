@@ -14,7 +14,9 @@ inventory applies, in this order, what the CUDA runtime would:
    index out of range, an unknown or ambiguous UUID) and a repeated device empties it.
 4. CUDA enumerates at most one MIG instance per process, so further MIG instances are dropped.
 
-Every choice that removed a device is kept in ``Inventory.notes`` so ``gpus`` and ``plan`` can say why.
+Every choice that removed a device is kept in ``Inventory.notes`` so ``gpus``, ``plan`` and ``doctor`` can say why.
+This module is the only NVML reader: :func:`detect` for the launcher and doctor, :class:`Sampler` for the
+per-step utilisation and memory figures in the logs (it samples exactly the devices the launcher chose).
 """
 
 from __future__ import annotations
@@ -26,7 +28,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from train.errors import EnvironmentProblem
+from train.errors import EnvironmentProblem, run_main
 
 
 @dataclass(frozen=True)
@@ -62,10 +64,6 @@ class Inventory:
         if self.notes:
             return self.notes[-1]
         return "NVML lists no GPU"
-
-    @property
-    def min_compute_capability(self) -> tuple[int, int] | None:
-        return min((g.compute_capability for g in self.gpus), default=None)
 
     def as_dict(self) -> dict[str, Any]:
         data = asdict(self)
@@ -256,13 +254,25 @@ def torch_cuda_version() -> str | None:
     return torch.version.cuda
 
 
-def check_driver(inventory: Inventory, torch_cuda: str | None) -> str | None:
-    """Raise EnvironmentProblem when the driver cannot run torch's CUDA build; return a warning when it is older.
+# Oldest Linux driver for each CUDA major version (NVIDIA's CUDA compatibility documentation), for the fix hint.
+MIN_DRIVER = {11: "450.80.02", 12: "525.60.13", 13: "580.65.06"}
 
-    CUDA's minor-version compatibility lets a build for 12.8 run on a driver for 12.0 or newer (without PTX JIT),
-    so only an older *major* version is fatal; an older minor is a warning naming both versions.
+
+def check_driver(inventory: Inventory, torch_cuda: str | None) -> str | None:
+    """Raise EnvironmentProblem when torch cannot use the GPUs; return a warning when the driver is older.
+
+    With GPUs visible, a CPU build of torch (``torch_cuda`` None) cannot use them: fatal, rather than planning
+    NCCL ranks that crash. CUDA's minor-version compatibility lets a build for 12.8 run on a driver for 12.0 or
+    newer (without PTX JIT), so only an older *major* version is fatal; an older minor is a warning naming both.
     """
-    if not inventory.gpus or not torch_cuda or inventory.cuda_driver_version is None:
+    if not inventory.gpus:
+        return None
+    if not torch_cuda:
+        raise EnvironmentProblem(
+            f"{len(inventory.gpus)} GPU(s) are visible but the installed torch is a CPU build: use the image's CUDA "
+            "build of torch (a CPU wheel was installed over it), or set MLM_USE_CPU=true to train on the CPU"
+        )
+    if inventory.cuda_driver_version is None:
         return None
     needed = parse_cuda_version(torch_cuda)
     have = inventory.cuda_driver_version
@@ -270,14 +280,73 @@ def check_driver(inventory: Inventory, torch_cuda: str | None) -> str | None:
         return None
     driver = f"NVIDIA driver {inventory.driver_version or '?'} (CUDA {format_cuda_version(have)})"
     if have // 1000 < needed // 1000:
+        minimum = MIN_DRIVER.get(needed // 1000, "one")
         raise EnvironmentProblem(
-            f"{driver} is too old for this image's torch, built for CUDA {torch_cuda}: install a driver for "
-            f"CUDA {torch_cuda} or newer on the host, or use an image built for CUDA {format_cuda_version(have)}"
+            f"{driver} is too old for this image's torch, built for CUDA {torch_cuda}: install a driver >= {minimum} "
+            f"(CUDA {torch_cuda} or newer) on the host, or use an image built for CUDA {format_cuda_version(have)}"
         )
     return (
         f"{driver} is older than torch's CUDA {torch_cuda}: running through CUDA minor-version compatibility "
         f"(no PTX JIT); upgrade the driver if kernels fail to load"
     )
+
+
+class Sampler:
+    """Utilisation and memory of the GPUs a rank was given, by UUID (the launcher's ``CUDA_VISIBLE_DEVICES``).
+
+    Silently nothing without NVML or GPUs: the figures are optional, a training step never waits on them. Each
+    record's ``index`` is the device's CUDA ordinal, what the rank sees as ``cuda:index``.
+    """
+
+    def __init__(self, uuids: Sequence[str]) -> None:
+        self.uuids = list(uuids)
+        self._nvml: Any = None
+        self._handles: list[tuple[int, Any]] = []
+
+    def start(self) -> None:
+        if not self.uuids:
+            return
+        try:
+            import pynvml
+
+            pynvml.nvmlInit()
+        except Exception:  # no driver library, a broken driver: metrics are optional
+            return
+        handles = []
+        for position, uuid in enumerate(self.uuids):
+            try:
+                handles.append((position, pynvml.nvmlDeviceGetHandleByUUID(uuid)))
+            except pynvml.NVMLError:
+                continue
+        self._nvml, self._handles = pynvml, handles
+
+    def sample(self) -> list[dict[str, Any]]:
+        if self._nvml is None:
+            return []
+        found = []
+        for index, handle in self._handles:
+            try:
+                memory = self._nvml.nvmlDeviceGetMemoryInfo(handle)
+                util = self._nvml.nvmlDeviceGetUtilizationRates(handle)
+            except self._nvml.NVMLError:  # one GPU fell off the bus, or a MIG instance without utilisation
+                continue
+            found.append(
+                {
+                    "index": index,
+                    "util_pct": int(util.gpu),
+                    "mem_used_mib": round(memory.used / 2**20),
+                    "mem_total_mib": round(memory.total / 2**20),
+                }
+            )
+        return found
+
+    def stop(self) -> None:
+        if self._nvml is not None:
+            try:
+                self._nvml.nvmlShutdown()
+            except self._nvml.NVMLError:
+                pass
+        self._nvml = None
 
 
 def _gib(num_bytes: int) -> str:
@@ -332,6 +401,4 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    from train.errors import run_main
-
     sys.exit(run_main(main))

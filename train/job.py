@@ -1,7 +1,8 @@
 """The per-rank program torchrun starts: build data, model, collator and Trainer; train; rank 0 writes outputs.
 
 Run as ``python -m train.job [--option value ...]`` under torchrun (the launcher builds that command). It reads
-the same configuration as the launcher, plus the launcher's decisions appended as CLI flags.
+the same configuration as the launcher, plus the launcher's decisions appended as CLI flags and the facts of them
+it shows (``MLM_LAUNCH``, train/handoff.py).
 """
 
 from __future__ import annotations
@@ -19,31 +20,23 @@ import numpy as np
 import torch
 import torch.distributed as dist
 from transformers import Trainer, TrainerCallback, set_seed
-from transformers.utils import logging as hf_logging
 
 from train import logs
 from train.collator import MaskingCollator
 from train.config import Config, load_config
+from train.console import now, say, warn
 from train.data import load_raw, real_token_count, tokenize
-from train.errors import ConfigError, EnvironmentProblem, Preempted, UserError, run_main
+from train.errors import EXIT_CRASH, ConfigError, EnvironmentProblem, Preempted, UserError, run_main
+from train.handoff import Handoff
 from train.model import load_model, load_tokenizer, scratch_config, use_masked_only_head
 from train.outputs import (
     check_output_dir,
     find_resume_checkpoint,
     mark_complete,
-    now,
     publish_final,
     run_facts,
     write_json_atomic,
 )
-from train.report import write_report
-
-logger = hf_logging.get_logger("mlm-trainer")
-EXIT_CRASH = 1
-
-
-def warn(message: str) -> None:
-    print(f"mlm-trainer: warning: {message}", file=sys.stderr, flush=True)
 
 
 class EpochForCollator(TrainerCallback):
@@ -127,6 +120,8 @@ class MLMTrainer(Trainer):
 def write_report_safely(output_dir: Path) -> None:
     """The report is a convenience: failing to draw it must not fail a finished or preempted run."""
     try:
+        from train.report import write_report  # plotting is imported only when a run ends
+
         write_report(output_dir)
     except Exception as exc:  # noqa: BLE001 - any drawing failure is only a warning
         warn(f"no report ({type(exc).__name__}: {exc}); try: entrypoint.sh report {output_dir}")
@@ -196,6 +191,17 @@ def build_trainer(config: Config) -> tuple[Trainer, dict[str, Any]]:
     return trainer, facts
 
 
+def final_evaluation(trainer: Trainer) -> dict[str, Any]:
+    """The evaluation of the final weights: reused when the eval strategy just ran one at the last step."""
+    step = trainer.state.global_step
+    for entry in reversed(trainer.state.log_history):
+        if "eval_loss" in entry:
+            if entry.get("step") == step:
+                return {k: v for k, v in entry.items() if k.startswith("eval_")}
+            break
+    return trainer.evaluate()
+
+
 def main(argv: list[str] | None = None) -> int:
     config = load_config(sys.argv[1:] if argv is None else argv)
     try:
@@ -222,10 +228,11 @@ def train(config: Config) -> int:
     logs.configure_console(config)
     started = now()
     output_dir = check_output_dir(config)
+    handoff = Handoff.from_environ()
     set_seed(training.seed)
     stopper = StopOnSigterm()
     trainer, facts = build_trainer(config)
-    logs.attach(trainer, config, facts)
+    logs.attach(trainer, config, facts, handoff)
     trainer.add_callback(stopper)
     resume = find_resume_checkpoint(config, warn)
     if resume:
@@ -233,35 +240,37 @@ def train(config: Config) -> int:
 
     result = trainer.train(resume_from_checkpoint=resume)
     world_size = training.world_size
+
+    def write_run_facts(status: str) -> None:
+        facts_json = run_facts(
+            config,
+            world_size=world_size,
+            dataset_fingerprint=facts["dataset_fingerprint"],
+            started=started,
+            status=status,
+            handoff=handoff,
+        )
+        write_json_atomic(output_dir / "run.json", facts_json)
+        write_report_safely(output_dir)
+
     if stopper.stopped:
         if trainer.is_world_process_zero():
-            write_json_atomic(
-                output_dir / "run.json",
-                run_facts(
-                    config,
-                    world_size=world_size,
-                    dataset_fingerprint=facts["dataset_fingerprint"],
-                    started=started,
-                    status="preempted",
-                ),
-            )
-            write_report_safely(output_dir)
+            write_run_facts("preempted")
         raise Preempted(f"stopped by SIGTERM at step {trainer.state.global_step}; checkpoint saved in {output_dir}")
 
     metrics: dict[str, Any] = dict(result.metrics)
-    # Tokens actually trained this run: the real (non-padding) tokens per sample times the samples seen.
-    samples_seen = metrics.get("train_samples_per_second", 0.0) * metrics.get("train_runtime", 0.0)
+    # Real (non-padding) tokens per second: samples per second times the real tokens of an average sample.
     tokens_per_sample = facts["train_real_tokens"] / max(facts["train_samples"], 1)
     metrics["train_tokens_per_second"] = (
-        samples_seen * tokens_per_sample / metrics["train_runtime"] if metrics.get("train_runtime") else 0.0
+        metrics.get("train_samples_per_second", 0.0) * tokens_per_sample if metrics.get("train_runtime") else 0.0
     )
     if trainer.eval_dataset is not None:
-        evaluation = trainer.evaluate()
+        evaluation = final_evaluation(trainer)
         metrics.update(evaluation)
         metrics["perplexity"] = math.exp(evaluation["eval_loss"]) if evaluation["eval_loss"] < 700 else math.inf
     metrics.update(world_size=world_size, train_samples=facts["train_samples"], eval_samples=facts["eval_samples"])
 
-    # Every rank takes part in saving (the Trainer gathers state); only rank 0 writes files.
+    # Rank 0 writes every file; under DDP each rank holds the same weights, so the others have nothing to add.
     tokenizer = facts["tokenizer"]
 
     def write_model(directory: Path) -> None:
@@ -271,18 +280,8 @@ def train(config: Config) -> int:
     if trainer.is_world_process_zero():
         publish_final(output_dir, write_model)
         write_json_atomic(output_dir / "all_results.json", metrics)
-        write_json_atomic(
-            output_dir / "run.json",
-            run_facts(
-                config,
-                world_size=world_size,
-                dataset_fingerprint=facts["dataset_fingerprint"],
-                started=started,
-                status="finished",
-            ),
-        )
-        write_report_safely(output_dir)
-        print(f"mlm-trainer: finished: model in {output_dir / 'final'}", file=sys.stderr, flush=True)
+        write_run_facts("finished")
+        say(f"finished: model in {output_dir / 'final'}")
     if dist.is_available() and dist.is_initialized():
         dist.barrier()
     return 0

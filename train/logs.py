@@ -14,16 +14,17 @@ from __future__ import annotations
 
 import json
 import math
-import os
 import sys
 import time
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TextIO
 
 from transformers.trainer_callback import PrinterCallback, ProgressCallback, TrainerCallback
 
 from train.config import Config
+from train.console import now, resolve_format
+from train.gpus import Sampler
+from train.handoff import Handoff, precision_label
 
 if TYPE_CHECKING:
     from transformers import Trainer
@@ -39,22 +40,6 @@ def log_dir(output_dir: str | Path) -> Path:
 
 def jsonl_path(output_dir: str | Path) -> Path:
     return log_dir(output_dir) / JSONL_NAME
-
-
-def resolve_format(log_format: str, stream: TextIO | None = None) -> str:
-    """``text`` or ``json``. The launcher should resolve ``auto`` once, on its own stdout, and hand the result to the
-    ranks (``--log_format text|json``): a rank's stdout is a pipe whenever torchrun filters or tees output."""
-    if log_format in ("text", "json"):
-        return log_format
-    stream = sys.stdout if stream is None else stream
-    try:
-        return "text" if stream.isatty() else "json"
-    except (AttributeError, ValueError):  # closed or not a real stream
-        return "json"
-
-
-def _now() -> str:
-    return datetime.now(UTC).isoformat(timespec="seconds")
 
 
 def _jsonable(value: Any) -> Any:
@@ -93,108 +78,38 @@ def _duration(seconds: float | None) -> str:
     return f"{secs}s"
 
 
-# ---- GPU metrics -------------------------------------------------------------------------------------------------
-
-
-def visible_selector() -> list[str] | None:
-    """CUDA_VISIBLE_DEVICES as a list of indices or UUIDs, or None when it does not restrict the GPUs."""
-    value = os.environ.get("CUDA_VISIBLE_DEVICES")
-    if value is None:
-        return None
-    return [part.strip() for part in value.split(",") if part.strip()]
-
-
-class GpuSampler:
-    """Memory and utilization of this node's visible GPUs through NVML; silently nothing without NVML or GPUs."""
-
-    def __init__(self) -> None:
-        self._nvml: Any = None
-        self._handles: list[tuple[int, Any]] = []
-
-    def start(self) -> None:
-        try:
-            import pynvml
-
-            pynvml.nvmlInit()
-            count = pynvml.nvmlDeviceGetCount()
-            handles = [(i, pynvml.nvmlDeviceGetHandleByIndex(i)) for i in range(count)]
-            selector = visible_selector()
-            if selector is not None:
-                handles = [(i, h) for i, h in handles if str(i) in selector or self._uuid(pynvml, h) in selector]
-        except Exception:  # no driver library, no GPU, a broken driver: metrics are optional
-            self._nvml = None
-            self._handles = []
-            return
-        self._nvml = pynvml
-        self._handles = handles
-
-    @staticmethod
-    def _uuid(pynvml: Any, handle: Any) -> str:
-        try:
-            uuid = pynvml.nvmlDeviceGetUUID(handle)
-        except Exception:
-            return ""
-        return uuid.decode() if isinstance(uuid, bytes) else str(uuid)
-
-    def sample(self) -> list[dict[str, Any]]:
-        if self._nvml is None:
-            return []
-        found = []
-        for index, handle in self._handles:
-            try:
-                memory = self._nvml.nvmlDeviceGetMemoryInfo(handle)
-                util = self._nvml.nvmlDeviceGetUtilizationRates(handle)
-            except Exception:  # one GPU fell off the bus: report the others
-                continue
-            found.append(
-                {
-                    "index": index,
-                    "util_pct": int(util.gpu),
-                    "mem_used_mib": round(memory.used / MIB),
-                    "mem_total_mib": round(memory.total / MIB),
-                }
-            )
-        return found
-
-    def stop(self) -> None:
-        if self._nvml is not None:
-            try:
-                self._nvml.nvmlShutdown()
-            except Exception:
-                pass
-        self._nvml = None
-
-
 # ---- banner ------------------------------------------------------------------------------------------------------
 
 
-def _precision(config: Config) -> str:
-    training = config.training
-    base = "bf16" if training.bf16 else "fp16" if training.fp16 else "fp32"
-    return base + (" + tf32" if training.tf32 else "")
+def global_batch(per_device: int, world_size: int, accumulation: int) -> int:
+    """Samples per optimizer step across all ranks."""
+    return int(per_device) * max(int(world_size or 1), 1) * int(accumulation)
 
 
-def banner_record(config: Config, facts: dict[str, Any]) -> dict[str, Any]:
-    """The launch facts as one record; ``facts`` adds what only the running job knows (data size, steps, GPUs)."""
+def banner_record(config: Config, facts: dict[str, Any], handoff: Handoff | None = None) -> dict[str, Any]:
+    """The launch facts as one record: the launcher's decisions (``handoff``; None when the job was started
+    without the launcher) and what only the running job knows (``facts``: data size, steps)."""
     from train.outputs import package_versions
 
     training, job = config.training, config.job
     world_size = int(facts.get("world_size") or training.world_size or 1)
-    accumulation = int(training.gradient_accumulation_steps)
-    per_device = int(training.per_device_train_batch_size)
     output_dir = Path(training.output_dir)
     record: dict[str, Any] = {
         "event": "banner",
-        "time": _now(),
+        "time": now(),
         "image_revision": job.image_revision,
         "versions": facts.get("versions") or package_versions(),
-        "gpus": facts.get("gpus", []),
-        "nodes": facts.get("nodes"),
+        "launched": handoff is not None,
+        "gpus": handoff.gpus if handoff else [],
+        "nodes": handoff.nnodes if handoff else None,
         "world_size": world_size,
-        "precision": _precision(config),
-        "global_batch_size": per_device * world_size * accumulation,
-        "per_device_train_batch_size": per_device,
-        "gradient_accumulation_steps": accumulation,
+        # What the ranks run with: the launcher's decision, arrived as the bf16/fp16/tf32 flags.
+        "precision": handoff.precision if handoff else precision_label(_precision_name(training), bool(training.tf32)),
+        "global_batch_size": global_batch(
+            training.per_device_train_batch_size, world_size, training.gradient_accumulation_steps
+        ),
+        "per_device_train_batch_size": int(training.per_device_train_batch_size),
+        "gradient_accumulation_steps": int(training.gradient_accumulation_steps),
         "model": job.model_name_or_path,
         "dataset": job.dataset,
         "train_samples": facts.get("train_samples"),
@@ -209,13 +124,17 @@ def banner_record(config: Config, facts: dict[str, Any]) -> dict[str, Any]:
     return record
 
 
+def _precision_name(training: Any) -> str:
+    return "bf16" if training.bf16 else "fp16" if training.fp16 else "fp32"
+
+
 def _count(value: Any) -> str:
     return f"{value:,}" if isinstance(value, int) else "?"
 
 
-def banner(config: Config, facts: dict[str, Any]) -> str:
+def banner(config: Config, facts: dict[str, Any], handoff: Handoff | None = None) -> str:
     """The launch banner: one JSON line in json format, a short block of aligned lines in text format."""
-    record = banner_record(config, facts)
+    record = banner_record(config, facts, handoff)
     if resolve_format(config.job.log_format) == "json":
         return json.dumps(_jsonable(record))
     versions = record["versions"]
@@ -225,8 +144,10 @@ def banner(config: Config, facts: dict[str, Any]) -> str:
     if gpus:
         names = sorted(set(gpus))
         hardware = f"{len(gpus)} GPU(s) on this node ({', '.join(names)})"
-    else:
+    elif record["launched"]:
         hardware = "CPU (no GPU)"
+    else:
+        hardware = "as torchrun gave it (started without the launcher)"
     if record["nodes"]:
         hardware += f", {record['nodes']} node(s)"
     steps = record["max_steps"]
@@ -302,6 +223,7 @@ class TrainingLog(TrainerCallback):
         banner_facts: dict[str, Any] | None = None,
         config: Config | None = None,
         stream: TextIO | None = None,
+        handoff: Handoff | None = None,
     ) -> None:
         self.output_dir = Path(output_dir)
         self.log_format = log_format
@@ -309,7 +231,8 @@ class TrainingLog(TrainerCallback):
         self.banner_facts = banner_facts
         self.config = config
         self.stream = stream
-        self.gpus = GpuSampler()
+        self.handoff = handoff
+        self.gpus = Sampler(handoff.gpu_uuids if handoff else [])
         self._started: float | None = None
         self._start_step = 0
         self._mark: float | None = None
@@ -337,10 +260,8 @@ class TrainingLog(TrainerCallback):
         if self.config is not None and self.banner_facts is not None:
             facts = dict(self.banner_facts)
             facts.update(max_steps=state.max_steps, world_size=args.world_size, start_step=state.global_step)
-            facts.setdefault("gpus", _cuda_names())
-            facts.setdefault("nodes", _nodes(args.world_size))
-            append_record(self.output_dir, banner_record(self.config, facts))
-            text = banner(self.config, facts)
+            append_record(self.output_dir, banner_record(self.config, facts, self.handoff))
+            text = banner(self.config, facts, self.handoff)
             print(text, file=self.stream or sys.stdout, flush=True)
 
     def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
@@ -364,7 +285,7 @@ class TrainingLog(TrainerCallback):
         if not state.is_world_process_zero or not logs:
             return
         logs = dict(logs)
-        base = {"time": _now(), "step": state.global_step, "epoch": logs.pop("epoch", state.epoch)}
+        base = {"time": now(), "step": state.global_step, "epoch": logs.pop("epoch", state.epoch)}
         if any(key.startswith("eval_") for key in logs):
             self._emit({"event": "eval", **base, **logs})
             self._pause()
@@ -379,10 +300,10 @@ class TrainingLog(TrainerCallback):
     # -- measurements --
     def _speed(self, args: Any, state: Any) -> dict[str, Any]:
         now = time.monotonic()
-        global_batch = args.per_device_train_batch_size * max(args.world_size, 1) * args.gradient_accumulation_steps
         out: dict[str, Any] = {}
         if self._busy > 0 and self._steps_timed:
-            samples_per_second = self._steps_timed * global_batch / self._busy
+            batch = global_batch(args.per_device_train_batch_size, args.world_size, args.gradient_accumulation_steps)
+            samples_per_second = self._steps_timed * batch / self._busy
             out["samples_per_second"] = round(samples_per_second, 3)
             tokens_seen = state.num_input_tokens_seen or 0
             if tokens_seen > self._tokens_at_mark:
@@ -414,26 +335,6 @@ def _write_line(line: str, stream: TextIO) -> None:
         stream.flush()
     except ImportError:
         print(line, file=stream, flush=True)
-
-
-def _cuda_names() -> list[str]:
-    try:
-        import torch
-
-        if torch.cuda.is_available():
-            return [torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())]
-    except Exception:
-        pass
-    return []
-
-
-def _nodes(world_size: int) -> int | None:
-    """Nodes in the job, from torchrun's LOCAL_WORLD_SIZE (set on every rank)."""
-    try:
-        local = int(os.environ.get("LOCAL_WORLD_SIZE", "0"))
-    except ValueError:
-        return None
-    return max(world_size // local, 1) if local > 0 else None
 
 
 class QuietProgress(ProgressCallback):
@@ -471,7 +372,9 @@ def tensorboard_wanted(config: Config) -> bool:
     return bool(is_tensorboard_available())
 
 
-def callbacks(config: Config, facts: dict[str, Any] | None = None) -> list[TrainerCallback]:
+def callbacks(
+    config: Config, facts: dict[str, Any] | None = None, handoff: Handoff | None = None
+) -> list[TrainerCallback]:
     """Our logging callbacks for this rank. ``facts``: train_samples, eval_samples, train_real_tokens (what the
     job's data preparation counted); without them the banner is skipped and tokens/s needs the Trainer's count."""
     facts = facts or {}
@@ -488,6 +391,7 @@ def callbacks(config: Config, facts: dict[str, Any] | None = None) -> list[Train
             tokens_per_sample=tokens_per_sample,
             banner_facts=banner_facts if facts else None,
             config=config,
+            handoff=handoff,
         )
     ]
     if log_format == "text" and not config.training.disable_tqdm:
@@ -499,7 +403,9 @@ def callbacks(config: Config, facts: dict[str, Any] | None = None) -> list[Train
     return found
 
 
-def attach(trainer: Trainer, config: Config, facts: dict[str, Any] | None = None) -> None:
+def attach(
+    trainer: Trainer, config: Config, facts: dict[str, Any] | None = None, handoff: Handoff | None = None
+) -> None:
     """Replace the Trainer's console output with ours and route TensorBoard events to ``output_dir/logs``.
 
     The Trainer always installs either a progress bar that also prints each log dict to stdout, or (with
@@ -507,7 +413,7 @@ def attach(trainer: Trainer, config: Config, facts: dict[str, Any] | None = None
     """
     trainer.remove_callback(ProgressCallback)
     trainer.remove_callback(PrinterCallback)
-    for callback in callbacks(config, facts):
+    for callback in callbacks(config, facts, handoff):
         trainer.add_callback(callback)
     from transformers.integrations import TensorBoardCallback
 

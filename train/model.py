@@ -21,8 +21,9 @@ from transformers import AutoConfig, AutoModelForMaskedLM, AutoTokenizer, PreTra
 from transformers.modeling_outputs import MaskedLMOutput
 
 from train.config import Config
-from train.data import RawData, cache_root
+from train.data import RawData
 from train.errors import ConfigError
+from train.hf import cache_root, offline_hint
 
 WEIGHT_FILES = (
     "model.safetensors",
@@ -37,15 +38,6 @@ SPECIAL_TOKENS = {
     "sep_token": "[SEP]",
     "mask_token": "[MASK]",
 }
-
-
-def _offline_hint() -> str:
-    if os.environ.get("HF_HUB_OFFLINE", "") not in ("", "0"):
-        return "HF_HUB_OFFLINE is set and it is not in the cache (HF_HOME); mount a local model directory instead"
-    return (
-        "the hub is unreachable or the id is unknown; with no network set HF_HUB_OFFLINE=1 and a filled cache "
-        "(HF_HOME), or mount a local model directory and point MLM_MODEL_NAME_OR_PATH at it"
-    )
 
 
 def scratch_config(config: Config) -> Any | None:
@@ -135,7 +127,8 @@ def load_tokenizer(config: Config, raw: RawData, from_scratch: bool) -> Any:
     except (OSError, ValueError) as exc:
         if Path(name).expanduser().exists():
             raise ConfigError(f"{source}={name!r}: no tokenizer found there ({str(exc).splitlines()[0]})") from None
-        raise ConfigError(f"{source}={name!r}: cannot load the tokenizer ({_offline_hint()})") from None
+        hint = offline_hint("tokenizer", source)
+        raise ConfigError(f"{source}={name!r}: cannot load the tokenizer ({hint})") from None
     if tokenizer.mask_token is None:
         raise ConfigError(f"{source}={name!r}: the tokenizer has no mask token; masked-LM training needs one")
     return tokenizer
@@ -165,7 +158,8 @@ def load_model(config: Config, arch: Any | None, tokenizer: Any) -> Any:
             source = config.source_of("model_name_or_path")
             if Path(name).expanduser().exists():
                 raise ConfigError(f"{source}={name!r}: cannot load the model ({str(exc).splitlines()[0]})") from None
-            raise ConfigError(f"{source}={name!r}: cannot load the model ({_offline_hint()})") from None
+            hint = offline_hint("model", source)
+            raise ConfigError(f"{source}={name!r}: cannot load the model ({hint})") from None
     positions = getattr(model.config, "max_position_embeddings", None)
     if positions is not None and job.max_seq_length > positions:
         raise ConfigError(

@@ -9,16 +9,16 @@ import json
 import os
 import platform
 import shutil
-import sys
 import tempfile
 from collections.abc import Callable
-from datetime import UTC, datetime
 from importlib import metadata
 from pathlib import Path
 from typing import Any
 
 from train.config import Config
+from train.console import now
 from train.errors import ConfigError, EnvironmentProblem
+from train.handoff import Handoff
 
 FINAL = "final"
 COMPLETE_MARKER = ".complete"  # written into a checkpoint once the Trainer has finished saving it
@@ -26,30 +26,40 @@ CHECKPOINT_PREFIX = "checkpoint-"
 WRITE_PROBE_BYTES = 1 << 20
 
 
-def now() -> str:
-    return datetime.now(UTC).isoformat(timespec="seconds")
+def probe_write(directory: Path) -> None:
+    """Write and remove a file of real bytes in ``directory``: on a full device creating an empty file still
+    succeeds. Raises OSError; nothing is left behind either way."""
+    with tempfile.NamedTemporaryFile(dir=directory, prefix=".write-test-") as probe:
+        probe.write(b"\0" * WRITE_PROBE_BYTES)
+        probe.flush()
+        os.fsync(probe.fileno())
+
+
+def write_failure(exc: OSError) -> str:
+    """Why a write failed, in words (ENOSPC named: the fix differs)."""
+    return "no space left on the device" if exc.errno == errno.ENOSPC else exc.strerror or str(exc)
+
+
+def refuse_finished(config: Config) -> None:
+    """A finished ``final/`` is replaced only when asked (ConfigError otherwise)."""
+    output = Path(config.training.output_dir)
+    if (output / FINAL).exists() and not config.job.overwrite_output_dir:
+        raise ConfigError(
+            f"{config.source_of('output_dir')}={str(output)!r}: holds a finished model in {FINAL}/; set "
+            "MLM_OVERWRITE_OUTPUT_DIR=true to replace it, or choose another output_dir"
+        )
 
 
 def check_output_dir(config: Config) -> Path:
     """Fail early, before any work: output_dir must be writable and must not hold a finished run to overwrite."""
     output = Path(config.training.output_dir)
-    label = config.source_of("output_dir")
     try:
         output.mkdir(parents=True, exist_ok=True)
-        # Write real bytes: on a full device creating an empty file still succeeds.
-        with tempfile.NamedTemporaryFile(dir=output, prefix=".write-test-") as probe:
-            probe.write(b"\0" * WRITE_PROBE_BYTES)
-            probe.flush()
-            os.fsync(probe.fileno())
+        probe_write(output)
     except OSError as exc:
-        reason = "no space left on the device" if exc.errno == errno.ENOSPC else exc.strerror or str(exc)
-        message = f"{label}={str(output)!r}: not writable ({reason}); expected a writable directory"
-        raise EnvironmentProblem(message) from None
-    if (output / FINAL).exists() and not config.job.overwrite_output_dir:
-        raise ConfigError(
-            f"{label}={str(output)!r}: holds a finished model in {FINAL}/; set MLM_OVERWRITE_OUTPUT_DIR=true to "
-            "replace it, or choose another output_dir"
-        )
+        message = f"{config.source_of('output_dir')}={str(output)!r}: not writable ({write_failure(exc)}); "
+        raise EnvironmentProblem(message + "expected a writable directory") from None
+    refuse_finished(config)
     return output
 
 
@@ -91,25 +101,35 @@ def checkpoints(output_dir: Path) -> list[Path]:
     return sorted(found, key=lambda p: int(p.name[len(CHECKPOINT_PREFIX) :]))
 
 
-def find_resume_checkpoint(config: Config, warn: Callable[[str], None]) -> str | None:
-    """The checkpoint to resume from: MLM_RESUME=auto (newest complete one), never, or an explicit path."""
+def resume_choice(config: Config) -> tuple[Path | None, list[Path]]:
+    """(the checkpoint a run would resume from, the newer incomplete ones it would skip): MLM_RESUME=auto (newest
+    complete one), never, or an explicit path. Looks only; :func:`find_resume_checkpoint` acts on the answer."""
     resume = config.job.resume
     if resume == "never":
-        return None
+        return None, []
     if resume != "auto":
         path = Path(resume)
         if not (path / "trainer_state.json").exists():
             raise ConfigError(f"{config.source_of('resume')}={resume!r}: not a checkpoint directory")
-        return str(path)
+        return path, []
+    skipped = []
     for candidate in reversed(checkpoints(Path(config.training.output_dir))):
         if (candidate / COMPLETE_MARKER).exists():
-            return str(candidate)
+            return candidate, skipped
+        skipped.append(candidate)
+    return None, skipped
+
+
+def find_resume_checkpoint(config: Config, warn: Callable[[str], None]) -> str | None:
+    """The checkpoint to resume from (:func:`resume_choice`), with the incomplete ones moved aside."""
+    chosen, skipped = resume_choice(config)
+    for candidate in skipped:
         # Moved aside, not deleted: the Trainer would otherwise write into it again, or keep it while rotating
         # away the complete checkpoint this run resumes from.
         aside = candidate.with_name(f".incomplete-{candidate.name}-{os.getpid()}")
         os.replace(candidate, aside)
         warn(f"skipping incomplete checkpoint {candidate} (cut off while being written); moved to {aside.name}")
-    return None
+    return str(chosen) if chosen else None
 
 
 def package_versions() -> dict[str, str]:
@@ -122,21 +142,27 @@ def package_versions() -> dict[str, str]:
     return versions
 
 
-def hardware(world_size: int) -> dict[str, Any]:
-    import torch
-
+def hardware(world_size: int, handoff: Handoff | None) -> dict[str, Any]:
+    """The machine, and the GPUs and precision the launcher chose for this node (unknown without a launcher)."""
     info: dict[str, Any] = {
         "platform": platform.platform(),
         "cpu_count": os.cpu_count(),
-        "cuda_available": torch.cuda.is_available(),
         "world_size": world_size,
     }
-    if torch.cuda.is_available():
-        info["gpus"] = [torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())]
+    if handoff is not None:
+        info.update(gpus=handoff.gpus, nnodes=handoff.nnodes, precision=handoff.precision)
     return info
 
 
-def run_facts(config: Config, *, world_size: int, dataset_fingerprint: str, started: str, status: str) -> dict:
+def run_facts(
+    config: Config,
+    *,
+    world_size: int,
+    dataset_fingerprint: str,
+    started: str,
+    status: str,
+    handoff: Handoff | None,
+) -> dict:
     """What run.json records: enough to tell later exactly what ran, with secrets redacted."""
     return {
         "status": status,
@@ -145,9 +171,10 @@ def run_facts(config: Config, *, world_size: int, dataset_fingerprint: str, star
         "config": config.as_dict(redact=True),
         "versions": package_versions(),
         "world_size": world_size,
-        "hardware": hardware(world_size),
+        "hardware": hardware(world_size, handoff),
         "seed": config.training.seed,
         "dataset_fingerprint": dataset_fingerprint,
         "image_revision": config.job.image_revision,
-        "argv": [sys.executable, "-m", "train.job"],
+        # The command the launcher ran (secrets redacted); absent when the job was started without it.
+        "command": handoff.command if handoff is not None else None,
     }

@@ -17,11 +17,12 @@ import math
 import os
 import sys
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from train.console import now, say
 from train.errors import ConfigError, run_main
+from train.plots import gpu_figure, line_figure, loss_figure, number, svg, throughput_figure
 
 REPORT_NAME = "report.html"
 LOSS_PNG = "loss.png"
@@ -43,20 +44,6 @@ class RunLog:
     summary: dict[str, Any] = field(default_factory=dict)  # the Trainer's train_end record
     run: dict[str, Any] | None = None  # run.json
     results: dict[str, Any] | None = None  # all_results.json
-
-
-def _number(value: Any) -> float | None:
-    """A plottable float: JSON numbers, and 'nan'/'inf' strings the log writes for non-finite values."""
-    if isinstance(value, bool):
-        return None
-    if isinstance(value, (int, float)):
-        return float(value)
-    if isinstance(value, str):
-        try:
-            return float(value)
-        except ValueError:
-            return None
-    return None
 
 
 def _read_jsonl(path: Path) -> list[dict[str, Any]]:
@@ -149,127 +136,6 @@ def status_of(log: RunLog) -> str:
     return "interrupted or still running (no run.json)"
 
 
-# ---- charts ----------------------------------------------------------------------------------------------------------
-
-
-def _series(records: list[dict[str, Any]], key: str) -> tuple[list[float], list[float]]:
-    xs, ys = [], []
-    for record in records:
-        value = _number(record.get(key))
-        if value is not None and math.isfinite(value):
-            xs.append(float(record["step"]))
-            ys.append(value)
-    return xs, ys
-
-
-def _figure(title: str, ylabel: str) -> tuple[Any, Any]:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, ax = plt.subplots(figsize=(6.4, 3.4), dpi=100)
-    ax.set_title(title, fontsize=11)
-    ax.set_xlabel("step")
-    ax.set_ylabel(ylabel)
-    ax.grid(True, alpha=0.3)
-    return fig, ax
-
-
-def _mark_resumes(ax: Any, log: RunLog) -> None:
-    for record in log.banners:
-        start = record.get("start_step")
-        if isinstance(start, int) and start > 0:
-            ax.axvline(start, color="grey", linestyle=":", linewidth=1)
-
-
-def loss_figure(log: RunLog) -> Any:
-    fig, ax = _figure("Loss", "loss")
-    xs, ys = _series(log.train, "loss")
-    if xs:
-        ax.plot(xs, ys, label="train loss", color="tab:blue", linewidth=1.5)
-    exs, eys = _series(log.evals, "eval_loss")
-    if exs:
-        ax.plot(exs, eys, label="eval loss", color="tab:orange", marker="o", linewidth=1.5)
-    _mark_resumes(ax, log)
-    if xs or exs:
-        ax.legend()
-    fig.tight_layout()
-    return fig
-
-
-def _line_figure(log: RunLog, key: str, title: str, ylabel: str, color: str) -> Any | None:
-    xs, ys = _series(log.train, key)
-    if not xs:
-        return None
-    fig, ax = _figure(title, ylabel)
-    ax.plot(xs, ys, color=color, linewidth=1.5)
-    _mark_resumes(ax, log)
-    fig.tight_layout()
-    return fig
-
-
-def throughput_figure(log: RunLog) -> Any | None:
-    """Real tokens/s when known, else samples/s (the two are proportional when tokens are estimated per sample)."""
-    xs, ys = _series(log.train, "tokens_per_second")
-    label = "real tokens/s"
-    if not xs:
-        xs, ys = _series(log.train, "samples_per_second")
-        label = "samples/s"
-    if not xs:
-        return None
-    fig, ax = _figure(f"Throughput ({label}, evaluation and saving left out)", label)
-    ax.plot(xs, ys, color="tab:green", linewidth=1.5)
-    _mark_resumes(ax, log)
-    fig.tight_layout()
-    return fig
-
-
-def gpu_figure(log: RunLog) -> Any | None:
-    per_gpu: dict[int, tuple[list[float], list[float]]] = {}
-    for record in log.train:
-        for gpu in record.get("gpus") or []:
-            used = _number(gpu.get("mem_used_mib"))
-            if used is None or not isinstance(gpu.get("index"), int):
-                continue
-            xs, ys = per_gpu.setdefault(gpu["index"], ([], []))
-            xs.append(float(record["step"]))
-            ys.append(used / 1024)
-    if not per_gpu:
-        return None
-    fig, ax = _figure("GPU memory (NVML, rank 0's node)", "GiB used")
-    for index in sorted(per_gpu):
-        xs, ys = per_gpu[index]
-        ax.plot(xs, ys, linewidth=1.2, label=f"GPU {index}")
-    uxs, uys = _series(log.train, "gpu_util_pct")
-    if uxs:
-        twin = ax.twinx()
-        twin.plot(uxs, uys, color="black", linewidth=1, linestyle=":", label="utilization % (mean)")
-        twin.set_ylabel("utilization %")
-        twin.set_ylim(0, 105)
-    ax.legend(loc="lower right", fontsize=8)
-    fig.tight_layout()
-    return fig
-
-
-def _svg(fig: Any) -> str:
-    """The figure as inline SVG (text kept as text), without the XML prolog and DOCTYPE that name external URLs."""
-    import matplotlib.pyplot as plt
-
-    buffer = io.StringIO()
-    with plt.rc_context({"svg.fonttype": "none"}):
-        fig.savefig(buffer, format="svg", metadata={"Date": None, "Creator": None, "Format": None, "Type": None})
-    plt.close(fig)
-    text = buffer.getvalue()
-    start = text.find("<svg")
-    body = text[start:]
-    # The <metadata> block names RDF/Dublin Core namespaces by URL; the page should carry no URL at all.
-    head, sep, rest = body.partition("<metadata>")
-    if sep:
-        body = head + rest.partition("</metadata>")[2]
-    return body
-
-
 # ---- page ------------------------------------------------------------------------------------------------------------
 
 STYLE = """
@@ -316,23 +182,23 @@ def _summary_rows(log: RunLog) -> list[tuple[str, Any]]:
     step = max([r["step"] for r in log.train + log.evals], default=0)
     rows.append(("steps", f"{step} of {max_steps}" if max_steps else step))
     if "epoch" in last or "epoch" in last_eval:
-        rows.append(("epoch", max(_number(last.get("epoch")) or 0, _number(last_eval.get("epoch")) or 0)))
+        rows.append(("epoch", max(number(last.get("epoch")) or 0, number(last_eval.get("epoch")) or 0)))
     if "loss" in last:
-        rows.append(("last train loss", _number(last["loss"])))
-    eval_loss = _number(last_eval.get("eval_loss"))
+        rows.append(("last train loss", number(last["loss"])))
+    eval_loss = number(last_eval.get("eval_loss"))
     if eval_loss is not None:
         rows.append(("last eval loss", eval_loss))
         rows.append(("perplexity", math.exp(eval_loss) if eval_loss < 700 else math.inf))
     if "eval_accuracy" in last_eval:
-        rows.append(("eval accuracy (masked tokens)", _number(last_eval["eval_accuracy"])))
-    runtime = _number(log.summary.get("train_runtime") or results.get("train_runtime"))
+        rows.append(("eval accuracy (masked tokens)", number(last_eval["eval_accuracy"])))
+    runtime = number(log.summary.get("train_runtime") or results.get("train_runtime"))
     if runtime is not None:
         rows.append(("train runtime (s)", runtime))
-    speeds = [v for v in (_number(r.get("tokens_per_second")) for r in log.train) if v is not None]
+    speeds = [v for v in (number(r.get("tokens_per_second")) for r in log.train) if v is not None]
     if speeds:
         rows.append(("real tokens/s (median of log steps)", sorted(speeds)[len(speeds) // 2]))
     if results.get("train_tokens_per_second"):
-        rows.append(("real tokens/s (whole run)", _number(results["train_tokens_per_second"])))
+        rows.append(("real tokens/s (whole run)", number(results["train_tokens_per_second"])))
     for key, label in (
         ("world_size", "world size"),
         ("precision", "precision"),
@@ -350,9 +216,11 @@ def _summary_rows(log: RunLog) -> list[tuple[str, Any]]:
 def _facts_rows(log: RunLog) -> list[tuple[str, Any]]:
     rows: list[tuple[str, Any]] = []
     run = log.run or {}
-    for key in ("seed", "dataset_fingerprint", "world_size", "image_revision", "argv"):
+    for key in ("seed", "dataset_fingerprint", "world_size", "image_revision"):
         if key in run:
             rows.append((key, run[key]))
+    if run.get("command"):
+        rows.append(("command", " ".join(run["command"])))
     versions = run.get("versions") or (log.banners[-1].get("versions") if log.banners else None) or {}
     for name, version in versions.items():
         rows.append((f"version: {name}", version))
@@ -376,7 +244,7 @@ def render_html(log: RunLog, charts: list[tuple[str, str]]) -> str:
         if config
         else '<p class="note">No run.json yet (the run was interrupted or is still running).</p>'
     )
-    generated = datetime.now(UTC).isoformat(timespec="seconds")
+    generated = now()
     title = f"Training report: {log.output_dir.resolve().name}"
     return f"""<!DOCTYPE html>
 <html lang="en">
@@ -423,16 +291,16 @@ def write_report(output_dir: Path) -> Path:
     figure.savefig(png, format="png", dpi=120)
     _write_atomic(output_dir / LOSS_PNG, png.getvalue())
 
-    charts = [("loss", _svg(figure))]
+    charts = [("loss", svg(figure))]
     for name, make in (
-        ("learning-rate", lambda: _line_figure(log, "learning_rate", "Learning rate", "learning rate", "tab:red")),
+        ("learning-rate", lambda: line_figure(log, "learning_rate", "Learning rate", "learning rate", "tab:red")),
         ("throughput", lambda: throughput_figure(log)),
-        ("grad-norm", lambda: _line_figure(log, "grad_norm", "Gradient norm", "grad norm", "tab:brown")),
+        ("grad-norm", lambda: line_figure(log, "grad_norm", "Gradient norm", "grad norm", "tab:brown")),
         ("gpu-memory", lambda: gpu_figure(log)),
     ):
         fig = make()
         if fig is not None:
-            charts.append((name, _svg(fig)))
+            charts.append((name, svg(fig)))
     report = output_dir / REPORT_NAME
     _write_atomic(report, render_html(log, charts).encode("utf-8"))
     return report
@@ -448,7 +316,7 @@ def main(argv: list[str] | None = None) -> int:
     except SystemExit as exc:  # --help (0) or a usage error (2, message already printed by argparse)
         return int(exc.code or 0)
     report = write_report(Path(args.output_dir))
-    print(f"mlm-trainer: report: {report} (and {report.with_name(LOSS_PNG)})", file=sys.stderr)
+    say(f"report: {report} (and {report.with_name(LOSS_PNG)})")
     return 0
 
 

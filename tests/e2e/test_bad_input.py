@@ -134,7 +134,7 @@ CASES = [
         "hub model offline, not cached",
         lambda t: {"MLM_MODEL_NAME_OR_PATH": "someone/bert-nowhere"},
         2,
-        "HF_HUB_OFFLINE is set and it is not in the cache",
+        "HF_HUB_OFFLINE is set and the tokenizer is not in the cache",
     ),
     Case("missing YAML config", lambda t: {"MLM_CONFIG": str(t / "none.yaml")}, 2, "none.yaml'; expected a YAML file"),
     Case(

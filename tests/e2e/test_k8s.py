@@ -409,14 +409,15 @@ def test_a_gpu_pod_without_a_gpu_stops_with_exit_3(rendered, tmp_path):
 @pytest.mark.parametrize(("overlay", "rank"), NODE_CASES)
 def test_plan_on_an_eight_gpu_node(rendered, overlay, rank, tmp_path, monkeypatch, capsys):
     """The same environments on a node with 8 GPUs (NVML faked at the pynvml boundary): one rank per GPU, NCCL."""
-    from tests.test_gpus import h100s, install
-    from train import launch
+    from tests.fakes import h100s, install
+    from train.launch import __main__ as launcher
 
     install(monkeypatch, h100s(8))
+    monkeypatch.setattr(launcher, "torch_cuda_version", lambda: "12.4")  # the image's CUDA build of torch
     docs = rendered[overlay]
     env = node_environment(docs, rank, tmp_path)
     assert env["MLM_REQUIRE_GPU"] == "true"  # unchanged: the pod as it runs
-    assert launch.main(["plan"], env) == 0
+    assert launcher.main(["plan"], env) == 0
     plan = json.loads(capsys.readouterr().out)
     options = torchrun_options(plan["command"])
     assert options["--nproc-per-node"] == "8"

@@ -85,4 +85,10 @@ def test_two_nodes_train_together_and_write_one_final(tmp_path: Path) -> None:
     assert run["status"] == "finished"
     assert run["world_size"] == 2
     assert run["config"]["use_cpu"] is True and run["config"]["ddp_backend"] == "gloo"
+    # The launcher's decisions, handed to the ranks (MLM_LAUNCH), not re-derived there: the command it ran,
+    # the node count and the precision.
+    assert "--node-rank" in run["command"] and run["command"][run["command"].index("-m") + 1] == "train.job"
+    assert run["hardware"]["nnodes"] == "2" and run["hardware"]["precision"] == "fp32"
+    banner = json.loads((tmp_path / "node0/output/logs/train.jsonl").read_text().splitlines()[0])
+    assert (banner["event"], banner["nodes"], banner["launched"]) == ("banner", "2", True)
     assert not (tmp_path / "node1/output/run.json").exists()

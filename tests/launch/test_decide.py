@@ -1,0 +1,91 @@
+"""Processes per node and precision: the pure deciding functions, and what they make of the hardware."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.fakes import FakeDevice, FakeNvml, h100s, install, uuid_of
+from tests.launch.common import gpus_of, job_flags, plan_ok, run_plan
+from train.errors import ConfigError, EnvironmentProblem
+from train.launch import decide
+
+
+@pytest.mark.parametrize(
+    ("cc", "precision", "flags"),
+    [
+        ((9, 0), "bf16", ["--bf16", "true", "--tf32", "true"]),
+        ((8, 0), "bf16", ["--bf16", "true", "--tf32", "true"]),
+        ((7, 5), "fp16", ["--fp16", "true"]),
+        ((7, 0), "fp16", ["--fp16", "true"]),
+        ((6, 0), "fp32", []),
+    ],
+)
+def test_precision_from_the_hardware(monkeypatch, capsys, base_env, cc, precision, flags):
+    install(monkeypatch, gpus_of(cc))
+    document = plan_ok(monkeypatch, capsys, base_env)
+    assert document["precision"] == precision
+    assert job_flags(document) == ["--ddp_backend", "nccl", *flags]
+
+
+def test_mixed_gpus_use_the_weakest(monkeypatch, capsys, base_env):
+    fake = FakeNvml([FakeDevice(uuid_of(0), cc=(8, 0)), FakeDevice(uuid_of(1), cc=(7, 0))])
+    install(monkeypatch, fake)
+    assert plan_ok(monkeypatch, capsys, base_env)["precision"] == "fp16"
+
+
+def test_user_fp16_on_cpu_is_an_error(monkeypatch, capsys, base_env, no_nvml):
+    code, _, err = run_plan(monkeypatch, capsys, {**base_env, "MLM_FP16": "true"})
+    assert code == 2
+    assert "MLM_FP16: fp16 needs a GPU" in err
+
+
+def test_user_fp16_on_ampere_is_kept(monkeypatch, capsys, base_env):
+    install(monkeypatch, h100s(1))
+    document = plan_ok(monkeypatch, capsys, {**base_env, "MLM_FP16": "true"})
+    assert (document["precision"], document["precision_source"]) == ("fp16", "MLM_FP16")
+    assert job_flags(document) == ["--ddp_backend", "nccl", "--tf32", "true"]
+
+
+def test_decide_precision_checks_what_the_user_asked_for():
+    # (The launcher's own TrainingArguments would already refuse bf16/tf32 without CUDA, so these are unit tests.)
+    with pytest.raises(
+        ConfigError, match=r"--bf16: bf16 needs compute capability 8\.0 or newer, not compute capability 7\.0"
+    ):
+        decide.decide_precision(False, True, None, {"bf16": "--bf16"}, (7, 0))
+    with pytest.raises(ConfigError, match="MLM_TF32: tf32 needs compute capability 8.0"):
+        decide.decide_precision(False, False, True, {"tf32": "MLM_TF32"}, (7, 5))
+    with pytest.raises(ConfigError, match="tf32 needs compute capability 8.0 or newer, not the CPU"):
+        decide.decide_precision(False, False, True, {"tf32": "MLM_TF32"}, None)
+    kept = decide.decide_precision(False, True, None, {"bf16": "job.yaml: bf16"}, (8, 6))
+    assert (kept.name, kept.flags, kept.source) == ("bf16", ("--tf32", "true"), "job.yaml: bf16")
+    # An explicit "no" is a choice too.
+    off = decide.decide_precision(False, False, False, {"bf16": "--bf16", "tf32": "--tf32"}, (9, 0))
+    assert (off.name, off.tf32, off.flags) == ("fp32", False, ())
+    assert decide.decide_precision(False, True, None, {"bf16": "--bf16"}, None).name == "bf16"  # CPU autocast
+
+
+@pytest.mark.parametrize(
+    ("requested", "pet", "gpus", "expected"),
+    [
+        (None, None, 8, 8),
+        (None, None, 0, 1),
+        ("auto", None, 2, 2),
+        (None, "auto", 0, 1),
+        (None, "gpu", 4, 4),
+        (None, "cpu", 0, 16),
+        (None, "3", 8, 3),
+        ("2", "3", 8, 2),
+        ("4", None, 0, 4),  # several CPU processes when asked for
+    ],
+)
+def test_decide_nproc(requested, pet, gpus, expected):
+    assert decide.decide_nproc(requested, "MLM_NPROC_PER_NODE", pet, gpus, cpu_count=16)[0] == expected
+
+
+def test_decide_nproc_errors():
+    with pytest.raises(ConfigError, match="only 8 GPU"):
+        decide.decide_nproc("16", "MLM_NPROC_PER_NODE", None, 8, 4)
+    with pytest.raises(EnvironmentProblem, match="PET_NPROC_PER_NODE=gpu but no GPU"):
+        decide.decide_nproc(None, "x", "gpu", 0, 4)
+    with pytest.raises(ConfigError, match="PET_NPROC_PER_NODE='many'"):
+        decide.decide_nproc(None, "x", "many", 0, 4)

@@ -1,0 +1,288 @@
+"""Each environment contract (PyTorchJob, TrainJob, Indexed Job, elastic, GPUs, CPU), the global batch and the
+environment errors, asserted through `plan`."""
+
+from __future__ import annotations
+
+import json
+import re
+
+import pytest
+
+from tests.fakes import h100s, install, uuid_of
+from tests.launch.common import PYTORCHJOB, job_flags, plan_ok, run_plan, torchrun_flags
+from train import gpus
+from train.config import load_config
+from train.errors import UserError, run_main
+from train.handoff import Handoff
+from train.launch import __main__ as launcher
+from train.launch import decide, torchrun
+from train.launch import plan as planning
+from train.launch import topology as cluster
+
+
+def test_single_gpu(monkeypatch, capsys, base_env):
+    install(monkeypatch, h100s(1))
+    document = plan_ok(monkeypatch, capsys, base_env)
+    assert torchrun_flags(document) == [
+        "--nnodes", "1", "--nproc-per-node", "1", "--standalone", "--max-restarts", "0", "--local-ranks-filter", "0",
+    ]  # fmt: skip
+    assert job_flags(document) == ["--ddp_backend", "nccl", "--bf16", "true", "--tf32", "true"]
+    assert (document["nproc_per_node"], document["nnodes"], document["node_rank"]) == (1, 1, 0)
+    assert (document["backend"], document["precision"], document["tf32"]) == ("nccl", "bf16", True)
+    assert document["gpus"][0]["uuid"] == uuid_of(0) and document["gpus"][0]["compute_capability"] == "9.0"
+    assert document["env"]["CUDA_VISIBLE_DEVICES"] == uuid_of(0)
+    assert document["env"]["CUDA_DEVICE_ORDER"] == "PCI_BUS_ID"
+    assert document["config"]["bf16"] is True and document["config"]["ddp_backend"] == "nccl"
+    assert document["warnings"] == []
+
+
+def test_eight_gpus(monkeypatch, capsys, base_env):
+    install(monkeypatch, h100s(8))
+    document = plan_ok(monkeypatch, capsys, base_env)
+    assert torchrun_flags(document)[:5] == ["--nnodes", "1", "--nproc-per-node", "8", "--standalone"]
+    assert document["world_size"] == 8 and document["global_batch_size"] == 256
+    assert document["batch"] == "batch: 32 per device x 8 GPUs x 1 node x 1 accumulation = 256 global"
+    assert document["env"]["CUDA_VISIBLE_DEVICES"].split(",") == [uuid_of(i) for i in range(8)]
+
+
+def test_cpu(monkeypatch, capsys, base_env, no_nvml):
+    document = plan_ok(monkeypatch, capsys, base_env)
+    assert torchrun_flags(document)[:5] == ["--nnodes", "1", "--nproc-per-node", "1", "--standalone"]
+    # use_cpu: without it accelerate gives CPU ranks a process group but no DDP.
+    assert job_flags(document) == ["--use_cpu", "true", "--ddp_backend", "gloo"]
+    assert (document["backend"], document["precision"], document["tf32"]) == ("gloo", "fp32", False)
+    assert document["gpus"] == [] and document["cpu_mode"] is True
+    assert document["env"]["CUDA_VISIBLE_DEVICES"] == ""
+    assert document["warnings"][0].startswith("no GPU visible: CPU mode (no NVIDIA driver")
+    assert document["batch"] == "batch: 32 per device x 1 process x 1 node x 1 accumulation = 32 global"
+
+
+@pytest.mark.parametrize("rank", [0, 1])
+def test_pytorchjob_master_and_worker(monkeypatch, capsys, base_env, rank):
+    install(monkeypatch, h100s(8))
+    env = {**base_env, **PYTORCHJOB, "PET_NODE_RANK": str(rank), "RANK": str(rank)}
+    document = plan_ok(monkeypatch, capsys, env)
+    assert torchrun_flags(document) == [
+        "--nnodes", "2", "--nproc-per-node", "8", "--node-rank", str(rank),
+        "--master-addr", "mlm-master-0", "--master-port", "23456", "--rdzv-conf", "timeout=900",
+        "--max-restarts", "0", "--local-ranks-filter", "0",
+    ]  # fmt: skip
+    assert (document["nnodes"], document["node_rank"], document["world_size"]) == (2, rank, 16)
+    assert document["rendezvous"]["mode"] == "static"
+    assert document["topology_sources"]["master_addr"] == "MASTER_ADDR"
+    assert document["batch"] == "batch: 32 per device x 8 GPUs x 2 nodes x 1 accumulation = 512 global"
+
+
+def test_trainjob_v2(monkeypatch, capsys, base_env):
+    install(monkeypatch, h100s(4))
+    env = {
+        **base_env,
+        "PET_NNODES": "3",
+        "PET_NPROC_PER_NODE": "auto",
+        "PET_NODE_RANK": "2",
+        "JOB_COMPLETION_INDEX": "2",
+        "PET_MASTER_ADDR": "mlm-node-0-0.mlm",
+        "PET_MASTER_PORT": "29400",
+    }
+    document = plan_ok(monkeypatch, capsys, env)
+    assert torchrun_flags(document)[:10] == [
+        "--nnodes", "3", "--nproc-per-node", "4", "--node-rank", "2",
+        "--master-addr", "mlm-node-0-0.mlm", "--master-port", "29400",
+    ]  # fmt: skip
+    assert document["topology_sources"] == {
+        "nnodes": "PET_NNODES",
+        "node_rank": "PET_NODE_RANK",
+        "master_addr": "PET_MASTER_ADDR",
+        "master_port": "PET_MASTER_PORT",
+    }
+    assert document["world_size"] == 12
+
+
+def test_elastic(monkeypatch, capsys, base_env):
+    install(monkeypatch, h100s(1))
+    env = {
+        **base_env,
+        "PET_RDZV_ENDPOINT": "mlm-worker-0:23456",
+        "PET_RDZV_BACKEND": "c10d",
+        "PET_NNODES": "1:4",
+        "PET_MAX_RESTARTS": "3",
+        "PET_NPROC_PER_NODE": "1",
+        "PET_RDZV_CONF": "last_call_timeout=5",
+    }
+    document = plan_ok(monkeypatch, capsys, env)
+    assert torchrun_flags(document) == [
+        "--nnodes", "1:4", "--nproc-per-node", "1", "--rdzv-backend", "c10d",
+        "--rdzv-endpoint", "mlm-worker-0:23456", "--rdzv-id", "mlm-trainer",
+        "--rdzv-conf", "join_timeout=900,last_call_timeout=5", "--max-restarts", "3", "--local-ranks-filter", "0",
+    ]  # fmt: skip
+    assert document["nnodes"] == "1:4" and document["world_size"] is None
+    assert document["global_batch_size"] is None
+    assert document["batch"] == "batch: 32 per device x 1 GPU x 1-4 nodes x 1 accumulation = 32-128 global"
+
+
+def test_indexed_job(monkeypatch, capsys, base_env, no_nvml):
+    env = {**base_env, "NNODES": "3", "JOB_COMPLETION_INDEX": "2", "MASTER_ADDR": "mlm-0.mlm", "MASTER_PORT": "29500"}
+    document = plan_ok(monkeypatch, capsys, env)
+    assert torchrun_flags(document)[:10] == [
+        "--nnodes", "3", "--nproc-per-node", "1", "--node-rank", "2",
+        "--master-addr", "mlm-0.mlm", "--master-port", "29500",
+    ]  # fmt: skip
+    assert document["topology_sources"]["node_rank"] == "JOB_COMPLETION_INDEX"
+    assert document["world_size"] == 3
+
+
+# ---- global batch --------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(("nnodes", "accumulation"), [("1", 4), ("2", 2), ("4", 1)])
+def test_global_batch_sets_accumulation(monkeypatch, capsys, base_env, nnodes, accumulation):
+    install(monkeypatch, h100s(8))
+    env = {**base_env, "MLM_GLOBAL_BATCH_SIZE": "1024", "NNODES": nnodes, "MASTER_ADDR": "m"}
+    document = plan_ok(monkeypatch, capsys, env)
+    assert document["gradient_accumulation_steps"] == accumulation
+    assert job_flags(document)[-2:] == ["--gradient_accumulation_steps", str(accumulation)]
+    assert document["config"]["gradient_accumulation_steps"] == accumulation
+    plural = "s" if nnodes != "1" else ""
+    assert document["batch"] == (
+        f"batch: 32 per device x 8 GPUs x {nnodes} node{plural} x {accumulation} accumulation = 1024 global"
+    )
+
+
+@pytest.mark.parametrize(
+    ("env", "message"),
+    [
+        ({"MLM_GLOBAL_BATCH_SIZE": "1000"}, r"MLM_GLOBAL_BATCH_SIZE=1000: not a multiple of 32 per device x 8 GPUs x 1 node = 256; use 768 or 1024"),
+        ({"MLM_GLOBAL_BATCH_SIZE": "128"}, r"use 256; or per_device_train_batch_size=16"),
+        ({"MLM_GLOBAL_BATCH_SIZE": "1024", "MLM_GRADIENT_ACCUMULATION_STEPS": "2"}, "MLM_GRADIENT_ACCUMULATION_STEPS=2 contradicts"),
+        ({"MLM_GLOBAL_BATCH_SIZE": "1024", "PET_NNODES": "1:2", "MASTER_ADDR": "m"}, "elastic"),
+    ],
+)  # fmt: skip
+def test_global_batch_errors(monkeypatch, capsys, base_env, env, message):
+    install(monkeypatch, h100s(8))
+    code, _, err = run_plan(monkeypatch, capsys, {**base_env, **env})
+    assert code == 2
+    assert len(err.strip().splitlines()) == 1
+    assert err.startswith("mlm-trainer: error: ")
+    assert re.search(message, err), err
+
+
+def test_global_batch_agreeing_with_explicit_accumulation(monkeypatch, capsys, base_env):
+    install(monkeypatch, h100s(8))
+    env = {**base_env, "MLM_GLOBAL_BATCH_SIZE": "1024", "MLM_GRADIENT_ACCUMULATION_STEPS": "4"}
+    document = plan_ok(monkeypatch, capsys, env)
+    assert document["gradient_accumulation_steps"] == 4
+    assert "--gradient_accumulation_steps" not in job_flags(document)
+
+
+# ---- environment errors and checks ---------------------------------------------------------------------------------
+
+
+def test_require_gpu_without_gpu_exits_3(monkeypatch, capsys, base_env, no_nvml):
+    code, _, err = run_plan(monkeypatch, capsys, {**base_env, "MLM_REQUIRE_GPU": "true"})
+    assert code == 3
+    assert "MLM_REQUIRE_GPU asks for a GPU but none is used: no NVIDIA driver" in err
+
+
+def test_require_gpu_with_gpu_is_fine(monkeypatch, capsys, base_env):
+    install(monkeypatch, h100s(1))
+    assert plan_ok(monkeypatch, capsys, {**base_env, "MLM_REQUIRE_GPU": "true"})["nproc_per_node"] == 1
+
+
+def test_driver_too_old_exits_3(monkeypatch, capsys, base_env):
+    fake = h100s(1)
+    fake.cuda = 11080
+    install(monkeypatch, fake)
+    code, _, err = run_plan(monkeypatch, capsys, base_env, torch_cuda="12.8")
+    assert code == 3
+    assert "CUDA 11.8" in err and "CUDA 12.8" in err
+
+
+def test_output_dir_not_writable_exits_3(monkeypatch, capsys, base_env, no_nvml, tmp_path):
+    (tmp_path / "a-file").write_text("")
+    code, _, err = run_plan(monkeypatch, capsys, {**base_env, "MLM_OUTPUT_DIR": str(tmp_path / "a-file" / "out")})
+    assert code == 3
+    assert "MLM_OUTPUT_DIR" in err and "not writable" in err
+
+
+def test_config_error_exits_2_before_torchrun(monkeypatch, capsys, base_env, no_nvml):
+    def no_torchrun(*args, **kwargs):
+        raise AssertionError("torchrun must not start on a config error")
+
+    monkeypatch.setattr(torchrun.subprocess, "Popen", no_torchrun)
+    code = run_main(lambda argv: launcher.main(argv, {**base_env, "MLM_NUM_TRAIN_EPOCHS": "many"}), ["train"])
+    assert code == 2
+    assert "MLM_NUM_TRAIN_EPOCHS='many'" in capsys.readouterr().err
+
+
+def test_unknown_command(monkeypatch, capsys, base_env):
+    assert run_main(lambda argv: launcher.main(argv, base_env), ["trian"]) == 2
+    assert "unknown command 'trian'" in capsys.readouterr().err
+
+
+def test_secrets_are_redacted_in_the_plan(monkeypatch, capsys, base_env, no_nvml):
+    document = plan_ok(monkeypatch, capsys, base_env, "--hub_token", "hf_canary_1", "--hub_token=hf_canary_2")
+    text = json.dumps(document)
+    assert "hf_canary" not in text
+    assert job_flags(document)[:3] == ["--hub_token", "***", "--hub_token=***"]
+    assert document["config"]["hub_token"] == "***"
+
+
+@pytest.mark.parametrize(
+    ("shm", "workers", "warns"),
+    [(64 * 2**20, 2, True), (None, 1, True), (64 * 2**20, 0, False), (2 * 2**30, 4, False)],
+)
+def test_shm_warning(shm, workers, warns):
+    warning = decide.shm_warning(shm, workers)
+    assert (warning is not None) == warns
+    if warns:
+        assert "--ipc=host" in warning and "--shm-size" in warning and "emptyDir" in warning
+
+
+def test_small_shm_reaches_the_plan_warnings(no_nvml):
+    config = load_config([], {"MLM_DATALOADER_NUM_WORKERS": "2"})
+    plan = planning.make_plan(config, gpus.detect({}), {}, [], shm_bytes=64 * 2**20)
+    assert any("/dev/shm is only 64 MiB" in w for w in plan.warnings)
+
+
+def test_wait_for_address_retries_then_resolves():
+    answers = [OSError("Name or service not known")] * 2 + [None]
+    slept, logged = [], []
+
+    def resolve(host):
+        answer = answers.pop(0)
+        if answer:
+            raise answer
+
+    failures = cluster.wait_for_address("mlm-master-0", "MASTER_ADDR", 60, logged.append, resolve, slept.append)
+    assert failures == 2 and slept == [1.0, 2.0]
+    assert "waiting for MASTER_ADDR=mlm-master-0 to resolve (attempt 1" in logged[0]
+    assert "resolves now" in logged[-1]
+
+
+def test_wait_for_address_is_bounded():
+    now = [0.0]
+
+    def sleep(seconds):
+        now[0] += seconds
+
+    def resolve(host):
+        raise OSError("Name or service not known")
+
+    with pytest.raises(UserError, match=r"MASTER_ADDR='nowhere' did not resolve within 30s") as caught:
+        cluster.wait_for_address("nowhere", "MASTER_ADDR", 30, lambda m: None, resolve, sleep, lambda: now[0])
+    assert caught.value.exit_code == 1  # retried by the Job controller, unlike exit 3
+    assert now[0] == 30
+
+
+def test_the_ranks_are_handed_the_decisions(monkeypatch, capsys, base_env):
+    """MLM_LAUNCH carries what the banner, run.json and the GPU sampler show, so no rank works it out again."""
+    install(monkeypatch, h100s(4))
+    env = {**base_env, "NVIDIA_VISIBLE_DEVICES": f"{uuid_of(1)},{uuid_of(3)}", "MLM_GLOBAL_BATCH_SIZE": "128"}
+    document = plan_ok(monkeypatch, capsys, env)
+    handoff = Handoff.from_environ({"MLM_LAUNCH": document["env"]["MLM_LAUNCH"]})
+    assert handoff is not None
+    assert handoff.gpu_uuids == [uuid_of(1), uuid_of(3)] == document["env"]["CUDA_VISIBLE_DEVICES"].split(",")
+    assert handoff.gpus == ["NVIDIA H100 80GB HBM3"] * 2 and handoff.nnodes == "1"
+    assert (handoff.precision, handoff.global_batch_size) == ("bf16 + tf32", 128)
+    assert handoff.batch == document["batch"] and handoff.command == document["command"]
+    assert Handoff.from_environ({}) is None and Handoff.from_environ({"MLM_LAUNCH": "not json"}) is None

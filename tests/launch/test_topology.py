@@ -1,0 +1,80 @@
+"""The cluster environment read into a Topology, and the wait for the rendezvous address."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.fakes import h100s, install, uuid_of
+from tests.launch.common import plan_ok, torchrun_flags
+from train.errors import ConfigError
+from train.launch import topology as cluster
+
+
+def test_pet_variables_win_over_torch_ones():
+    topology = cluster.topology_from_env(
+        {"PET_NNODES": "2", "NNODES": "5", "PET_NODE_RANK": "1", "NODE_RANK": "4", "MASTER_ADDR": "m", "NODE_X": "y"}
+    )
+    assert (topology.nnodes, topology.node_rank, topology.mode) == ("2", 1, "static")
+    assert topology.address_to_wait_for == ("m", "MASTER_ADDR")
+    static_endpoint = cluster.topology_from_env(
+        {"NNODES": "2", "NODE_RANK": "1", "PET_RDZV_BACKEND": "static", "PET_RDZV_ENDPOINT": "host-0:29500"}
+    )
+    assert static_endpoint.mode == "static" and static_endpoint.address_to_wait_for == ("host-0", "PET_RDZV_ENDPOINT")
+
+
+def test_node_rank_env_wins_over_completion_index_and_single_node_ignores_it():
+    topology = cluster.topology_from_env(
+        {"NNODES": "2", "NODE_RANK": "0", "JOB_COMPLETION_INDEX": "1", "MASTER_ADDR": "m"}
+    )
+    assert topology.node_rank == 0 and topology.address_to_wait_for is None  # node 0 hosts the store
+    single = cluster.topology_from_env({"JOB_COMPLETION_INDEX": "3"})
+    assert (single.mode, single.node_rank) == ("standalone", 0)
+
+
+def test_elastic_range_without_endpoint_meets_at_the_master():
+    topology = cluster.topology_from_env({"PET_NNODES": "2:4", "MASTER_ADDR": "m", "MASTER_PORT": "1234"})
+    assert (topology.mode, topology.rdzv_backend, topology.rdzv_endpoint) == ("dynamic", "c10d", "m:1234")
+    assert topology.address_to_wait_for == ("m", "MASTER_ADDR")
+
+
+@pytest.mark.parametrize(
+    ("env", "message"),
+    [
+        ({"NNODES": "2"}, "needs the address of node 0"),
+        ({"NNODES": "2", "NODE_RANK": "2", "MASTER_ADDR": "m"}, r"NODE_RANK=2: expected 0\.\.1"),
+        ({"PET_NNODES": "two"}, "PET_NNODES='two': expected an integer"),
+        ({"PET_NNODES": "4:2", "MASTER_ADDR": "m"}, "min <= max"),
+        ({"PET_NNODES": "1:4"}, "PET_RDZV_ENDPOINT or PET_MASTER_ADDR"),
+        ({"NNODES": "2", "NODE_RANK": "-1", "MASTER_ADDR": "m"}, "NODE_RANK='-1'"),
+        ({"PET_NODE_RANK": "1"}, "PET_NODE_RANK=1 but the job has one node"),
+    ],
+)
+def test_topology_errors(env, message):
+    with pytest.raises(ConfigError, match=message):
+        cluster.topology_from_env(env)
+
+
+def test_options_override_kubeflow_values(monkeypatch, capsys, base_env):
+    install(monkeypatch, h100s(8))
+    env = {
+        **base_env,
+        "PET_NPROC_PER_NODE": "2",
+        "PET_MAX_RESTARTS": "3",
+        "MLM_MAX_RESTARTS": "1",
+        "MLM_LOG_RANKS": "all",
+        "MLM_RDZV_TIMEOUT": "120",
+        "NNODES": "2",
+        "MASTER_ADDR": "m",
+    }
+    flags = torchrun_flags(plan_ok(monkeypatch, capsys, env))
+    assert flags[flags.index("--nproc-per-node") + 1] == "2"
+    assert flags[flags.index("--max-restarts") + 1] == "1"
+    assert flags[flags.index("--rdzv-conf") + 1] == "timeout=120"
+    assert "--local-ranks-filter" not in flags
+    env["MLM_NPROC_PER_NODE"] = "4"
+    env["MLM_LOG_RANKS"] = "0,1"
+    document = plan_ok(monkeypatch, capsys, env)
+    flags = torchrun_flags(document)
+    assert flags[flags.index("--nproc-per-node") + 1] == "4"
+    assert flags[flags.index("--local-ranks-filter") + 1] == "0,1"
+    assert document["env"]["CUDA_VISIBLE_DEVICES"].split(",") == [uuid_of(i) for i in range(4)]

@@ -1,0 +1,121 @@
+"""Running torchrun: its environment, exit-code translation, signal forwarding; and the real entry points."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import REPO
+from tests.launch.common import PYTORCHJOB
+from train import gpus
+from train.config import load_config
+from train.launch import plan as planning
+from train.launch import torchrun
+
+
+@pytest.fixture
+def cpu_plan(no_nvml, tmp_path) -> planning.Plan:
+    config = load_config([], {"MLM_OUTPUT_DIR": str(tmp_path / "out")})
+    return planning.make_plan(config, gpus.detect({}), {}, [])
+
+
+def fake_torchrun(plan: planning.Plan, script: str) -> planning.Plan:
+    return dataclasses.replace(plan, command=[sys.executable, "-c", script])
+
+
+def test_child_env_drops_pet_variables_and_sets_the_decisions(cpu_plan):
+    env = torchrun._child_env({"PET_STANDALONE": "", "PET_NNODES": "2", "KEEP": "1"}, cpu_plan, "/x")
+    assert not [k for k in env if k.startswith("PET_")]
+    assert env["KEEP"] == "1" and env["MLM_EXIT_DIR"] == "/x"
+    assert env["CUDA_DEVICE_ORDER"] == "PCI_BUS_ID" and env["CUDA_VISIBLE_DEVICES"] == ""
+
+
+RECORD = "import os, sys; open(os.path.join(os.environ['MLM_EXIT_DIR'], 'rank-{rank}.exit'), 'w').write('{code}'); "
+
+
+@pytest.mark.parametrize(
+    ("script", "expected"),
+    [
+        ("import sys; sys.exit(0)", 0),
+        (RECORD.format(rank=1, code=75) + "sys.exit(1)", 75),  # a preempted rank: torchrun says 1, we say 75
+        (RECORD.format(rank=0, code=2) + "sys.exit(1)", 2),
+        (RECORD.format(rank=3, code=3) + "sys.exit(1)", 3),
+        ("import sys; sys.exit(1)", 1),  # a crash: no documented code
+        ("import os, signal; os.kill(os.getpid(), signal.SIGKILL)", 137),
+    ],
+)
+def test_exit_codes_are_translated(cpu_plan, script, expected):
+    assert torchrun.launch(fake_torchrun(cpu_plan, script), {}, lambda *a: None, 10) == expected
+
+
+def test_sigterm_is_forwarded_to_torchrun(cpu_plan, tmp_path):
+    ready = tmp_path / "ready"
+    script = (
+        "import os, signal, sys, time\n"
+        "def stop(signum, frame):\n"
+        "    open(os.path.join(os.environ['MLM_EXIT_DIR'], 'rank-0.exit'), 'w').write('75')\n"
+        "    sys.exit(1)\n"
+        "signal.signal(signal.SIGTERM, stop)\n"
+        f"open({str(ready)!r}, 'w').close()\n"
+        "time.sleep(60)\n"
+        "sys.exit(9)\n"
+    )
+
+    def terminate_when_ready():
+        for _ in range(600):
+            if ready.exists():
+                os.kill(os.getpid(), signal.SIGTERM)  # as docker stop / the kubelet would, to the launcher
+                return
+            time.sleep(0.05)
+
+    logged = []
+    before = signal.getsignal(signal.SIGTERM)
+    threading.Thread(target=terminate_when_ready, daemon=True).start()
+    assert torchrun.launch(fake_torchrun(cpu_plan, script), {}, lambda m, *a: logged.append(m), 10) == 75
+    assert any("SIGTERM received: passing it to torchrun" in m for m in logged)
+    assert signal.getsignal(signal.SIGTERM) == before  # the launcher's handler is gone once torchrun is
+
+
+# ---- through the real entry points ---------------------------------------------------------------------------------
+
+
+def entry_env(tmp_path: Path, **extra: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("MLM_", "PET_"))}
+    env.update(PATH=f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}", **extra)
+    env["MLM_OUTPUT_DIR"] = str(tmp_path / "out")
+    return env
+
+
+def test_entrypoint_plan_for_a_pytorchjob_worker(tmp_path):
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = str(sock.getsockname()[1])
+    # A PyTorchJob pod also carries WORLD_SIZE/RANK; with use_cpu the launcher's own TrainingArguments would
+    # start a process group with them and wait forever for rank 0 (the launcher must load the config as a launcher).
+    worker = {**PYTORCHJOB, "PET_NODE_RANK": "1", "RANK": "1", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": port}
+    env = entry_env(tmp_path, **worker, MLM_USE_CPU="true")
+    result = subprocess.run(
+        [str(REPO / "entrypoint.sh"), "plan"], env=env, capture_output=True, text=True, timeout=180, check=False
+    )
+    assert result.returncode == 0, result.stderr[-2000:]
+    document = json.loads(result.stdout)
+    assert (document["nnodes"], document["node_rank"], document["backend"]) == (2, 1, "gloo")
+    assert "--node-rank" in document["command"] and document["config"]["use_cpu"] is True
+
+
+def test_entrypoint_gpus_without_a_driver(tmp_path):
+    result = subprocess.run(
+        [str(REPO / "entrypoint.sh"), "gpus"], env=entry_env(tmp_path), capture_output=True, text=True, timeout=120
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.startswith("no GPU visible: CPU mode (")

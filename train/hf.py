@@ -1,0 +1,77 @@
+"""The Hugging Face cache and offline rules, in one place: where ``HF_HOME`` and the hub cache are, where our own
+cache lives inside it, whether offline mode is on, and whether a name is a local path or a hub id.
+
+huggingface_hub computes the same answers in ``huggingface_hub.constants``, but once, at import time, from
+``os.environ``; doctor and the tests ask about an environment given as a mapping, so the rules are restated here
+with the library's own semantics (``XDG_CACHE_HOME``, ``HF_HUB_CACHE``, ``TRANSFORMERS_OFFLINE``, its true values).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from pathlib import Path
+
+# huggingface_hub.constants.ENV_VARS_TRUE_VALUES
+TRUE_VALUES = {"1", "ON", "YES", "TRUE"}
+# The file types train.data reads; a name ending in one of them is a local file even before it exists.
+LOCAL_SUFFIXES = (".txt", ".json", ".jsonl", ".csv", ".parquet")
+OUR_CACHE = "mlm-trainer"
+
+
+def _env(environ: Mapping[str, str] | None) -> Mapping[str, str]:
+    return os.environ if environ is None else environ
+
+
+def _expand(path: str) -> Path:
+    return Path(os.path.expandvars(os.path.expanduser(path)))
+
+
+def hf_home(environ: Mapping[str, str] | None = None) -> Path:
+    """``HF_HOME``, else ``$XDG_CACHE_HOME/huggingface``, else ``~/.cache/huggingface``."""
+    env = _env(environ)
+    if env.get("HF_HOME"):
+        return _expand(env["HF_HOME"])
+    base = env.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return _expand(os.path.join(base, "huggingface"))
+
+
+def hub_cache(environ: Mapping[str, str] | None = None) -> Path:
+    """Where downloaded models and datasets live: ``HF_HUB_CACHE`` (or the legacy name), else ``HF_HOME/hub``."""
+    env = _env(environ)
+    explicit = env.get("HF_HUB_CACHE") or env.get("HUGGINGFACE_HUB_CACHE")
+    return _expand(explicit) if explicit else hf_home(env) / "hub"
+
+
+def cache_root(environ: Mapping[str, str] | None = None) -> Path:
+    """Our cache folder inside HF_HOME (the one place besides output_dir the job writes to)."""
+    return hf_home(environ) / OUR_CACHE
+
+
+def offline(environ: Mapping[str, str] | None = None) -> bool:
+    """Offline as huggingface_hub reads it: ``HF_HUB_OFFLINE``, else ``TRANSFORMERS_OFFLINE``, set to a true value."""
+    env = _env(environ)
+    value = env.get("HF_HUB_OFFLINE") or env.get("TRANSFORMERS_OFFLINE") or ""
+    return value.strip().upper() in TRUE_VALUES
+
+
+def looks_local(name: str) -> bool:
+    """A path-like name (``/``, ``.``, ``~``), a known data-file suffix, or an existing path is local; else a hub id."""
+    return name.startswith(("/", ".", "~")) or Path(name).suffix.lower() in LOCAL_SUFFIXES or os.path.exists(name)
+
+
+def in_hub_cache(repo_id: str, repo_type: str, environ: Mapping[str, str] | None = None) -> bool:
+    """A hub repo already downloaded: the hub cache, or (datasets) the raw-data cache train.data fills."""
+    if (hub_cache(environ) / f"{repo_type}s--{repo_id.replace('/', '--')}" / "snapshots").is_dir():
+        return True
+    return repo_type == "dataset" and (cache_root(environ) / "raw" / repo_id.replace("/", "___")).is_dir()
+
+
+def offline_hint(what: str, variable: str, environ: Mapping[str, str] | None = None) -> str:
+    """Why a hub download failed, and what to do, for ``what`` (model, dataset) configured by ``variable``."""
+    if offline(environ):
+        return f"HF_HUB_OFFLINE is set and the {what} is not in the cache ({hf_home(environ)}); mount a local copy"
+    return (
+        f"the hub is unreachable or the id is unknown; with no network set HF_HUB_OFFLINE=1 and a filled cache "
+        f"(HF_HOME), or mount a local copy and point {variable} at it"
+    )

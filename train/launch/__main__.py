@@ -1,0 +1,51 @@
+"""``python -m train.launch {train|plan} [option flags]``: resolve the options, detect the GPUs, plan, then print
+the plan (``plan``, exit 0) or run torchrun and exit with the documented code (``train``)."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from collections.abc import Mapping, Sequence
+
+from train.console import Console, resolve_format
+from train.errors import ConfigError, run_main
+from train.gpus import detect, torch_cuda_version
+from train.launch.decide import shm_size, usable_cpus
+from train.launch.plan import launcher_config, make_plan, plan_document, summary, torchrun_path
+from train.launch.torchrun import launch
+from train.outputs import check_output_dir
+
+USAGE = "usage: python -m train.launch {train|plan} [--option value ...]"
+
+
+def main(argv: Sequence[str] | None = None, environ: Mapping[str, str] | None = None) -> int:
+    """``train``: launch and exit with the documented code; ``plan``: print the decisions as JSON."""
+    args = list(sys.argv[1:] if argv is None else argv)
+    environ = os.environ if environ is None else environ
+    command = args.pop(0) if args and not args[0].startswith("-") else "train"
+    if command not in ("train", "plan"):
+        raise ConfigError(f"unknown command {command!r}; {USAGE}")
+
+    config = launcher_config(args, environ)
+    # auto is judged once, on the launcher's stdout: the ranks' stdout is a pipe under torchrun.
+    log_format = resolve_format(config.job.log_format)
+    torch_cuda = torch_cuda_version()
+    plan = make_plan(
+        config, detect(environ), environ, args, torch_cuda, usable_cpus(), torchrun_path(), log_format, shm_size()
+    )
+    # The job's own check, before torchrun: an unwritable output_dir (3) or a finished final/ there (2).
+    check_output_dir(config)
+    if command == "plan":
+        print(json.dumps(plan_document(plan, config, torch_cuda), indent=2, default=str))
+        return 0
+    log = Console(log_format)
+    for warning in plan.warnings:
+        log.warning(warning)
+    log(summary(plan))
+    log(plan.batch.banner)
+    return launch(plan, environ, log, config.job.rdzv_timeout)
+
+
+if __name__ == "__main__":
+    sys.exit(run_main(main))

@@ -1,0 +1,196 @@
+"""The launch decisions, as pure functions of the resolved options, the GPU inventory and the topology: processes
+per node, precision, the global batch and its gradient accumulation, the /dev/shm threshold. ``plan`` calls them
+for a launch, ``doctor`` for its rows: one rule each.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from train.errors import ConfigError, EnvironmentProblem
+from train.handoff import precision_label
+from train.launch.topology import Topology
+
+# DataLoader workers hand batches to their rank through /dev/shm; below this, Docker's 64 MB default among them,
+# they die with "bus error".
+MIN_SHM_BYTES = 2**30
+
+
+def decide_nproc(
+    requested: str | None, requested_source: str, pet_value: str | None, gpu_count: int, cpu_count: int
+) -> tuple[int, str]:
+    """Processes on this node and where the number came from. ``gpu_count`` is 0 in CPU mode."""
+    if requested is not None:
+        value, source = requested, requested_source
+    elif pet_value is not None:
+        value, source = pet_value, "PET_NPROC_PER_NODE"
+    else:
+        value, source = "auto", "auto"
+    value = value.strip().lower()
+    if value in ("auto", "gpu"):
+        if gpu_count:
+            return gpu_count, f"{source}: the visible GPUs" if source != "auto" else "auto: the visible GPUs"
+        if value == "gpu":
+            raise EnvironmentProblem(f"{source}=gpu but no GPU is visible")
+        # One process per node on CPU: it uses every core, where N gloo ranks would split them and add traffic.
+        return 1, f"{source}: one process on CPU" if source != "auto" else "auto: one process on CPU"
+    if value == "cpu":
+        return cpu_count, f"{source}=cpu: one process per CPU core (torchrun's meaning)"
+    if not value.isdigit() or int(value) < 1:
+        raise ConfigError(f"{source}={value!r}: expected a positive integer, auto, gpu or cpu")
+    count = int(value)
+    if gpu_count and count > gpu_count:
+        raise ConfigError(
+            f"{source}={count}: only {gpu_count} GPU(s) are visible; a rank per GPU means at most {gpu_count}"
+        )
+    return count, source
+
+
+@dataclass(frozen=True)
+class Precision:
+    name: str  # bf16 | fp16 | fp32
+    tf32: bool
+    flags: tuple[str, ...]  # decision flags for the ranks (empty when the user chose)
+    source: str
+
+    @property
+    def label(self) -> str:
+        return precision_label(self.name, self.tf32)
+
+
+def decide_precision(
+    fp16: bool, bf16: bool, tf32: bool | None, user_set: Mapping[str, str], capability: tuple[int, int] | None
+) -> Precision:
+    """bf16 + tf32 on compute capability >= 8.0, fp16 on 7.x, fp32 on CPU; a user's choice is checked, not changed.
+
+    ``user_set`` maps the precision fields the user set (fp16, bf16, tf32) to where they set them;
+    ``capability`` is the lowest compute capability of the GPUs used, None on CPU.
+    """
+    device = "the CPU" if capability is None else "compute capability {}.{}".format(*capability)
+    ampere = capability is not None and capability >= (8, 0)
+    if bf16 and "bf16" in user_set and capability is not None and not ampere:
+        raise ConfigError(f"{user_set['bf16']}: bf16 needs compute capability 8.0 or newer, not {device}; use fp16")
+    if fp16 and "fp16" in user_set and capability is None:
+        raise ConfigError(f"{user_set['fp16']}: fp16 needs a GPU and this node has none; use fp32 (or bf16 on CPU)")
+    if tf32 and "tf32" in user_set and not ampere:
+        raise ConfigError(f"{user_set['tf32']}: tf32 needs compute capability 8.0 or newer, not {device}")
+
+    flags: list[str] = []
+    if "fp16" in user_set or "bf16" in user_set:
+        name = "bf16" if bf16 else "fp16" if fp16 else "fp32"
+        source = ", ".join(user_set[key] for key in ("bf16", "fp16") if key in user_set)
+    elif ampere:
+        name, source = "bf16", f"auto: {device}"
+        flags += ["--bf16", "true"]
+    elif capability is not None and capability >= (7, 0):
+        name, source = "fp16", f"auto: {device}"
+        flags += ["--fp16", "true"]
+    else:
+        name, source = "fp32", f"auto: {device}"
+    use_tf32 = bool(tf32) if "tf32" in user_set else ampere
+    if use_tf32 and "tf32" not in user_set:
+        flags += ["--tf32", "true"]
+    return Precision(name, use_tf32, tuple(flags), source)
+
+
+@dataclass(frozen=True)
+class Batch:
+    per_device: int
+    processes: int
+    min_nodes: int
+    max_nodes: int
+    accumulation: int
+    global_batch_size: int | None  # None when the node count is elastic
+    flags: tuple[str, ...]
+    unit: str  # "GPU" or "process"
+
+    @property
+    def banner(self) -> str:
+        nodes = str(self.max_nodes) if self.min_nodes == self.max_nodes else f"{self.min_nodes}-{self.max_nodes}"
+        total = (
+            str(self.global_batch_size)
+            if self.global_batch_size is not None
+            else "-".join(
+                str(self.per_device * self.processes * n * self.accumulation) for n in (self.min_nodes, self.max_nodes)
+            )
+        )
+        return (
+            f"batch: {self.per_device} per device x {plural(self.processes, self.unit)} x "
+            f"{nodes} node{'s' if self.max_nodes > 1 else ''} x {self.accumulation} accumulation = {total} global"
+        )
+
+
+def plural(count: int, word: str) -> str:
+    return f"{count} {word}{'es' if word.endswith('s') and count != 1 else 's' if count != 1 else ''}"
+
+
+def decide_batch(
+    per_device: int,
+    accumulation: int,
+    accumulation_source: str | None,
+    global_batch_size: int | None,
+    global_source: str,
+    processes: int,
+    topology: Topology,
+    unit: str,
+) -> Batch:
+    """Derive gradient accumulation from the global batch (samples per optimizer step across all ranks)."""
+    flags: tuple[str, ...] = ()
+    if global_batch_size is None:
+        total = None if topology.elastic else per_device * processes * topology.max_nodes * accumulation
+        return Batch(per_device, processes, topology.min_nodes, topology.max_nodes, accumulation, total, flags, unit)
+    if topology.elastic:
+        raise ConfigError(
+            f"{global_source}={global_batch_size}: the node count is elastic ({topology.nnodes}), so the world size "
+            "and the accumulation it implies are unknown until rendezvous; set gradient_accumulation_steps instead"
+        )
+    world = processes * topology.max_nodes
+    step = per_device * world
+    if global_batch_size % step:
+        lower, higher = (global_batch_size // step) * step, (global_batch_size // step + 1) * step
+        options = " or ".join(str(n) for n in (lower, higher) if n > 0)
+        hint = (
+            f"; or per_device_train_batch_size={global_batch_size // world}" if global_batch_size % world == 0 else ""
+        )
+        raise ConfigError(
+            f"{global_source}={global_batch_size}: not a multiple of {per_device} per device x "
+            f"{plural(processes, unit)} x {plural(topology.max_nodes, 'node')} = {step}; use {options}{hint}"
+        )
+    derived = global_batch_size // step
+    if accumulation_source and accumulation != derived:
+        raise ConfigError(
+            f"{accumulation_source}={accumulation} contradicts {global_source}={global_batch_size}, which needs "
+            f"{derived} on {plural(world, unit)} at {per_device} per device; set only one of them"
+        )
+    if not accumulation_source:
+        flags = ("--gradient_accumulation_steps", str(derived))
+    return Batch(per_device, processes, topology.min_nodes, topology.max_nodes, derived, global_batch_size, flags, unit)
+
+
+def shm_warning(shm_bytes: int | None, workers: int) -> str | None:
+    """DataLoader workers hand batches over through /dev/shm; Docker's default 64 MB makes them die."""
+    if workers <= 0 or (shm_bytes is not None and shm_bytes >= MIN_SHM_BYTES):
+        return None
+    size = "missing" if shm_bytes is None else f"only {shm_bytes / 2**20:.0f} MiB"
+    return (
+        f"/dev/shm is {size} and dataloader_num_workers={workers}: workers can die with 'bus error'. Fix: "
+        "docker run --ipc=host (or --shm-size=2g); on Kubernetes mount an emptyDir with medium: Memory at /dev/shm; "
+        "or set MLM_DATALOADER_NUM_WORKERS=0"
+    )
+
+
+def usable_cpus() -> int:
+    """The CPUs this process may run on (its affinity mask: what taskset, Slurm and cgroup cpusets leave it)."""
+    if hasattr(os, "sched_getaffinity"):
+        return len(os.sched_getaffinity(0))
+    return os.cpu_count() or 1
+
+
+def shm_size(path: str = "/dev/shm") -> int | None:
+    try:
+        stat = os.statvfs(path)
+    except OSError:
+        return None
+    return stat.f_blocks * stat.f_frsize

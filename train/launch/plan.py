@@ -1,0 +1,322 @@
+"""The plan: every launch decision for this node in one value, the torchrun command that carries it out, and the
+JSON document ``plan`` prints.
+
+Decisions reach the ranks as extra option flags appended after the user's (highest precedence), as a few
+environment variables (the GPUs by UUID, thread counts) and as the :class:`~train.handoff.Handoff` record of
+facts they show but must not recompute. torchrun would also read any PET_* variable behind our back, so they are
+removed from its environment (torchrun.py): the ``command`` in ``plan`` is exactly what runs.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import sys
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from train.config import Config, load_config
+from train.errors import EnvironmentProblem
+from train.gpus import Inventory, check_driver
+from train.handoff import HANDOFF_ENV, Handoff
+from train.launch.decide import (
+    MIN_SHM_BYTES,
+    Batch,
+    Precision,
+    decide_batch,
+    decide_nproc,
+    decide_precision,
+    plural,
+    shm_warning,
+)
+from train.launch.topology import Topology, topology_from_env
+
+JOB_MODULE = "train.job"
+SECRET_FLAGS = ("--hub_token",)
+# Variables that make accelerate (inside TrainingArguments) believe this process is a rank. The launcher is not
+# one: a PyTorchJob pod carries WORLD_SIZE/RANK for its torchrun, and with them accelerate would start a process
+# group in the launcher and wait for peers that never come.
+RANK_ENV = ("LOCAL_RANK", "RANK", "WORLD_SIZE", "PMI_SIZE", "OMPI_COMM_WORLD_SIZE", "MV2_COMM_WORLD_SIZE")
+
+
+@dataclass
+class Plan:
+    inventory: Inventory
+    topology: Topology
+    nproc_per_node: int
+    nproc_source: str
+    cpu_mode: bool
+    backend: str
+    precision: Precision
+    batch: Batch
+    max_restarts: int
+    decision_flags: list[str]
+    decided: dict[str, Any]  # the option values the decision flags set
+    env: dict[str, str]  # set in torchrun's environment
+    warnings: list[str]
+    command: list[str]
+
+
+def torchrun_path() -> list[str]:
+    """The torchrun of this interpreter's environment (a bare `torchrun` on PATH may belong to another)."""
+    candidate = Path(sys.executable).with_name("torchrun")
+    if candidate.exists():
+        return [str(candidate)]
+    return [sys.executable, "-m", "torch.distributed.run"]
+
+
+def make_plan(
+    config: Config,
+    inventory: Inventory,
+    environ: Mapping[str, str],
+    user_argv: Sequence[str],
+    torch_cuda: str | None = None,
+    cpu_count: int = 1,
+    torchrun: Sequence[str] = ("torchrun",),
+    log_format: str = "json",
+    shm_bytes: int | None = MIN_SHM_BYTES,
+) -> Plan:
+    """Every launch decision, from the resolved config, the GPU inventory and the cluster environment."""
+    job, training, sources = config.job, config.training, config.sources
+    warnings: list[str] = []
+    topology = topology_from_env(environ)
+
+    cpu_mode = not inventory.gpus or bool(training.use_cpu)
+    if cpu_mode:
+        reason = "use_cpu is set" if inventory.gpus else inventory.cpu_reason
+        if job.require_gpu:
+            raise EnvironmentProblem(
+                f"{config.source_of('require_gpu')} asks for a GPU but none is used: {reason}; give the container "
+                "GPUs (docker run --gpus all; Kubernetes: resources.limits nvidia.com/gpu) or unset it to use the CPU"
+            )
+        warnings.append(f"no GPU visible: CPU mode ({reason})")
+    else:
+        driver_warning = check_driver(inventory, torch_cuda)
+        if driver_warning:
+            warnings.append(driver_warning)
+
+    gpu_count = 0 if cpu_mode else len(inventory.gpus)
+    nproc, nproc_source = decide_nproc(
+        job.nproc_per_node, config.source_of("nproc_per_node"), topology.nproc_per_node, gpu_count, cpu_count
+    )
+    gpus_used = inventory.gpus[:nproc] if not cpu_mode else []
+
+    decided: dict[str, Any] = {}
+    flags: list[str] = []
+    if job.log_format == "auto":
+        # Resolved once, on the launcher's terminal: a rank's stdout is a pipe whenever torchrun filters output.
+        decided["log_format"] = log_format
+        flags += ["--log_format", log_format]
+    if cpu_mode and not training.use_cpu:
+        if "use_cpu" in sources:
+            warnings.append(
+                f"{sources['use_cpu']}=false on a node without GPU: CPU ranks get a process group but no DDP, "
+                "so each would train its own copy; remove it"
+            )
+        else:
+            # accelerate wraps CPU ranks in DDP only with use_cpu: without it every rank trains its own copy of the
+            # model on its shard and gradients are never averaged (transformers 5.24 / accelerate 1.15).
+            flags += ["--use_cpu", "true"]
+            decided["use_cpu"] = True
+    backend = training.ddp_backend if "ddp_backend" in sources and training.ddp_backend else None
+    if backend is None:
+        backend = "gloo" if cpu_mode else "nccl"
+        flags += ["--ddp_backend", backend]
+        decided["ddp_backend"] = backend
+
+    capability = min((g.compute_capability for g in gpus_used), default=None)
+    user_precision = {name: sources[name] for name in ("fp16", "bf16", "tf32") if name in sources}
+    precision = decide_precision(training.fp16, training.bf16, training.tf32, user_precision, capability)
+    flags += precision.flags
+    for flag in precision.flags[::2]:
+        decided[flag.removeprefix("--")] = True
+
+    accumulation_source = sources.get("gradient_accumulation_steps")
+    batch = decide_batch(
+        training.per_device_train_batch_size,
+        training.gradient_accumulation_steps,
+        accumulation_source,
+        job.global_batch_size,
+        config.source_of("global_batch_size"),
+        nproc,
+        topology,
+        "process" if cpu_mode else "GPU",
+    )
+    flags += batch.flags
+    if batch.flags:
+        decided["gradient_accumulation_steps"] = batch.accumulation
+
+    warning = shm_warning(shm_bytes, training.dataloader_num_workers)
+    if warning:
+        warnings.append(warning)
+
+    if "max_restarts" in sources or topology.max_restarts is None:
+        max_restarts = job.max_restarts
+    else:
+        max_restarts = topology.max_restarts
+
+    env = {
+        # NVML numbers GPUs in PCI bus order; CUDA's default (fastest first) could differ.
+        "CUDA_DEVICE_ORDER": "PCI_BUS_ID",
+        # The devices decided here, by UUID, so ranks use exactly them whatever the runtime exposed.
+        "CUDA_VISIBLE_DEVICES": ",".join(g.uuid for g in gpus_used),
+    }
+    if not environ.get("OMP_NUM_THREADS"):
+        # torchrun would set 1 thread per rank; share the cores instead.
+        env["OMP_NUM_THREADS"] = str(max(1, cpu_count // nproc))
+
+    command = [*torchrun, *_torchrun_flags(topology, nproc, max_restarts, job.rdzv_timeout, job.log_ranks)]
+    command += ["-m", JOB_MODULE, *user_argv, *flags]
+    env[HANDOFF_ENV] = Handoff(
+        precision=precision.label,
+        global_batch_size=batch.global_batch_size,
+        batch=batch.banner,
+        nnodes=topology.nnodes,
+        gpus=[g.name for g in gpus_used],
+        gpu_uuids=[g.uuid for g in gpus_used],
+        command=redact_argv(command),
+    ).to_env()
+    return Plan(
+        inventory=inventory,
+        topology=topology,
+        nproc_per_node=nproc,
+        nproc_source=nproc_source,
+        cpu_mode=cpu_mode,
+        backend=backend,
+        precision=precision,
+        batch=batch,
+        max_restarts=max_restarts,
+        decision_flags=flags,
+        decided=decided,
+        env=env,
+        warnings=warnings,
+        command=command,
+    )
+
+
+def _torchrun_flags(topology: Topology, nproc: int, max_restarts: int, rdzv_timeout: int, log_ranks: str) -> list[str]:
+    flags = ["--nnodes", topology.nnodes, "--nproc-per-node", str(nproc)]
+    conf: dict[str, str] = {}
+    if topology.mode == "standalone":
+        flags.append("--standalone")
+    elif topology.mode == "static":
+        flags += ["--node-rank", str(topology.node_rank)]
+        if topology.rdzv_endpoint:
+            flags += ["--rdzv-backend", "static", "--rdzv-endpoint", topology.rdzv_endpoint]
+        else:
+            flags += ["--master-addr", str(topology.master_addr), "--master-port", str(topology.master_port)]
+        conf["timeout"] = str(rdzv_timeout)  # how long node 0's store waits for the others
+    else:
+        flags += ["--rdzv-backend", str(topology.rdzv_backend), "--rdzv-endpoint", str(topology.rdzv_endpoint)]
+        flags += ["--rdzv-id", str(topology.rdzv_id)]
+        conf["join_timeout"] = str(rdzv_timeout)
+    if topology.mode != "standalone":
+        conf.update(topology.rdzv_conf)
+        flags += ["--rdzv-conf", ",".join(f"{k}={v}" for k, v in conf.items())]
+    flags += ["--max-restarts", str(max_restarts)]
+    if log_ranks.strip() != "all":
+        flags += ["--local-ranks-filter", log_ranks.replace(" ", "")]
+    return flags
+
+
+def redact_argv(argv: Sequence[str]) -> list[str]:
+    """The command as shown in logs and plan: secret option values replaced."""
+    shown, hide_next = [], False
+    for arg in argv:
+        if hide_next:
+            shown.append("***")
+            hide_next = False
+        elif arg in SECRET_FLAGS:
+            shown.append(arg)
+            hide_next = True
+        elif arg.startswith(tuple(f"{flag}=" for flag in SECRET_FLAGS)):
+            shown.append(arg.split("=", 1)[0] + "=***")
+        else:
+            shown.append(arg)
+    return shown
+
+
+def plan_document(plan: Plan, config: Config, torch_cuda: str | None) -> dict[str, Any]:
+    """The JSON document ``plan`` prints."""
+    topology, inventory = plan.topology, plan.inventory
+    resolved = config.as_dict(redact=True)
+    resolved.update(plan.decided)
+    world = None if topology.elastic else plan.nproc_per_node * topology.max_nodes
+    return {
+        "gpus": [] if plan.cpu_mode else inventory.as_dict()["gpus"][: plan.nproc_per_node],
+        "cpu_mode": plan.cpu_mode,
+        "cpu_reason": inventory.cpu_reason if not inventory.gpus else ("use_cpu is set" if plan.cpu_mode else None),
+        "driver_version": inventory.driver_version,
+        "cuda_driver_version": inventory.as_dict()["cuda_driver_version"],
+        "torch_cuda": torch_cuda,
+        "nproc_per_node": plan.nproc_per_node,
+        "nproc_per_node_source": plan.nproc_source,
+        "nnodes": topology.max_nodes if not topology.elastic else topology.nnodes,
+        "node_rank": topology.node_rank,
+        "world_size": world,
+        "rendezvous": {
+            "mode": topology.mode,
+            "master_addr": topology.master_addr,
+            "master_port": topology.master_port,
+            "backend": topology.rdzv_backend,
+            "endpoint": topology.rdzv_endpoint,
+            "id": topology.rdzv_id,
+        },
+        "topology_sources": topology.sources,
+        "backend": plan.backend,
+        "precision": plan.precision.name,
+        "tf32": plan.precision.tf32,
+        "precision_source": plan.precision.source,
+        "per_device_train_batch_size": plan.batch.per_device,
+        "gradient_accumulation_steps": plan.batch.accumulation,
+        "global_batch_size": plan.batch.global_batch_size,
+        "batch": plan.batch.banner,
+        "max_restarts": plan.max_restarts,
+        "decision_flags": plan.decision_flags,
+        "env": plan.env,
+        "warnings": plan.warnings,
+        "notes": inventory.notes,
+        "command": redact_argv(plan.command),
+        "config": resolved,
+    }
+
+
+def summary(plan: Plan) -> str:
+    """The one line the launcher logs before torchrun starts."""
+    topology = plan.topology
+    if plan.cpu_mode:
+        devices = f"CPU, {plural(plan.nproc_per_node, 'process')}"
+    else:
+        names = sorted({g.name for g in plan.inventory.gpus[: plan.nproc_per_node]})
+        devices = f"{plural(plan.nproc_per_node, 'GPU')} ({', '.join(names)})"
+    nodes = f"{topology.nnodes} node(s), node rank {topology.node_rank}, {topology.mode} rendezvous"
+    return f"{devices}; {nodes}; backend {plan.backend}; precision {plan.precision.label} ({plan.precision.source})"
+
+
+@contextlib.contextmanager
+def as_launcher() -> Iterator[None]:
+    """Load the config as a launcher, not as a rank.
+
+    TrainingArguments sets up a device when built: on a GPU machine that is torch.cuda.set_device(0), a CUDA
+    context the launcher would hold on GPU 0 for the whole run (and that fails rank 0 in EXCLUSIVE_PROCESS compute
+    mode); with a PyTorchJob's WORLD_SIZE/RANK in the environment it would even start a process group.
+    """
+    saved = {name: os.environ.pop(name) for name in RANK_ENV if name in os.environ}
+    previous_cpu = os.environ.get("ACCELERATE_USE_CPU")
+    os.environ["ACCELERATE_USE_CPU"] = "true"
+    try:
+        yield
+    finally:
+        os.environ.update(saved)
+        if previous_cpu is None:
+            os.environ.pop("ACCELERATE_USE_CPU", None)
+        else:
+            os.environ["ACCELERATE_USE_CPU"] = previous_cpu
+
+
+def launcher_config(argv: Sequence[str], environ: Mapping[str, str]) -> Config:
+    """The resolved options, loaded as a launcher (``plan``, ``doctor`` and a launch all start here)."""
+    with as_launcher():
+        return load_config(argv, environ)

@@ -1,0 +1,145 @@
+"""Running torchrun: as a child in its own process group, its stderr relayed, SIGTERM/SIGINT forwarded, and its
+exit status translated into the documented exit codes the ranks reported (errors.py).
+
+What torchrun lacks for a container's PID 1: its exit status is 1 whatever a rank exited with (so the ranks record
+their code in ``MLM_EXIT_DIR``), and its agent prints a traceback and a summary table after a rank that already
+said in one line what went wrong (held back and dropped, unless MLM_DEBUG=1).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+from train.errors import DOCUMENTED_EXITS, EXIT_DIR_ENV, debug_enabled, documented_exit, read_exit_codes
+from train.launch.plan import Plan, redact_argv
+from train.launch.topology import wait_for_address
+
+
+def _child_env(environ: Mapping[str, str], plan: Plan, exit_dir: str) -> dict[str, str]:
+    env = {k: v for k, v in environ.items() if not k.startswith("PET_")}
+    env.update(plan.env)
+    env[EXIT_DIR_ENV] = exit_dir
+    env.setdefault("PYTHONUNBUFFERED", "1")
+    return env
+
+
+def _die_with_parent() -> None:
+    """In torchrun's process: get SIGTERM if the launcher dies (a killed launcher must not leave ranks behind)."""
+    try:
+        import ctypes
+
+        ctypes.CDLL(None).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        pass
+
+
+# torchrun's agent reports a failed rank with an ERROR log line ("E1130 12:00:00.000 123 .../api.py:1002] failed
+# (exitcode: 2) ...") followed by its own traceback and a summary table. When the rank failed with a documented
+# code it has already printed the one line a user needs, so that report is held back and dropped.
+_AGENT_REPORT = re.compile(rb"^[EWI]\d{4} \d\d:\d\d:\d\d\.\d+ +\d+ .*torch/distributed/elastic/.*\] failed")
+
+
+class _StderrRelay:
+    """Passes torchrun's stderr through as it comes, holding back everything from the agent's failure report on."""
+
+    def __init__(self, sink: Any) -> None:
+        self.sink = sink
+        self.partial = b""
+        self.held: list[bytes] = []
+
+    def feed(self, chunk: bytes) -> None:
+        lines = (self.partial + chunk).split(b"\n")
+        self.partial = lines.pop()
+        for line in lines:
+            if self.held or _AGENT_REPORT.match(line):
+                self.held.append(line + b"\n")
+            else:
+                self.sink.write(line + b"\n")
+        # Progress bars redraw with \r and no newline: show them now, unless this may be the start of a report line.
+        if self.partial and not self.held and not re.match(rb"[EWI]\d", self.partial):
+            self.sink.write(self.partial)
+            self.partial = b""
+        self.sink.flush()
+
+    def finish(self, drop_report: bool) -> None:
+        if self.partial:
+            if self.held:
+                self.held.append(self.partial)
+            else:
+                self.sink.write(self.partial)
+            self.partial = b""
+        if not drop_report:
+            for line in self.held:
+                self.sink.write(line)
+        self.sink.flush()
+
+
+def run_torchrun(
+    command: Sequence[str], env: Mapping[str, str], log: Callable[..., None], exit_dir: str, debug: bool = False
+) -> tuple[int, list[int]]:
+    """Run torchrun as a child in its own process group, forwarding SIGTERM/SIGINT.
+
+    Returns its exit status and the exit codes the ranks recorded in ``exit_dir``.
+
+    Its own group: a Ctrl-C on a terminal reaches only the launcher, which forwards it once (torchrun passes it
+    on to the ranks), instead of every process receiving it twice. The handlers are in place before the child
+    starts, so a signal arriving in between is held and delivered, not lost. Its stderr is relayed so that the
+    agent's failure report can be dropped when a rank already said what went wrong (MLM_DEBUG=1 keeps it).
+    """
+    child: subprocess.Popen[bytes] | None = None
+    pending: list[int] = []
+
+    def forward(signum: int, _frame: object) -> None:
+        log(f"{signal.Signals(signum).name} received: passing it to torchrun (ranks checkpoint and exit)")
+        if child is None:
+            pending.append(signum)
+            return
+        with contextlib.suppress(ProcessLookupError):
+            child.send_signal(signum)
+
+    previous = {sig: signal.signal(sig, forward) for sig in (signal.SIGTERM, signal.SIGINT)}
+    relay = _StderrRelay(sys.stderr.buffer)
+    try:
+        child = subprocess.Popen(
+            list(command), env=dict(env), process_group=0, preexec_fn=_die_with_parent, stderr=subprocess.PIPE
+        )
+        for signum in pending:
+            child.send_signal(signum)
+        assert child.stderr is not None
+        while chunk := child.stderr.read1(65536):
+            relay.feed(chunk)
+        status = child.wait()
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+    codes = read_exit_codes(exit_dir)
+    relay.finish(drop_report=documented_exit(codes, 0) != 0 and not debug)
+    # A negative status is death by that signal: report it the way a shell does.
+    return (128 + -status if status < 0 else status), codes
+
+
+def launch(plan: Plan, environ: Mapping[str, str], log: Callable[..., None], rdzv_timeout: int) -> int:
+    target = plan.topology.address_to_wait_for
+    if target:
+        wait_for_address(*target, timeout_s=rdzv_timeout, log=lambda m: log(m, "warning"))
+    exit_dir = tempfile.mkdtemp(prefix="mlm-exit-")
+    try:
+        log("torchrun: " + " ".join(redact_argv(plan.command)))
+        child_env = _child_env(environ, plan, exit_dir)
+        status, codes = run_torchrun(plan.command, child_env, log, exit_dir, debug_enabled(environ))
+    finally:
+        shutil.rmtree(exit_dir, ignore_errors=True)
+    code = 0 if status == 0 else documented_exit(codes, status)
+    if code in DOCUMENTED_EXITS:
+        log(f"exit {code}, as the ranks reported (see the line above)")
+    elif code:
+        log(f"torchrun exited {status}; no rank reported a documented exit code: a crash", "error")
+    return code
