@@ -87,21 +87,27 @@ def test_list_and_bool_values_from_env_and_yaml(tmp_path: Path) -> None:
         ([], {"MLM_NUM_TRAIN_EPOCHS": "-1"}, None, r"MLM_NUM_TRAIN_EPOCHS=-1.0: expected a positive number"),
         ([], {"MLM_MLM_PROBABILITY": "1.5"}, None, r"MLM_MLM_PROBABILITY=1.5: expected a number between 0 and 1"),
         ([], {"MLM_MLM_PROBABILITY": "0"}, None, r"MLM_MLM_PROBABILITY=0.0: expected a number between 0 and 1"),
-        ([], {"MLM_MAX_SEQ_LENGTH": "0"}, None, r"MLM_MAX_SEQ_LENGTH=0: expected a positive integer"),
+        ([], {"MLM_MAX_SEQ_LENGTH": "0"}, None, r"MLM_MAX_SEQ_LENGTH=0: expected an integer from 8 to 1048576"),
         (
             [],
             {"MLM_PER_DEVICE_TRAIN_BATCH_SIZE": "0"},
             None,
             r"MLM_PER_DEVICE_TRAIN_BATCH_SIZE=0: expected a positive integer",
         ),
-        ([], {"MLM_NPROC_PER_NODE": "many"}, None, r"MLM_NPROC_PER_NODE='many': expected a positive integer or auto"),
+        (
+            [],
+            {"MLM_NPROC_PER_NODE": "many"},
+            None,
+            r"MLM_NPROC_PER_NODE='many': expected a positive integer up to 1024, auto, gpu or cpu",
+        ),
         (
             [],
             {},
             {"per_device_train_batch_size": "big"},
             r"job.yaml: per_device_train_batch_size='big': expected an integer",
         ),
-        (["--max_seq_length", "x"], {}, None, r"--max_seq_length.*invalid int value: 'x'"),
+        (["--max_seq_length", "x"], {}, None, r"--max_seq_length='x': expected an integer"),
+        (["--seed=1.5"], {}, None, r"--seed='1.5': expected an integer"),
     ],
 )
 def test_bad_values_name_their_source(
@@ -113,6 +119,176 @@ def test_bad_values_name_their_source(
         load_config(argv, env)
     assert info.value.exit_code == EXIT_CONFIG
     assert "\n" not in str(info.value)
+
+
+INT64_OVER = str(2**63)
+
+
+@pytest.mark.parametrize(
+    ("argv", "env", "message"),
+    [
+        # non-finite numbers, wherever they come from
+        ([], {"MLM_LEARNING_RATE": "nan"}, r"MLM_LEARNING_RATE=nan: expected a finite number"),
+        ([], {"MLM_LOGGING_STEPS": "inf"}, r"MLM_LOGGING_STEPS=inf: expected a finite number"),  # crashed __post_init__
+        (["--max_grad_norm", "inf"], {}, r"--max_grad_norm=inf: expected a finite number"),
+        ([], {"MLM_NUM_TRAIN_EPOCHS": "-inf"}, r"MLM_NUM_TRAIN_EPOCHS=-inf: expected a finite number"),
+        (["--max_steps", "10", "--num_train_epochs", "nan"], {}, r"--num_train_epochs=nan: expected a finite"),
+        ([], {"MLM_MLM_PROBABILITY": "nan"}, r"MLM_MLM_PROBABILITY=nan: expected a finite number"),
+        ([], {"MLM_ADAM_EPSILON": "1e999"}, r"MLM_ADAM_EPSILON=inf: expected a finite number"),
+        # rates and ratios
+        ([], {"MLM_LEARNING_RATE": "0"}, r"MLM_LEARNING_RATE=0.0: expected a positive number"),
+        ([], {"MLM_WEIGHT_DECAY": "-0.1"}, r"MLM_WEIGHT_DECAY=-0.1: expected a number >= 0"),
+        # argparse took "-1e-05" for a flag ("expected one argument"): env values now go as --name=value
+        ([], {"MLM_WEIGHT_DECAY": "-1e-5"}, r"MLM_WEIGHT_DECAY=-1e-05: expected a number >= 0"),
+        ([], {"MLM_ADAM_BETA1": "1"}, r"MLM_ADAM_BETA1=1.0: expected a number in \[0, 1\)"),
+        ([], {"MLM_ADAM_BETA2": "-0.5"}, r"MLM_ADAM_BETA2=-0.5: expected a number in \[0, 1\)"),
+        ([], {"MLM_ADAM_EPSILON": "0"}, r"MLM_ADAM_EPSILON=0.0: expected a positive number"),
+        ([], {"MLM_MAX_GRAD_NORM": "-1"}, r"MLM_MAX_GRAD_NORM=-1.0: expected a number >= 0 \(0 turns clipping off\)"),
+        ([], {"MLM_LABEL_SMOOTHING_FACTOR": "1"}, r"MLM_LABEL_SMOOTHING_FACTOR=1.0: expected a number in \[0, 1\)"),
+        # steps: a whole number, or a fraction of the run
+        (
+            [],
+            {"MLM_WARMUP_STEPS": "-1"},
+            r"MLM_WARMUP_STEPS=-1.0: expected a whole number of steps, or a fraction in \[0",
+        ),
+        ([], {"MLM_WARMUP_STEPS": "2.5"}, r"MLM_WARMUP_STEPS=2.5: expected a whole number of steps"),
+        ([], {"MLM_SAVE_STEPS": "-3"}, r"MLM_SAVE_STEPS=-3.0: expected a whole number of steps, or a fraction in \(0"),
+        ([], {"MLM_LOGGING_STEPS": "0"}, r"MLM_LOGGING_STEPS=0.0: expected a whole number of steps"),
+        ([], {"MLM_EVAL_STEPS": "1e30"}, r"MLM_EVAL_STEPS=1e\+30: expected a whole number of steps"),
+        (
+            [],
+            {"MLM_MAX_STEPS": "-7"},
+            r"MLM_MAX_STEPS=-7: expected a positive integer, or -1 to train num_train_epochs",
+        ),
+        ([], {"MLM_MAX_STEPS": "0"}, r"MLM_MAX_STEPS=0: expected a positive integer, or -1"),
+        # counts and seeds
+        ([], {"MLM_SEED": "-1"}, r"MLM_SEED=-1: expected an integer from 0 to 2\*\*32 - 1"),
+        ([], {"MLM_SEED": str(2**32)}, r"MLM_SEED=4294967296: expected an integer from 0 to 2\*\*32 - 1"),
+        ([], {"MLM_DATA_SEED": str(2**32)}, r"MLM_DATA_SEED=4294967296: expected an integer from 0 to 2"),
+        ([], {"MLM_SAVE_TOTAL_LIMIT": "-1"}, r"MLM_SAVE_TOTAL_LIMIT=-1: expected an integer >= 0 \(0 keeps every"),
+        ([], {"MLM_EVAL_ACCUMULATION_STEPS": "0"}, r"MLM_EVAL_ACCUMULATION_STEPS=0: expected a positive integer"),
+        ([], {"MLM_DATALOADER_NUM_WORKERS": "5000"}, r"MLM_DATALOADER_NUM_WORKERS=5000: expected an integer from 0"),
+        (
+            [],
+            {"MLM_DDP_TIMEOUT": "99999999999999999"},
+            r"MLM_DDP_TIMEOUT=99999999999999999: expected an integer from 1",
+        ),
+        ([], {"MLM_PREPROCESSING_NUM_WORKERS": "100000"}, r"MLM_PREPROCESSING_NUM_WORKERS=100000: expected an"),
+        # sizes beyond 64 bits, or absurd
+        (
+            [],
+            {"MLM_MAX_TRAIN_SAMPLES": INT64_OVER},
+            rf"MLM_MAX_TRAIN_SAMPLES={INT64_OVER}: expected an integer from -2",
+        ),
+        (
+            [],
+            {"MLM_PER_DEVICE_TRAIN_BATCH_SIZE": INT64_OVER},
+            r"MLM_PER_DEVICE_TRAIN_BATCH_SIZE=9223372036854775808: ex",
+        ),
+        ([], {"MLM_LOCAL_RANK": INT64_OVER}, r"MLM_LOCAL_RANK=9223372036854775808: expected an integer from -2\*\*63"),
+        (
+            [],
+            {"MLM_DEMO_SAMPLES": str(10**12)},
+            r"MLM_DEMO_SAMPLES=1000000000000: expected an integer from 1 to 10000000",
+        ),
+        (
+            [],
+            {"MLM_RDZV_TIMEOUT": str(10**9)},
+            r"MLM_RDZV_TIMEOUT=1000000000: expected an integer from 1 to 604800 sec",
+        ),
+        ([], {"MLM_STOP_TIMEOUT": "0"}, r"MLM_STOP_TIMEOUT=0: expected an integer from 1 to 604800 seconds"),
+        ([], {"MLM_MAX_RESTARTS": str(10**6)}, r"MLM_MAX_RESTARTS=1000000: expected an integer from 0 to 1000"),
+        # what the tokenizer and the collator can honour
+        ([], {"MLM_MAX_SEQ_LENGTH": "7"}, r"MLM_MAX_SEQ_LENGTH=7: expected an integer from 8 to 1048576"),
+        ([], {"MLM_MAX_SEQ_LENGTH": str(2**21)}, r"MLM_MAX_SEQ_LENGTH=2097152: expected an integer from 8"),
+        (
+            ["--max_seq_length", "16"],
+            {"MLM_PAD_TO_MULTIPLE_OF": "32"},
+            r"MLM_PAD_TO_MULTIPLE_OF=32: expected at most max_seq_length \(16\)",
+        ),
+        # launcher options
+        ([], {"MLM_NPROC_PER_NODE": "0"}, r"MLM_NPROC_PER_NODE='0': expected a positive integer up to 1024"),
+        ([], {"MLM_NPROC_PER_NODE": "4096"}, r"MLM_NPROC_PER_NODE='4096': expected a positive integer up to 1024"),
+        ([], {"MLM_NPROC_PER_NODE": "²"}, r"MLM_NPROC_PER_NODE='²': expected a positive integer"),
+        ([], {"MLM_LOG_RANKS": "0,0"}, r"MLM_LOG_RANKS='0,0': expected distinct local ranks from 0 to 1023"),
+        ([], {"MLM_LOG_RANKS": "-1"}, r"MLM_LOG_RANKS='-1': expected distinct local ranks"),
+        ([], {"MLM_LOG_RANKS": "0,,1"}, r"MLM_LOG_RANKS='0,,1': expected distinct local ranks"),
+        ([], {"MLM_LOG_RANKS": "1024"}, r"MLM_LOG_RANKS='1024': expected distinct local ranks from 0 to 1023"),
+        # config_overrides syntax (unknown keys are train/model.py's, through update_from_string)
+        ([], {"MLM_CONFIG_OVERRIDES": "n_layers2"}, r"MLM_CONFIG_OVERRIDES='n_layers2': expected comma-separated key="),
+        ([], {"MLM_CONFIG_OVERRIDES": "n_layers=2,"}, r"MLM_CONFIG_OVERRIDES='n_layers=2,': expected comma-separated"),
+        ([], {"MLM_CONFIG_OVERRIDES": "dim=1=2"}, r"MLM_CONFIG_OVERRIDES='dim=1=2': expected comma-separated"),
+        ([], {"MLM_CONFIG_OVERRIDES": "n_layers=2, dim=8"}, r"MLM_CONFIG_OVERRIDES='n_layers=2, dim=8': expected"),
+        (
+            [],
+            {"MLM_CONFIG_OVERRIDES": "dim=8,dim=16"},
+            r"MLM_CONFIG_OVERRIDES='dim=8,dim=16': expected .* each key once",
+        ),
+    ],
+)
+def test_out_of_range_values_name_their_source(argv: list, env: dict, message: str) -> None:
+    with pytest.raises(ConfigError, match=message) as info:
+        load_config(argv, env)
+    assert info.value.exit_code == EXIT_CONFIG
+    assert "\n" not in str(info.value)
+
+
+@pytest.mark.parametrize(
+    ("argv", "env"),
+    [
+        ([], {"MLM_NPROC_PER_NODE": "gpu"}),  # the README documents a number, auto, gpu, cpu
+        ([], {"MLM_NPROC_PER_NODE": "CPU"}),
+        ([], {"MLM_NPROC_PER_NODE": "1024"}),
+        ([], {"MLM_LOG_RANKS": "0, 1"}),
+        ([], {"MLM_LOG_RANKS": "all"}),
+        ([], {"MLM_SEED": str(2**32 - 1), "MLM_DATA_SEED": "0"}),
+        ([], {"MLM_WARMUP_STEPS": "0.1", "MLM_LOGGING_STEPS": "0.05", "MLM_SAVE_TOTAL_LIMIT": "0"}),
+        ([], {"MLM_MAX_GRAD_NORM": "0", "MLM_ADAM_BETA1": "0"}),
+        (["--max_steps", "10", "--num_train_epochs", "0"], {}),
+        (["--max_seq_length", "8", "--pad_to_multiple_of", "8"], {}),
+        ([], {"MLM_CONFIG_OVERRIDES": "n_layers=2,dim=128,activation=gelu,dropout=0.1"}),
+    ],
+)
+def test_values_at_the_edges_are_accepted(argv: list, env: dict) -> None:
+    load_config(argv, env)
+
+
+def test_a_huge_value_is_echoed_short() -> None:
+    huge = "9" * 1000
+    for argv, env in (([], {"MLM_SEED": huge}), (["--seed", huge], {}), ([], {"MLM_LOG_RANKS": huge})):
+        with pytest.raises(ConfigError) as info:
+            load_config(argv, env)
+        assert "…" in str(info.value) and "9" * 61 not in str(info.value)
+        assert len(str(info.value)) < 200
+
+
+def test_yaml_values_are_checked_like_env_values(tmp_path: Path) -> None:
+    path = tmp_path / "job.yaml"
+    path.write_text("learning_rate: .nan\n")
+    with pytest.raises(ConfigError, match=r"job.yaml: learning_rate=nan: expected a finite number"):
+        load_config([], {"MLM_CONFIG": str(path)})
+    path.write_text("seed: [1, 2]\n")
+    with pytest.raises(ConfigError, match=r"job.yaml: seed='1 2': expected one value, an integer"):
+        load_config([], {"MLM_CONFIG": str(path)})
+    path.write_text("seed: " + "9" * 5000 + "\n")  # beyond what Python converts from a string
+    with pytest.raises(ConfigError, match=r"job.yaml: not valid YAML \(Exceeds the limit"):
+        load_config([], {"MLM_CONFIG": str(path)})
+
+
+def test_duplicate_yaml_keys_are_errors(tmp_path: Path) -> None:
+    path = tmp_path / "job.yaml"
+    path.write_text("seed: 1\nlearning_rate: 0.001\nseed: 2\n")
+    with pytest.raises(ConfigError, match=r"job.yaml: 'seed' is set twice \(lines 1 and 3\); expected each key once"):
+        load_config([], {"MLM_CONFIG": str(path)})
+    path.write_text("lr_scheduler_kwargs:\n  power: 1\n  power: 2\n")
+    with pytest.raises(ConfigError, match=r"'power' is set twice \(lines 2 and 3\)"):
+        load_config([], {"MLM_CONFIG": str(path)})
+    # keys merged in with << may be overridden: that is what merging is for
+    path.write_text("base: &base {seed: 1}\n")
+    assert yaml.safe_load(path.read_text()) == {"base": {"seed": 1}}
+    merged = tmp_path / "merged.yaml"
+    merged.write_text("? !!merge\n: {seed: 1}\nseed: 2\n")
+    assert load_config([], {"MLM_CONFIG": str(merged)}).training.seed == 2
 
 
 def test_yaml_file_errors(tmp_path: Path) -> None:

@@ -125,3 +125,80 @@ def test_hub_dataset_offline_says_so() -> None:
         ConfigError, match=r"MLM_DATASET='someone/corpus': cannot load the hub dataset \(HF_HUB_OFFLINE"
     ):
         load_raw(config_for("someone/corpus"))
+
+
+def jsonl(tmp_path: Path, name: str, texts: list) -> str:
+    path = tmp_path / name
+    path.write_text("".join(json.dumps({"text": t}) + "\n" for t in texts))
+    return str(path)
+
+
+def test_rows_without_text_are_skipped_with_one_warning(
+    tmp_path: Path, hf_home: Path, capsys: pytest.CaptureFixture
+) -> None:
+    texts = [*LINES[:8], None, 5, {"a": 1}, *LINES[8:10]]  # mixed types: datasets reads the column as Json
+    validation = jsonl(tmp_path, "eval.jsonl", [LINES[0], None, LINES[1]])
+    config = config_for(jsonl(tmp_path, "mixed.jsonl", texts), validation_file=validation, tokenizer_vocab_size="200")
+    raw = load_raw(config)
+    assert list(raw.splits["train"]["text"]) == LINES[:10]
+    assert list(raw.splits["validation"]["text"]) == LINES[:2]
+    err = capsys.readouterr().err
+    assert "Dropping rows without text" in err  # the filter's progress bar
+    warnings = [line for line in err.splitlines() if "warning" in line]
+    assert len(warnings) == 2
+    assert "MLM_DATASET=" in warnings[0] and "skipped 3 of 13 rows whose 'text' is null or not a string" in warnings[0]
+    assert "MLM_VALIDATION_FILE=" in warnings[1] and "skipped 1 of 3 rows" in warnings[1]
+    tokenized = tokenize(config, raw, train_wordpiece(raw, config))
+    assert len(tokenized["train"]) == 10 and all(len(ids) > 2 for ids in tokenized["train"]["input_ids"])
+    # a second load reuses the filter's result, cached under HF_HOME, and says the same
+    capsys.readouterr()
+    again = load_raw(config)
+    err = capsys.readouterr().err
+    assert "Dropping rows" not in err and "skipped 3 of 13 rows" in err
+    assert again.fingerprint == raw.fingerprint and list(again.splits["train"]["text"]) == LINES[:10]
+    assert any(
+        str(hf_home) in f["filename"] and "/filtered/" in f["filename"] for f in again.splits["train"].cache_files
+    )
+
+
+def test_null_rows_in_csv_and_string_columns(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    csv = tmp_path / "c.csv"
+    csv.write_text("text,id\n" + "".join(f'"{t}",{i}\n' for i, t in enumerate(LINES[:4])) + ",9\n")
+    assert list(load_raw(config_for(str(csv), validation_split_percentage="0")).splits["train"]["text"]) == LINES[:4]
+    assert "skipped 1 of 5 rows" in capsys.readouterr().err
+    clean = load_raw(config_for(jsonl(tmp_path, "clean.jsonl", LINES[:4]), validation_split_percentage="0"))
+    assert len(clean.splits["train"]) == 4 and "warning" not in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    ("texts", "message"),
+    [
+        ([None, None], r"MLM_DATASET='.*nulls.jsonl': no text: column 'text' is null or not a string in all 2 rows"),
+        ([None, 3, [1]], r"MLM_DATASET='.*nulls.jsonl': no text: column 'text' is null or not a string in all 3"),
+        ([1, 2], r"MLM_DATASET='.*nulls.jsonl': column 'text' holds int64, not text; set MLM_TEXT_COLUMN"),
+    ],
+)
+def test_a_source_without_text_is_an_error(tmp_path: Path, texts: list, message: str) -> None:
+    with pytest.raises(ConfigError, match=message) as info:
+        load_raw(config_for(jsonl(tmp_path, "nulls.jsonl", texts)))
+    assert info.value.exit_code == 2 and "\n" not in str(info.value)
+
+
+def test_hub_splits_drop_rows_without_text_in_the_splits_used(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture
+) -> None:
+    hub = datasets.DatasetDict(
+        {
+            "train": datasets.Dataset.from_dict({"text": [*LINES[:4], None]}),
+            "validation": datasets.Dataset.from_dict({"text": LINES[4:6]}),
+            "test": datasets.Dataset.from_dict({"text": [None, None]}),  # unused: neither an error nor a warning
+        }
+    )
+    monkeypatch.setattr(datasets, "load_dataset", lambda *args, **kwargs: hub)
+    raw = load_raw(config_for("someone/corpus"))
+    assert list(raw.splits["train"]["text"]) == LINES[:4] and list(raw.splits["validation"]["text"]) == LINES[4:6]
+    warnings = [line for line in capsys.readouterr().err.splitlines() if "warning" in line]
+    assert warnings == [
+        "mlm-trainer: warning: MLM_DATASET='someone/corpus' (train split): skipped 1 of 5 rows whose 'text' is null "
+        "or not a string"
+    ]

@@ -1,4 +1,4 @@
-"""Outputs lose nothing: atomic final/, refusal to overwrite, complete-only resume, writability checks."""
+"""Outputs lose nothing: atomic final/, refusal to overwrite, writability checks."""
 
 from __future__ import annotations
 
@@ -9,13 +9,7 @@ import pytest
 
 from train.config import load_config
 from train.errors import EXIT_CONFIG, EXIT_ENVIRONMENT, ConfigError, EnvironmentProblem
-from train.outputs import (
-    COMPLETE_MARKER,
-    check_output_dir,
-    find_resume_checkpoint,
-    mark_complete,
-    publish_final,
-)
+from train.outputs import check_output_dir, publish_final
 
 
 def config(tmp_path: Path, **env: str):
@@ -70,23 +64,3 @@ def test_full_output_device_is_reported(tmp_path: Path) -> None:
             check_output_dir(config(mount / "out"))
     finally:
         subprocess.run(["umount", str(mount)], check=False)
-
-
-def test_resume_picks_the_newest_complete_checkpoint(tmp_path: Path) -> None:
-    for step in (5, 10, 15):
-        (tmp_path / f"checkpoint-{step}").mkdir()
-    mark_complete(tmp_path / "checkpoint-5")
-    mark_complete(tmp_path / "checkpoint-10")
-    warnings: list[str] = []
-    chosen = find_resume_checkpoint(config(tmp_path), warnings.append)
-    assert chosen == str(tmp_path / "checkpoint-10")
-    assert len(warnings) == 1
-    assert warnings[0].startswith(f"skipping incomplete checkpoint {tmp_path / 'checkpoint-15'} (cut off while")
-    assert not (tmp_path / "checkpoint-15").exists() and list(tmp_path.glob(".incomplete-checkpoint-15-*"))
-    assert find_resume_checkpoint(config(tmp_path, resume="never"), warnings.append) is None
-    assert (tmp_path / "checkpoint-10" / COMPLETE_MARKER).exists()
-
-
-def test_explicit_resume_path_must_be_a_checkpoint(tmp_path: Path) -> None:
-    with pytest.raises(ConfigError, match=r"MLM_RESUME='.*nowhere': not a checkpoint directory"):
-        find_resume_checkpoint(config(tmp_path, resume=str(tmp_path / "nowhere")), print)

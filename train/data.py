@@ -2,7 +2,8 @@
 
 Sources: ``demo`` (the seed's sentence repeated), a local file (.txt one example per line, .jsonl/.json, .csv,
 .parquet), a directory of such files or one written by ``save_to_disk``, or a hub dataset id.
-Tokenized datasets are cached as Arrow files under the HF cache, keyed by the raw data's fingerprint, the
+Rows whose text is null or not a string are dropped (one warning with their count); a source left with none is
+an error. Tokenized datasets are cached as Arrow files under the HF cache, keyed by the raw data's fingerprint, the
 tokenizer and the settings, so a second run and the other ranks reuse them.
 """
 
@@ -19,6 +20,7 @@ import datasets
 from datasets import Dataset, DatasetDict
 
 from train.config import Config
+from train.console import warn
 from train.errors import ConfigError
 from train.hf import cache_root, looks_local, offline_hint
 
@@ -90,7 +92,7 @@ def load_local(path: str, label: str, text_column: str) -> Dataset:
             raise _read_error(label, path, exc) from None
         finally:
             datasets.logging.set_verbosity(verbosity)
-    return _checked(dataset, label, path, text_column)
+    return _text_rows(_checked(dataset, label, path, text_column), f"{label}={path!r}", text_column)
 
 
 def _checked(dataset: Dataset, label: str, path: str, text_column: str) -> Dataset:
@@ -104,6 +106,34 @@ def _checked(dataset: Dataset, label: str, path: str, text_column: str) -> Datas
     return dataset.select_columns([text_column])
 
 
+def _text_rows(dataset: Dataset, source: str, column: str) -> Dataset:
+    """The rows whose text is a string: null and non-string ones are dropped with one warning naming ``source``;
+    none left is an error. A string column without nulls is returned as it is; the filter's result is cached."""
+    feature = dataset.features[column]
+    if isinstance(feature, datasets.Value):
+        if feature.dtype not in ("string", "large_string", "null"):  # null: every row is; the filter says so
+            raise ConfigError(f"{source}: column {column!r} holds {feature.dtype}, not text; set MLM_TEXT_COLUMN")
+        if dataset.data.column(column).null_count == 0:
+            return dataset
+    cache_dir = cache_root() / "filtered"
+    cache_dir.mkdir(parents=True, exist_ok=True)
+    fingerprint = hashlib.sha256(json.dumps([CACHE_VERSION, dataset._fingerprint, column]).encode()).hexdigest()[:20]
+    kept = dataset.filter(
+        lambda texts: [isinstance(t, str) for t in texts],
+        input_columns=[column],
+        batched=True,
+        cache_file_name=str(cache_dir / f"{fingerprint}.arrow"),
+        new_fingerprint=fingerprint,
+        desc="Dropping rows without text",
+    )
+    dropped = len(dataset) - len(kept)
+    if not len(kept):
+        raise ConfigError(f"{source}: no text: column {column!r} is null or not a string in all {dropped} rows")
+    if dropped and os.environ.get("RANK", "0") == "0":  # every rank reads the data; one says so
+        warn(f"{source}: skipped {dropped} of {len(dataset)} rows whose {column!r} is null or not a string")
+    return kept
+
+
 def load_hub(name: str, config_name: str | None, label: str, text_column: str) -> DatasetDict:
     try:
         loaded = datasets.load_dataset(name, config_name, cache_dir=str(cache_root() / "raw"))
@@ -114,7 +144,10 @@ def load_hub(name: str, config_name: str | None, label: str, text_column: str) -
         loaded = DatasetDict({"train": loaded})
     if "train" not in loaded:
         raise ConfigError(f"{label}={name!r}: the dataset has no train split (splits: {', '.join(loaded)})")
-    return DatasetDict({k: _checked(v, label, name, text_column) for k, v in loaded.items()})
+    checked = {k: _checked(v, label, name, text_column) for k, v in loaded.items()}
+    for split in {"train", "validation"} & set(checked):  # the splits the job uses
+        checked[split] = _text_rows(checked[split], f"{label}={name!r} ({split} split)", text_column)
+    return DatasetDict(checked)
 
 
 def _split(train: Dataset, percentage: int) -> DatasetDict:
@@ -198,7 +231,7 @@ def tokenize(config: Config, raw: RawData, tokenizer: Any) -> DatasetDict:
     cache_dir.mkdir(parents=True, exist_ok=True)
 
     def encode(batch: dict[str, list[str]]) -> dict[str, Any]:
-        texts = [t if isinstance(t, str) else "" for t in batch[column]]
+        texts = batch[column]  # strings only: load_raw dropped the rest
         if job.padding == "packed":
             return tokenizer(texts, return_special_tokens_mask=True, return_attention_mask=False)
         return tokenizer(

@@ -8,113 +8,39 @@ it shows (``MLM_LAUNCH``, train/handoff.py).
 from __future__ import annotations
 
 import errno
-import functools
 import math
-import signal
 import sys
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
 import torch.distributed as dist
-from transformers import Trainer, TrainerCallback, set_seed
+from transformers import Trainer, set_seed
 
 from train import logs
+from train.callbacks import CheckpointCompleteMarker, DivergenceGuard, EpochForCollator, finite_weights
+from train.checkpoints import checkpoints, decide_resume, problem, resumed_options
 from train.collator import MaskingCollator
 from train.config import Config, load_config
 from train.console import now, say, warn
 from train.data import load_raw, real_token_count, tokenize
 from train.errors import EXIT_CRASH, ConfigError, EnvironmentProblem, Preempted, UserError, run_main
 from train.handoff import Handoff
+from train.lease import OutputLease
 from train.model import load_model, load_tokenizer, scratch_config, use_masked_only_head
-from train.outputs import (
-    check_output_dir,
-    find_resume_checkpoint,
-    mark_complete,
-    publish_final,
-    run_facts,
-    write_json_atomic,
-)
-
-
-class EpochForCollator(TrainerCallback):
-    """Tells the collator the epoch before the epoch's dataloader iterator (and its workers) is created."""
-
-    def __init__(self, collator: MaskingCollator) -> None:
-        self.collator = collator
-
-    def on_epoch_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
-        self.collator.epoch = int(state.epoch or 0)
-
-
-class CheckpointCompleteMarker(TrainerCallback):
-    """Marks a checkpoint complete once the Trainer has finished writing it, so resume never picks half of one."""
-
-    def on_save(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
-        if state.is_world_process_zero:
-            checkpoint = Path(args.output_dir) / f"checkpoint-{state.global_step}"
-            if checkpoint.is_dir():
-                mark_complete(checkpoint)
-
-
-class StopOnSigterm(TrainerCallback):
-    """SIGTERM (docker stop, eviction, spot reclaim): save a checkpoint at the next step boundary and stop.
-
-    Ranks may receive the signal at different steps, so after each step they agree through one tiny all-reduce;
-    every rank then stops at the same step and takes part in the same checkpoint.
-    """
-
-    def __init__(self) -> None:
-        self.requested = False
-        self.stopped = False
-        signal.signal(signal.SIGTERM, self._handle)
-
-    def _handle(self, signum: int, frame: Any) -> None:
-        self.requested = True
-
-    def _agreed(self, device: torch.device) -> bool:
-        if not (dist.is_available() and dist.is_initialized()):
-            return self.requested
-        flag = torch.tensor([1.0 if self.requested else 0.0], device=device)
-        dist.all_reduce(flag, op=dist.ReduceOp.MAX)
-        return bool(flag.item())
-
-    def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
-        if self._agreed(args.device):
-            self.stopped = True
-            control.should_save = True
-            control.should_training_stop = True
-
-
-def _worker_ignores_sigterm(worker_id: int, init_fn: Callable[[int], None] | None) -> None:
-    """Data loader worker init: ignore SIGTERM, then the Trainer's own init (seeding).
-
-    torchrun stops a rank with killpg(), which reaches the rank's data loader workers too; PyTorch's workers die
-    on a SIGTERM that is not from their parent, and the rank would then fail its step with "DataLoader worker ...
-    killed by signal: Terminated" instead of saving the checkpoint. The rank shuts its workers down itself.
-    """
-    signal.signal(signal.SIGTERM, signal.SIG_IGN)
-    if init_fn is not None:
-        init_fn(worker_id)
-
-
-def _leave_sigterm_to_rank(loader: Any) -> Any:
-    # accelerate's prepared loader wraps the torch DataLoader (base_dataloader) and forwards attribute reads only.
-    base = getattr(loader, "base_dataloader", loader)
-    base.worker_init_fn = functools.partial(_worker_ignores_sigterm, init_fn=base.worker_init_fn)
-    return loader
+from train.outputs import check_output_dir, publish_final, run_facts, write_json_atomic
+from train.preemption import EvaluationInterrupted, StopOnSignal, leave_signals_to_rank
 
 
 class MLMTrainer(Trainer):
-    """The Trainer, with data loader workers that leave SIGTERM to their rank (see _worker_ignores_sigterm)."""
+    """The Trainer, with data loader workers that leave the stop signals to their rank (train/preemption.py)."""
 
     def get_train_dataloader(self) -> Any:
-        return _leave_sigterm_to_rank(super().get_train_dataloader())
+        return leave_signals_to_rank(super().get_train_dataloader())
 
     def get_eval_dataloader(self, eval_dataset: Any = None) -> Any:
-        return _leave_sigterm_to_rank(super().get_eval_dataloader(eval_dataset))
+        return leave_signals_to_rank(super().get_eval_dataloader(eval_dataset))
 
 
 def write_report_safely(output_dir: Path) -> None:
@@ -123,6 +49,8 @@ def write_report_safely(output_dir: Path) -> None:
         from train.report import write_report  # plotting is imported only when a run ends
 
         write_report(output_dir)
+    except ConfigError:
+        return  # stopped before its first log step: nothing to draw yet
     except Exception as exc:  # noqa: BLE001 - any drawing failure is only a warning
         warn(f"no report ({type(exc).__name__}: {exc}); try: entrypoint.sh report {output_dir}")
 
@@ -175,7 +103,7 @@ def build_trainer(config: Config) -> tuple[Trainer, dict[str, Any]]:
         processing_class=tokenizer,
         compute_metrics=masked_accuracy if evaluating else None,
         preprocess_logits_for_metrics=argmax_logits if evaluating else None,
-        callbacks=[EpochForCollator(collator), CheckpointCompleteMarker()],
+        callbacks=[EpochForCollator(collator), CheckpointCompleteMarker(resumed_options(config))],
     )
     # Both heads' MLM losses are means over the micro-batch and ignore num_items_in_batch; without this the Trainer
     # neither divides by gradient_accumulation_steps nor leaves the world size out (measured: accumulation 4 gave
@@ -223,52 +151,102 @@ def main(argv: list[str] | None = None) -> int:
         raise
 
 
+def agreed_resume(config: Config, is_zero: bool) -> str | None:
+    """World rank 0 decides which checkpoint to resume from (and moves unusable ones aside); the others receive
+    its answer, so ranks sharing a volume never race renaming the same directories."""
+    choice = [decide_resume(config, warn) if is_zero else None]
+    if dist.is_available() and dist.is_initialized():
+        dist.broadcast_object_list(choice, src=0)
+    return choice[0]
+
+
+def save_interrupted(trainer: Trainer) -> None:
+    """A checkpoint of the current step, for a stop that came during an evaluation (the Trainer has no public
+    way to save one outside its loop; every rank calls this, as the Trainer's own save needs)."""
+    trainer._save_checkpoint(trainer.model_wrapped, trial=None)
+    trainer.control = trainer.callback_handler.on_save(trainer.args, trainer.state, trainer.control)
+
+
 def train(config: Config) -> int:
     training = config.training
     logs.configure_console(config)
     started = now()
     output_dir = check_output_dir(config)
     handoff = Handoff.from_environ()
+    is_zero = training.process_index == 0
+    lease = OutputLease(output_dir, config.source_of("output_dir"))
+    if is_zero:  # before anything in output_dir changes: a second job must leave the first unharmed
+        lease.acquire(wait_s=config.job.stop_timeout)
+    try:
+        return run(config, output_dir, handoff, started, is_zero)
+    finally:
+        if is_zero:
+            lease.release()
+
+
+def run(config: Config, output_dir: Path, handoff: Handoff | None, started: str, is_zero: bool) -> int:
+    training = config.training
     set_seed(training.seed)
-    stopper = StopOnSigterm()
+    stopper = StopOnSignal()
+    guard = DivergenceGuard()
     trainer, facts = build_trainer(config)
     logs.attach(trainer, config, facts, handoff)
     trainer.add_callback(stopper)
-    resume = find_resume_checkpoint(config, warn)
-    if resume:
+    trainer.add_callback(guard)
+    resume = agreed_resume(config, is_zero)
+    if resume and is_zero:
         warn(f"resuming from {resume}")
 
-    result = trainer.train(resume_from_checkpoint=resume)
-    world_size = training.world_size
-
     def write_run_facts(status: str) -> None:
-        facts_json = run_facts(
-            config,
-            world_size=world_size,
-            dataset_fingerprint=facts["dataset_fingerprint"],
-            started=started,
-            status=status,
-            handoff=handoff,
+        if is_zero:
+            facts_json = run_facts(
+                config,
+                world_size=training.world_size,
+                dataset_fingerprint=facts["dataset_fingerprint"],
+                started=started,
+                status=status,
+                handoff=handoff,
+            )
+            write_json_atomic(output_dir / "run.json", facts_json)
+            write_report_safely(output_dir)
+
+    metrics: dict[str, Any] = {}
+    try:
+        result = trainer.train(resume_from_checkpoint=resume)
+        metrics.update(result.metrics)
+        if trainer.eval_dataset is not None and guard.step is None and not stopper.stopped:
+            metrics.update(final_evaluation(trainer))
+    except EvaluationInterrupted:
+        if not stopper.stopped:  # stopped inside an evaluation: its step has no checkpoint yet
+            save_interrupted(trainer)
+        stopper.stopped = True
+    if guard.step is not None or not finite_weights(trainer.model):
+        write_run_facts("diverged")
+        step = guard.step if guard.step is not None else trainer.state.global_step
+        good = [c.name for c in checkpoints(output_dir) if problem(c) is None]
+        kept = f"the last good checkpoint, {good[-1]}, is kept" if good else "no checkpoint was saved"
+        raise ConfigError(
+            f"training diverged at step {step} ({guard.what or 'the weights are not finite'}): final/ was not "
+            f"written and {kept}; lower learning_rate (now {training.learning_rate:g}) or add warmup_steps, and "
+            "start over with MLM_RESUME=never (a resumed optimizer keeps the old learning rate)"
         )
-        write_json_atomic(output_dir / "run.json", facts_json)
-        write_report_safely(output_dir)
-
     if stopper.stopped:
-        if trainer.is_world_process_zero():
-            write_run_facts("preempted")
-        raise Preempted(f"stopped by SIGTERM at step {trainer.state.global_step}; checkpoint saved in {output_dir}")
+        write_run_facts("preempted")
+        raise Preempted(
+            f"stopped by {stopper.signal_name} at step {trainer.state.global_step}; checkpoint saved in "
+            f"{output_dir}; run the same command again to resume"
+        )
 
-    metrics: dict[str, Any] = dict(result.metrics)
     # Real (non-padding) tokens per second: samples per second times the real tokens of an average sample.
     tokens_per_sample = facts["train_real_tokens"] / max(facts["train_samples"], 1)
     metrics["train_tokens_per_second"] = (
         metrics.get("train_samples_per_second", 0.0) * tokens_per_sample if metrics.get("train_runtime") else 0.0
     )
-    if trainer.eval_dataset is not None:
-        evaluation = final_evaluation(trainer)
-        metrics.update(evaluation)
-        metrics["perplexity"] = math.exp(evaluation["eval_loss"]) if evaluation["eval_loss"] < 700 else math.inf
-    metrics.update(world_size=world_size, train_samples=facts["train_samples"], eval_samples=facts["eval_samples"])
+    if "eval_loss" in metrics:
+        metrics["perplexity"] = math.exp(metrics["eval_loss"]) if metrics["eval_loss"] < 700 else math.inf
+    metrics.update(
+        world_size=training.world_size, train_samples=facts["train_samples"], eval_samples=facts["eval_samples"]
+    )
 
     # Rank 0 writes every file; under DDP each rank holds the same weights, so the others have nothing to add.
     tokenizer = facts["tokenizer"]
@@ -277,7 +255,7 @@ def train(config: Config) -> int:
         trainer.save_model(str(directory))
         tokenizer.save_pretrained(str(directory))
 
-    if trainer.is_world_process_zero():
+    if is_zero:
         publish_final(output_dir, write_model)
         write_json_atomic(output_dir / "all_results.json", metrics)
         write_run_facts("finished")

@@ -1,6 +1,6 @@
 """Everything the job leaves in output_dir: an atomic ``final/``, ``all_results.json``, ``run.json``, and the
-checks that keep earlier work safe (a finished ``final/`` is never replaced unless asked; checkpoints are
-resumed only when complete)."""
+checks that keep earlier work safe (a finished ``final/`` is never replaced unless asked). Which checkpoint a run
+resumes from is train/checkpoints.py."""
 
 from __future__ import annotations
 
@@ -21,8 +21,6 @@ from train.errors import ConfigError, EnvironmentProblem
 from train.handoff import Handoff
 
 FINAL = "final"
-COMPLETE_MARKER = ".complete"  # written into a checkpoint once the Trainer has finished saving it
-CHECKPOINT_PREFIX = "checkpoint-"
 WRITE_PROBE_BYTES = 1 << 20
 
 
@@ -87,49 +85,6 @@ def publish_final(output_dir: Path, write: Callable[[Path], None]) -> Path:
     else:
         os.replace(staging, final)
     return final
-
-
-def mark_complete(checkpoint: Path) -> None:
-    (checkpoint / COMPLETE_MARKER).write_text(now() + "\n", encoding="utf-8")
-
-
-def checkpoints(output_dir: Path) -> list[Path]:
-    """Checkpoint directories, oldest first."""
-    found = [
-        p for p in output_dir.glob(f"{CHECKPOINT_PREFIX}*") if p.is_dir() and p.name[len(CHECKPOINT_PREFIX) :].isdigit()
-    ]
-    return sorted(found, key=lambda p: int(p.name[len(CHECKPOINT_PREFIX) :]))
-
-
-def resume_choice(config: Config) -> tuple[Path | None, list[Path]]:
-    """(the checkpoint a run would resume from, the newer incomplete ones it would skip): MLM_RESUME=auto (newest
-    complete one), never, or an explicit path. Looks only; :func:`find_resume_checkpoint` acts on the answer."""
-    resume = config.job.resume
-    if resume == "never":
-        return None, []
-    if resume != "auto":
-        path = Path(resume)
-        if not (path / "trainer_state.json").exists():
-            raise ConfigError(f"{config.source_of('resume')}={resume!r}: not a checkpoint directory")
-        return path, []
-    skipped = []
-    for candidate in reversed(checkpoints(Path(config.training.output_dir))):
-        if (candidate / COMPLETE_MARKER).exists():
-            return candidate, skipped
-        skipped.append(candidate)
-    return None, skipped
-
-
-def find_resume_checkpoint(config: Config, warn: Callable[[str], None]) -> str | None:
-    """The checkpoint to resume from (:func:`resume_choice`), with the incomplete ones moved aside."""
-    chosen, skipped = resume_choice(config)
-    for candidate in skipped:
-        # Moved aside, not deleted: the Trainer would otherwise write into it again, or keep it while rotating
-        # away the complete checkpoint this run resumes from.
-        aside = candidate.with_name(f".incomplete-{candidate.name}-{os.getpid()}")
-        os.replace(candidate, aside)
-        warn(f"skipping incomplete checkpoint {candidate} (cut off while being written); moved to {aside.name}")
-    return str(chosen) if chosen else None
 
 
 def package_versions() -> dict[str, str]:

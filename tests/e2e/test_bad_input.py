@@ -149,6 +149,30 @@ CASES = [
         2,
         "unknown option 'learning_rat'; did you mean learning_rate?",
     ),
+    Case(
+        "duplicate YAML key",
+        lambda t: {"MLM_CONFIG": write(t / "d.yaml", "seed: 1\nlearning_rate: 0.001\nseed: 2\n")},
+        2,
+        "d.yaml: 'seed' is set twice (lines 1 and 3)",
+    ),
+    Case(
+        "non-finite learning rate",
+        lambda t: {"MLM_LEARNING_RATE": "nan"},
+        2,
+        "MLM_LEARNING_RATE=nan: expected a finite number",
+    ),
+    Case(
+        "master port out of range",
+        lambda t: {"MASTER_PORT": "70000"},
+        2,
+        "MASTER_PORT='70000': expected an integer from 1 to 65535",
+    ),
+    Case(
+        "no row with text",
+        lambda t: {"MLM_DATASET": write(t / "nulls.jsonl", '{"text": null}\n{"text": null}\n')},
+        2,
+        "nulls.jsonl': no text: column 'text' is null or not a string in all 2 rows",
+    ),
     Case("fp16 on CPU", lambda t: {"MLM_FP16": "true"}, 2, "MLM_FP16: fp16 needs a GPU"),
     Case(
         "global batch that does not divide", lambda t: {"MLM_GLOBAL_BATCH_SIZE": "100"}, 2, "MLM_GLOBAL_BATCH_SIZE=100"

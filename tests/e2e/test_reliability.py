@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -125,3 +126,107 @@ def test_token_never_leaks_into_logs_or_outputs(tmp_path: Path) -> None:
     for path in output.rglob("*"):
         if path.is_file():
             assert canary.encode() not in path.read_bytes(), path
+
+
+def newest_checkpoints(output: Path) -> list[Path]:
+    return sorted(output.glob("checkpoint-*"), key=lambda p: int(p.name.split("-")[1]))
+
+
+@pytest.mark.parametrize("stop", [signal.SIGINT, signal.SIGUSR1])
+def test_ctrl_c_and_slurms_signal_save_and_say_one_line(tmp_path: Path, stop: signal.Signals) -> None:
+    """Ctrl-C (SIGINT) and Slurm's --signal=USR1 mean what SIGTERM means: a checkpoint, exit 75, one line."""
+    output = tmp_path / "out"
+    process = start(tiny_env(output, **RESUMABLE))
+    wait_for(output / "checkpoint-10" / ".complete", process)
+    process.send_signal(stop)
+    _, stderr = process.communicate(timeout=60)
+    assert process.returncode == 75, stderr[-3000:]
+    assert f"stopped by {stop.name} at step" in stderr
+    for noise in ("Traceback", "SignalException", "KeyboardInterrupt"):
+        assert noise not in stderr, stderr[-3000:]
+    assert int(newest_checkpoints(output)[-1].name.split("-")[1]) > 10  # saved at the step it stopped
+
+
+def test_a_second_ctrl_c_aborts_at_once(tmp_path: Path) -> None:
+    output = tmp_path / "out"
+    process = start(tiny_env(output, **RESUMABLE))
+    wait_for(output / "checkpoint-10" / ".complete", process)
+    ranks = rank_pids(process.pid)
+    process.send_signal(signal.SIGINT)
+    time.sleep(0.3)  # two signals at once would reach the launcher as one; a person's second press is later
+    process.send_signal(signal.SIGINT)
+    _, stderr = process.communicate(timeout=30)
+    assert process.returncode == 130, stderr[-3000:]
+    assert "second SIGINT: stopping at once" in stderr
+    time.sleep(0.5)
+    assert ranks and not [pid for pid in ranks if Path(f"/proc/{pid}").exists()]  # no rank left behind
+
+
+def test_a_stop_during_a_long_evaluation_saves_without_finishing_it(tmp_path: Path) -> None:
+    # 1,500 evaluation samples one by one take seconds: the stop lands inside the evaluation at step 20.
+    options = {
+        **RESUMABLE,
+        "demo_samples": "3000",
+        "validation_split_percentage": "50",
+        "per_device_eval_batch_size": "1",
+        "eval_strategy": "steps",
+        "eval_steps": "10",
+        "max_steps": "20",
+    }
+    output = tmp_path / "out"
+    env = tiny_env(output, **options)
+    process = start(env)
+    wait_for(output / "checkpoint-10" / ".complete", process)  # written after the evaluation at step 10
+    time.sleep(1.5)  # steps 11-20 take a fraction of that; then the evaluation at step 20 runs for seconds
+    process.send_signal(signal.SIGTERM)
+    _, stderr = process.communicate(timeout=60)
+    assert process.returncode == 75, stderr[-3000:]
+    assert "stopped by SIGTERM at step 20" in stderr
+    records = [json.loads(line) for line in (output / "logs" / "train.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in records if r["event"] == "eval"] == [10]  # the interrupted evaluation left no record
+    assert (output / "checkpoint-20" / "trainer_state.json").exists()
+    resumed = subprocess.run([str(REPO / "entrypoint.sh")], env=env, capture_output=True, text=True)
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    assert "resuming from" in resumed.stderr and (output / "final" / "model.safetensors").exists()
+
+
+def test_a_damaged_newest_checkpoint_resumes_from_the_one_before(tmp_path: Path) -> None:
+    output = tmp_path / "out"
+    env = tiny_env(output, **RESUMABLE)
+    process = start(env)
+    wait_for(output / "checkpoint-20" / ".complete", process)
+    process.send_signal(signal.SIGTERM)
+    process.communicate(timeout=60)
+    assert process.returncode == 75
+    *_, older, newest = newest_checkpoints(output)
+    weights = newest / "model.safetensors"
+    weights.write_bytes(weights.read_bytes()[:1000])  # marked complete, then truncated: a full disk, a bad copy
+    resumed = subprocess.run([str(REPO / "entrypoint.sh")], env=env, capture_output=True, text=True)
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    assert f"cannot resume from {newest.name} (model.safetensors: truncated" in resumed.stderr
+    assert f"resuming from {older.name} instead" in resumed.stderr
+    assert (output / "final" / "model.safetensors").exists()
+
+
+def test_a_second_job_on_the_same_output_dir_is_refused_and_the_first_is_unharmed(tmp_path: Path) -> None:
+    output = tmp_path / "out"
+    env = tiny_env(output, **RESUMABLE)
+    first = start(env)
+    wait_for(output / ".lease", first)
+    second = subprocess.run([str(REPO / "entrypoint.sh")], env=env, capture_output=True, text=True, timeout=300)
+    assert second.returncode == 3, second.stderr[-3000:]
+    errors = [line for line in second.stderr.splitlines() if line.startswith("mlm-trainer: error:")]
+    assert len(errors) == 1 and "is in use by another run (pid" in errors[0], second.stderr[-3000:]
+    _, stderr = first.communicate(timeout=600)
+    assert first.returncode == 0, stderr[-3000:]
+    assert (output / "final" / "model.safetensors").exists() and not (output / ".lease").exists()
+
+
+def test_a_diverged_run_publishes_nothing(tmp_path: Path) -> None:
+    output = tmp_path / "out"
+    env = tiny_env(output, learning_rate="1e30", logging_steps="5", save_strategy="steps", save_steps="5")
+    result = subprocess.run([str(REPO / "entrypoint.sh")], env=env, capture_output=True, text=True)
+    assert result.returncode == 2, result.stderr[-3000:]
+    assert "training diverged at step 5" in result.stderr and "final/ was not written" in result.stderr
+    assert not (output / "final").exists() and not list(output.glob("checkpoint-*"))
+    assert json.loads((output / "run.json").read_text())["status"] == "diverged"

@@ -12,7 +12,14 @@ from tests.fakes import FakeDevice, FakeNvml, no_driver, uuid_of
 from train.errors import run_main
 from train.launch import __main__ as launcher
 
-CUDA_BUILD = "12.4"  # the torch build the fake GPU machines have (the CPU build cannot use their GPUs)
+CUDA_BUILD = "12.4"
+# torchrun's stop flags at the defaults: MLM_STOP_TIMEOUT and the signals it forwards.
+STOP = [
+    "--shutdown-timeout",
+    "270",
+    "--signals-to-handle",
+    "SIGTERM,SIGINT,SIGHUP,SIGQUIT,SIGUSR1,SIGUSR2",
+]  # the torch build the fake GPU machines have (the CPU build cannot use their GPUs)
 
 
 PYTORCHJOB = {  # what training-operator (>= 1.7) sets on a PyTorchJob's pods, master 0 / workers 1..
@@ -54,4 +61,4 @@ def job_flags(document: dict) -> list[str]:
     return command[command.index("-m") + 2 :]
 
 
-__all__ = ["PYTORCHJOB", "gpus_of", "job_flags", "no_driver", "plan_ok", "pytest", "run_plan", "torchrun_flags"]
+__all__ = ["PYTORCHJOB", "STOP", "gpus_of", "job_flags", "no_driver", "plan_ok", "pytest", "run_plan", "torchrun_flags"]

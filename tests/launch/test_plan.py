@@ -9,7 +9,7 @@ import re
 import pytest
 
 from tests.fakes import h100s, install, uuid_of
-from tests.launch.common import PYTORCHJOB, job_flags, plan_ok, run_plan, torchrun_flags
+from tests.launch.common import PYTORCHJOB, STOP, job_flags, plan_ok, run_plan, torchrun_flags
 from train import gpus
 from train.config import load_config
 from train.errors import UserError, run_main
@@ -24,7 +24,7 @@ def test_single_gpu(monkeypatch, capsys, base_env):
     install(monkeypatch, h100s(1))
     document = plan_ok(monkeypatch, capsys, base_env)
     assert torchrun_flags(document) == [
-        "--nnodes", "1", "--nproc-per-node", "1", "--standalone", "--max-restarts", "0", "--local-ranks-filter", "0",
+        "--nnodes", "1", "--nproc-per-node", "1", "--standalone", "--max-restarts", "0", *STOP, "--local-ranks-filter", "0",
     ]  # fmt: skip
     assert job_flags(document) == ["--ddp_backend", "nccl", "--bf16", "true", "--tf32", "true"]
     assert (document["nproc_per_node"], document["nnodes"], document["node_rank"]) == (1, 1, 0)
@@ -65,7 +65,7 @@ def test_pytorchjob_master_and_worker(monkeypatch, capsys, base_env, rank):
     assert torchrun_flags(document) == [
         "--nnodes", "2", "--nproc-per-node", "8", "--node-rank", str(rank),
         "--master-addr", "mlm-master-0", "--master-port", "23456", "--rdzv-conf", "timeout=900",
-        "--max-restarts", "0", "--local-ranks-filter", "0",
+        "--max-restarts", "0", *STOP, "--local-ranks-filter", "0",
     ]  # fmt: skip
     assert (document["nnodes"], document["node_rank"], document["world_size"]) == (2, rank, 16)
     assert document["rendezvous"]["mode"] == "static"
@@ -113,7 +113,7 @@ def test_elastic(monkeypatch, capsys, base_env):
     assert torchrun_flags(document) == [
         "--nnodes", "1:4", "--nproc-per-node", "1", "--rdzv-backend", "c10d",
         "--rdzv-endpoint", "mlm-worker-0:23456", "--rdzv-id", "mlm-trainer",
-        "--rdzv-conf", "join_timeout=900,last_call_timeout=5", "--max-restarts", "3", "--local-ranks-filter", "0",
+        "--rdzv-conf", "join_timeout=900,last_call_timeout=5", "--max-restarts", "3", *STOP, "--local-ranks-filter", "0",
     ]  # fmt: skip
     assert document["nnodes"] == "1:4" and document["world_size"] is None
     assert document["global_batch_size"] is None
@@ -286,3 +286,10 @@ def test_the_ranks_are_handed_the_decisions(monkeypatch, capsys, base_env):
     assert (handoff.precision, handoff.global_batch_size) == ("bf16 + tf32", 128)
     assert handoff.batch == document["batch"] and handoff.command == document["command"]
     assert Handoff.from_environ({}) is None and Handoff.from_environ({"MLM_LAUNCH": "not json"}) is None
+
+
+def test_stop_timeout_reaches_torchrun(monkeypatch, capsys, base_env, no_nvml):
+    """torchrun's own default would SIGKILL the ranks 30 s after forwarding SIGTERM, whatever the grace period."""
+    flags = torchrun_flags(plan_ok(monkeypatch, capsys, {**base_env, "MLM_STOP_TIMEOUT": "600"}))
+    assert flags[flags.index("--shutdown-timeout") + 1] == "600"
+    assert flags[flags.index("--signals-to-handle") + 1].split(",")[-2:] == ["SIGUSR1", "SIGUSR2"]

@@ -47,11 +47,33 @@ def test_elastic_range_without_endpoint_meets_at_the_master():
         ({"PET_NNODES": "1:4"}, "PET_RDZV_ENDPOINT or PET_MASTER_ADDR"),
         ({"NNODES": "2", "NODE_RANK": "-1", "MASTER_ADDR": "m"}, "NODE_RANK='-1'"),
         ({"PET_NODE_RANK": "1"}, "PET_NODE_RANK=1 but the job has one node"),
+        ({"PET_MASTER_PORT": "70000"}, "PET_MASTER_PORT='70000': expected an integer from 1 to 65535"),
+        ({"MASTER_PORT": "0"}, "MASTER_PORT='0': expected an integer from 1 to 65535"),
+        ({"MASTER_PORT": "http"}, "MASTER_PORT='http': expected an integer from 1 to 65535"),
+        (
+            {"PET_NNODES": "1:2", "PET_RDZV_ENDPOINT": "m:70000"},
+            "PET_RDZV_ENDPOINT='m:70000': expected host:port with a port from 1 to 65535",
+        ),
+        ({"PET_RDZV_ENDPOINT": "[::1]:0"}, r"PET_RDZV_ENDPOINT='\[::1\]:0': expected host:port"),
+        ({"PET_MAX_RESTARTS": "100000"}, "PET_MAX_RESTARTS='100000': expected an integer from 0 to 1000"),
     ],
 )
 def test_topology_errors(env, message):
     with pytest.raises(ConfigError, match=message):
         cluster.topology_from_env(env)
+
+
+def test_a_huge_value_is_echoed_short():
+    with pytest.raises(ConfigError, match=r"MASTER_PORT='1{59}…: expected an integer from 1 to 65535$"):
+        cluster.topology_from_env({"MASTER_PORT": "1" * 5000})
+
+
+def test_ports_at_the_edges_are_accepted():
+    assert cluster.topology_from_env({"MASTER_PORT": "65535"}).master_port == 65535
+    assert cluster.topology_from_env({"PET_MASTER_PORT": "1"}).master_port == 1
+    elastic = cluster.topology_from_env({"PET_NNODES": "1:2", "PET_RDZV_ENDPOINT": "m:65535"})
+    assert elastic.rendezvous_address == ("m", 65535)
+    assert cluster.topology_from_env({"PET_NNODES": "1:2", "PET_RDZV_ENDPOINT": "m"}).rendezvous_address == ("m", 29500)
 
 
 def test_options_override_kubeflow_values(monkeypatch, capsys, base_env):

@@ -167,7 +167,7 @@ def make_plan(
         # torchrun would set 1 thread per rank; share the cores instead.
         env["OMP_NUM_THREADS"] = str(max(1, cpu_count // nproc))
 
-    command = [*torchrun, *_torchrun_flags(topology, nproc, max_restarts, job.rdzv_timeout, job.log_ranks)]
+    command = [*torchrun, *_torchrun_flags(topology, nproc, max_restarts, job)]
     command += ["-m", JOB_MODULE, *user_argv, *flags]
     env[HANDOFF_ENV] = Handoff(
         precision=precision.label,
@@ -196,7 +196,12 @@ def make_plan(
     )
 
 
-def _torchrun_flags(topology: Topology, nproc: int, max_restarts: int, rdzv_timeout: int, log_ranks: str) -> list[str]:
+# torchrun forwards these to the ranks (its default list lacks Slurm's SIGUSR1/SIGUSR2); each means "save and stop".
+SIGNALS_TO_HANDLE = "SIGTERM,SIGINT,SIGHUP,SIGQUIT,SIGUSR1,SIGUSR2"
+
+
+def _torchrun_flags(topology: Topology, nproc: int, max_restarts: int, job: Any) -> list[str]:
+    rdzv_timeout, log_ranks = job.rdzv_timeout, job.log_ranks
     flags = ["--nnodes", topology.nnodes, "--nproc-per-node", str(nproc)]
     conf: dict[str, str] = {}
     if topology.mode == "standalone":
@@ -216,6 +221,8 @@ def _torchrun_flags(topology: Topology, nproc: int, max_restarts: int, rdzv_time
         conf.update(topology.rdzv_conf)
         flags += ["--rdzv-conf", ",".join(f"{k}={v}" for k, v in conf.items())]
     flags += ["--max-restarts", str(max_restarts)]
+    # How long the ranks have to checkpoint after a stop signal before torchrun kills them (its default is 30 s).
+    flags += ["--shutdown-timeout", str(job.stop_timeout), "--signals-to-handle", SIGNALS_TO_HANDLE]
     if log_ranks.strip() != "all":
         flags += ["--local-ranks-filter", log_ranks.replace(" ", "")]
     return flags

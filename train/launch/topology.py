@@ -18,9 +18,11 @@ import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
+from train.config import MAX_RESTARTS, shown
 from train.errors import EXIT_CRASH, ConfigError, UserError
 
 DEFAULT_MASTER_PORT = 29500
+MAX_PORT = 65535
 DEFAULT_RDZV_ID = "mlm-trainer"
 
 
@@ -86,13 +88,14 @@ def _first(environ: Mapping[str, str], *names: str) -> tuple[str, str] | tuple[N
     return None, None
 
 
-def _int(value: str, source: str, minimum: int = 0) -> int:
+def _int(value: str, source: str, minimum: int = 0, maximum: int | None = None) -> int:
+    expected = f"an integer >= {minimum}" if maximum is None else f"an integer from {minimum} to {maximum}"
     try:
         number = int(value)
     except ValueError:
-        raise ConfigError(f"{source}={value!r}: expected an integer >= {minimum}") from None
-    if number < minimum:
-        raise ConfigError(f"{source}={value!r}: expected an integer >= {minimum}")
+        raise ConfigError(f"{source}={shown(value)}: expected {expected}") from None
+    if number < minimum or (maximum is not None and number > maximum):
+        raise ConfigError(f"{source}={shown(value)}: expected {expected}")
     return number
 
 
@@ -141,18 +144,21 @@ def topology_from_env(environ: Mapping[str, str]) -> Topology:
     raw, source = _first(environ, "PET_MASTER_PORT", "MASTER_PORT")
     master_port = DEFAULT_MASTER_PORT
     if raw is not None:
-        master_port = _int(raw, source, 1)
+        master_port = _int(raw, source, 1, MAX_PORT)
         sources["master_port"] = source
 
     endpoint, source = _first(environ, "PET_RDZV_ENDPOINT")
     if source:
         sources["rdzv_endpoint"] = source
+        port = split_endpoint(endpoint)[1]
+        if port is not None and not 1 <= port <= MAX_PORT:
+            raise ConfigError(f"{source}={shown(endpoint)}: expected host:port with a port from 1 to {MAX_PORT}")
     backend, _ = _first(environ, "PET_RDZV_BACKEND")
     rdzv_id, _ = _first(environ, "PET_RDZV_ID")
     conf = _parse_conf(environ.get("PET_RDZV_CONF"))
 
     raw, source = _first(environ, "PET_MAX_RESTARTS")
-    max_restarts = _int(raw, source) if raw is not None else None
+    max_restarts = _int(raw, source, 0, MAX_RESTARTS) if raw is not None else None
     nproc, _ = _first(environ, "PET_NPROC_PER_NODE")
 
     if endpoint or (max_nodes > 1 and min_nodes != max_nodes):

@@ -9,6 +9,7 @@ said in one line what went wrong (held back and dropped, unless MLM_DEBUG=1).
 from __future__ import annotations
 
 import contextlib
+import os
 import re
 import shutil
 import signal
@@ -16,6 +17,7 @@ import subprocess
 import sys
 import tempfile
 from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
 from train.errors import DOCUMENTED_EXITS, EXIT_DIR_ENV, debug_enabled, documented_exit, read_exit_codes
@@ -42,50 +44,87 @@ def _die_with_parent() -> None:
 
 
 # torchrun's agent reports a failed rank with an ERROR log line ("E1130 12:00:00.000 123 .../api.py:1002] failed
-# (exitcode: 2) ...") followed by its own traceback and a summary table. When the rank failed with a documented
-# code it has already printed the one line a user needs, so that report is held back and dropped.
+# (exitcode: 2) ...") followed by its own traceback and a summary table; and when it stops on a signal it ends with
+# the traceback of its own SignalException. When the ranks exited with a documented code they have already printed
+# the one line a user needs, so both are held back and dropped.
 _AGENT_REPORT = re.compile(rb"^[EWI]\d{4} \d\d:\d\d:\d\d\.\d+ +\d+ .*torch/distributed/elastic/.*\] failed")
+_TRACEBACK = b"Traceback (most recent call last):"
 
 
 class _StderrRelay:
-    """Passes torchrun's stderr through as it comes, holding back everything from the agent's failure report on."""
+    """Passes torchrun's stderr through as it comes, holding back the agent's failure report and its signal
+    traceback until the exit code says whether they are news."""
 
     def __init__(self, sink: Any) -> None:
         self.sink = sink
         self.partial = b""
         self.held: list[bytes] = []
+        self.traceback: list[bytes] | None = None  # a traceback being read: shown once it turns out not torchrun's
+
+    def _line(self, line: bytes) -> None:
+        if self.held or (self.traceback is None and _AGENT_REPORT.match(line)):
+            self.held.append(line)
+        elif self.traceback is not None:
+            self.traceback.append(line)
+            if not line[:1].isspace() and not line.startswith(_TRACEBACK):  # the exception line ends it
+                block, self.traceback = self.traceback, None
+                if b"torch.distributed.elastic.multiprocessing.api.SignalException" in line:
+                    self.held += block
+                else:
+                    self.sink.write(b"".join(block))
+        elif line.startswith(_TRACEBACK):
+            self.traceback = [line]
+        else:
+            self.sink.write(line)
 
     def feed(self, chunk: bytes) -> None:
         lines = (self.partial + chunk).split(b"\n")
         self.partial = lines.pop()
         for line in lines:
-            if self.held or _AGENT_REPORT.match(line):
-                self.held.append(line + b"\n")
-            else:
-                self.sink.write(line + b"\n")
-        # Progress bars redraw with \r and no newline: show them now, unless this may be the start of a report line.
-        if self.partial and not self.held and not re.match(rb"[EWI]\d", self.partial):
+            self._line(line + b"\n")
+        # Progress bars redraw with \r and no newline: show them now, unless this may start a held line.
+        if self.partial and not self.held and self.traceback is None and not re.match(rb"[EWIT]", self.partial):
             self.sink.write(self.partial)
             self.partial = b""
         self.sink.flush()
 
     def finish(self, drop_report: bool) -> None:
         if self.partial:
-            if self.held:
-                self.held.append(self.partial)
-            else:
-                self.sink.write(self.partial)
+            self._line(self.partial)
             self.partial = b""
+        if self.traceback is not None:  # cut off: not a report, show it
+            self.sink.write(b"".join(self.traceback))
         if not drop_report:
-            for line in self.held:
-                self.sink.write(line)
+            self.sink.write(b"".join(self.held))
         self.sink.flush()
+
+
+# Stop signals: SIGTERM (docker stop, the kubelet), SIGINT (Ctrl-C), SIGUSR1/SIGUSR2 (Slurm's --signal).
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGUSR1, signal.SIGUSR2)
+
+
+def _children(pid: int) -> list[int]:
+    try:
+        tasks = Path(f"/proc/{pid}/task").iterdir()
+        return [int(c) for task in tasks for c in (task / "children").read_text().split()]
+    except OSError:
+        return []
+
+
+def abort(torchrun_pid: int) -> None:
+    """SIGKILL the ranks and torchrun. torchrun starts each rank in a session of its own, so killing torchrun
+    alone would leave them running; they and their data loader workers are each rank's process group."""
+    for rank in _children(torchrun_pid):
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(rank, signal.SIGKILL)
+    with contextlib.suppress(ProcessLookupError):
+        os.kill(torchrun_pid, signal.SIGKILL)
 
 
 def run_torchrun(
     command: Sequence[str], env: Mapping[str, str], log: Callable[..., None], exit_dir: str, debug: bool = False
 ) -> tuple[int, list[int]]:
-    """Run torchrun as a child in its own process group, forwarding SIGTERM/SIGINT.
+    """Run torchrun as a child in its own process group, forwarding the stop signals (a second SIGINT aborts).
 
     Returns its exit status and the exit codes the ranks recorded in ``exit_dir``.
 
@@ -95,23 +134,32 @@ def run_torchrun(
     agent's failure report can be dropped when a rank already said what went wrong (MLM_DEBUG=1 keeps it).
     """
     child: subprocess.Popen[bytes] | None = None
-    pending: list[int] = []
+    received: list[int] = []
+    pending: list[int] = []  # received before torchrun started
+    aborted: list[int] = []
 
     def forward(signum: int, _frame: object) -> None:
-        log(f"{signal.Signals(signum).name} received: passing it to torchrun (ranks checkpoint and exit)")
+        if signum == signal.SIGINT and signal.SIGINT in received:
+            log("second SIGINT: stopping at once, without a checkpoint", "warning")
+            aborted.append(signum)
+            if child is not None:
+                abort(child.pid)
+            return
+        received.append(signum)
+        log(f"{signal.Signals(signum).name} received: passing it to torchrun (the ranks save a checkpoint, exit 75)")
         if child is None:
             pending.append(signum)
             return
         with contextlib.suppress(ProcessLookupError):
             child.send_signal(signum)
 
-    previous = {sig: signal.signal(sig, forward) for sig in (signal.SIGTERM, signal.SIGINT)}
+    previous = {sig: signal.signal(sig, forward) for sig in STOP_SIGNALS}
     relay = _StderrRelay(sys.stderr.buffer)
     try:
         child = subprocess.Popen(
             list(command), env=dict(env), process_group=0, preexec_fn=_die_with_parent, stderr=subprocess.PIPE
         )
-        for signum in pending:
+        for signum in pending:  # arrived before torchrun existed
             child.send_signal(signum)
         assert child.stderr is not None
         while chunk := child.stderr.read1(65536):
@@ -121,7 +169,9 @@ def run_torchrun(
         for sig, handler in previous.items():
             signal.signal(sig, handler)
     codes = read_exit_codes(exit_dir)
-    relay.finish(drop_report=documented_exit(codes, 0) != 0 and not debug)
+    relay.finish(drop_report=(bool(aborted) or documented_exit(codes, 0) != 0) and not debug)
+    if aborted:
+        return 128 + signal.SIGINT, codes
     # A negative status is death by that signal: report it the way a shell does.
     return (128 + -status if status < 0 else status), codes
 

@@ -1,0 +1,123 @@
+"""The source rows: the model, the tokenizer and the dataset are where the run will look for them. Whether a name
+is a local path, where the caches are and whether offline mode is on are train.hf's rules; asking the hub whether
+a repo exists (with a timeout) is doctor's own."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from pathlib import Path
+
+from train import hf
+from train.config import Config
+from train.doctor.rows import FAIL, OK, WARN, Check
+
+HUB_TIMEOUT_S = 10.0
+
+
+def hub_info(repo_id: str, repo_type: str, timeout: float) -> None:
+    """Ask the hub about a repo (raises on any failure). Separate so tests replace it."""
+    import huggingface_hub
+
+    if repo_type == "model":
+        huggingface_hub.model_info(repo_id, timeout=timeout)
+    else:
+        huggingface_hub.dataset_info(repo_id, timeout=timeout)
+
+
+def check_hub(name: str, label: str, repo_id: str, repo_type: str, environ: Mapping[str, str]) -> Check:
+    cached = hf.in_hub_cache(repo_id, repo_type, environ)
+    if hf.offline(environ):
+        if cached:
+            return Check(name, OK, f"{repo_id}: offline mode, found in the cache")
+        return Check(
+            name,
+            FAIL,
+            f"{repo_id}: offline mode (HF_HUB_OFFLINE) and not in the cache ({hf.hf_home(environ)})",
+            f"fill the cache once with network access, or mount a local copy and point {label} at it",
+        )
+    try:
+        hub_info(repo_id, repo_type, HUB_TIMEOUT_S)
+    except Exception as exc:
+        return _hub_failure(name, label, repo_id, exc, cached)
+    return Check(name, OK, f"{repo_id}: reachable on the hub" + (" (also cached)" if cached else ""))
+
+
+def _hub_failure(name: str, label: str, repo_id: str, exc: Exception, cached: bool) -> Check:
+    from huggingface_hub.errors import GatedRepoError, RepositoryNotFoundError
+
+    if isinstance(exc, GatedRepoError):
+        return Check(name, FAIL, f"{repo_id}: gated on the hub", "accept its terms on the hub, then set HF_TOKEN_FILE")
+    if isinstance(exc, RepositoryNotFoundError):
+        return Check(
+            name,
+            FAIL,
+            f"{repo_id}: not on the hub (or private)",
+            f"check {label}; for a private repo set HF_TOKEN_FILE (or HF_TOKEN)",
+        )
+    reason = " ".join(str(exc).split())[:200] or type(exc).__name__
+    if cached:
+        return Check(
+            name,
+            WARN,
+            f"{repo_id}: hub unreachable ({reason}); a cached copy exists",
+            "set HF_HUB_OFFLINE=1 to use the cache without trying the network",
+        )
+    return Check(
+        name,
+        FAIL,
+        f"{repo_id}: hub unreachable ({reason}) and not in the cache",
+        "allow access to huggingface.co (proxy: HTTPS_PROXY), or mount a local copy, or set HF_HUB_OFFLINE=1 "
+        "with a filled cache",
+    )
+
+
+def check_model(config: Config, environ: Mapping[str, str], field_name: str = "model_name_or_path") -> Check:
+    name = getattr(config.job, field_name)
+    label = config.source_of(field_name)
+    check_name = "model" if field_name == "model_name_or_path" else "tokenizer"
+    if field_name == "model_name_or_path" and name.startswith("scratch:"):
+        from transformers import AutoConfig
+
+        try:
+            AutoConfig.for_model(name.split(":", 1)[1])
+        except ValueError:
+            return Check(check_name, FAIL, f"{name}: unknown model type", f"set {label} to e.g. scratch:distilbert")
+        return Check(check_name, OK, f"{name}: trained from scratch, nothing to download")
+    if hf.looks_local(name):
+        path = Path(name).expanduser()
+        if path.is_file() and path.suffix == ".json":
+            return Check(check_name, OK, f"{path}: a model config (trained from scratch)")
+        if path.is_dir() and ((path / "config.json").exists() or check_name == "tokenizer"):
+            return Check(check_name, OK, f"{path}: local directory")
+        return Check(
+            check_name,
+            FAIL,
+            f"{path}: no such local model directory (with a config.json)",
+            f"mount the model there, or set {label} to a hub id",
+        )
+    return check_hub(check_name, label, name, "model", environ)
+
+
+def check_dataset(config: Config, environ: Mapping[str, str]) -> Check:
+    name, label = config.job.dataset, config.source_of("dataset")
+    if name == "demo":
+        result = Check("dataset", OK, "demo: built in")
+    elif hf.looks_local(name):
+        path = Path(name).expanduser()
+        if not path.exists():
+            return Check("dataset", FAIL, f"{path}: no such file or directory", f"mount the data there or fix {label}")
+        if not os.access(path, os.R_OK):
+            return Check("dataset", FAIL, f"{path}: not readable", "make it readable by the image's user")
+        result = Check("dataset", OK, f"{path}: local {'directory' if path.is_dir() else 'file'}")
+    else:
+        result = check_hub("dataset", label, name, "dataset", environ)
+    validation = config.job.validation_file
+    if validation and not Path(validation).expanduser().exists():
+        return Check(
+            "dataset",
+            FAIL,
+            f"validation_file {validation}: no such file",
+            f"mount it or fix {config.source_of('validation_file')}",
+        )
+    return result
