@@ -56,6 +56,23 @@ file_env() {
 	unset "$file_var"
 }
 
+# withhold_secrets ARGS...: a token given as a flag (--hub_token X, --hub_token=X) moves to MLM_HUB_TOKEN, so no
+# process's command line (readable by every user in /proc/PID/cmdline) carries it; the other flags go to ARGS.
+withhold_secrets() {
+	ARGS=()
+	while [[ $# -gt 0 ]]; do
+		case "$1" in
+		--hub_token=*) export MLM_HUB_TOKEN="${1#*=}" ;;
+		--hub_token)
+			export MLM_HUB_TOKEN="${2:-}"
+			[[ $# -gt 1 ]] && shift
+			;;
+		*) ARGS+=("$1") ;;
+		esac
+		shift
+	done
+}
+
 # Sub-command dispatch: our commands go to Python modules; anything else is executed as given.
 _main() {
 	file_env HF_TOKEN
@@ -63,10 +80,12 @@ _main() {
 	case "$command" in
 	train | plan)
 		[[ $# -gt 0 ]] && shift
-		exec "$PYTHON" -m train.launch "$command" "$@"
+		withhold_secrets "$@"
+		exec "$PYTHON" -m train.launch "$command" "${ARGS[@]}"
 		;;
 	-*)
-		exec "$PYTHON" -m train.launch train "$@"
+		withhold_secrets "$@"
+		exec "$PYTHON" -m train.launch train "${ARGS[@]}"
 		;;
 	gpus | doctor | report)
 		shift

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import errno
 import math
+import os
+import shutil
 import sys
 from pathlib import Path
 from typing import Any
@@ -22,15 +24,17 @@ from train import logs
 from train.callbacks import CheckpointCompleteMarker, DivergenceGuard, EpochForCollator, finite_weights
 from train.checkpoints import checkpoints, decide_resume, problem, resumed_options
 from train.collator import MaskingCollator
-from train.config import Config, load_config
+from train.config import Config, load_config, withhold_secrets
 from train.console import now, say, warn
 from train.data import load_raw, real_token_count, tokenize
 from train.errors import EXIT_CRASH, ConfigError, EnvironmentProblem, Preempted, UserError, run_main
 from train.handoff import Handoff
 from train.lease import OutputLease
 from train.model import load_model, load_tokenizer, scratch_config, use_masked_only_head
-from train.outputs import check_output_dir, publish_final, run_facts, write_json_atomic
+from train.outputs import check_cache_dir, check_output_dir, publish_final, run_facts, write_json_atomic
 from train.preemption import EvaluationInterrupted, StopOnSignal, leave_signals_to_rank
+
+LOW_SPACE_BYTES = 16 * 2**20  # a write that failed with less free than this failed for want of space
 
 
 class MLMTrainer(Trainer):
@@ -130,8 +134,30 @@ def final_evaluation(trainer: Trainer) -> dict[str, Any]:
     return trainer.evaluate()
 
 
+def disk_full(exc: BaseException, directory: Path) -> bool:
+    """Whether ``exc`` (or what caused it) is a full device. The writers lose the errno on the way: torch.save
+    says "file write failed" or "unexpected pos", safetensors names Rust's StorageFull; so for a failed write
+    the device's free space decides."""
+    chain: list[BaseException] = []
+    while exc is not None and exc not in chain:
+        chain.append(exc)
+        exc = exc.__cause__ or exc.__context__  # type: ignore[assignment]
+    if any(isinstance(e, OSError) and e.errno == errno.ENOSPC for e in chain):
+        return True
+    text = " ".join(str(e) for e in chain)
+    if any(marker in text for marker in ("No space left on device", "os error 28", "StorageFull")):
+        return True
+    try:
+        writing = any(word in text for word in ("write", "inline_container", "serializ"))
+        return writing and shutil.disk_usage(directory).free < LOW_SPACE_BYTES
+    except OSError:
+        return False
+
+
 def main(argv: list[str] | None = None) -> int:
     config = load_config(sys.argv[1:] if argv is None else argv)
+    withhold_secrets(config, os.environ)
+    output_dir = Path(config.training.output_dir)
     try:
         return train(config)
     except dist.DistBackendError as exc:
@@ -142,11 +168,13 @@ def main(argv: list[str] | None = None) -> int:
             f"lost contact with another rank ({first}): a node or process failed; check its logs",
             exit_code=EXIT_CRASH,
         ) from exc
-    except OSError as exc:
-        if exc.errno == errno.ENOSPC:  # a checkpoint or the final model did not fit; earlier ones are intact
+    except UserError:
+        raise
+    except Exception as exc:
+        if disk_full(exc, output_dir):  # a checkpoint or the final model did not fit; earlier ones are intact
             raise EnvironmentProblem(
-                f"{config.source_of('output_dir')}={config.training.output_dir!r}: no space left on the device "
-                "while writing; free space or use a larger volume, then run again to resume"
+                f"{config.source_of('output_dir')}={str(output_dir)!r}: no space left on the device while writing; "
+                "earlier checkpoints are intact: free space or use a larger volume, then run again to resume"
             ) from None
         raise
 
@@ -172,6 +200,7 @@ def train(config: Config) -> int:
     logs.configure_console(config)
     started = now()
     output_dir = check_output_dir(config)
+    check_cache_dir()
     handoff = Handoff.from_environ()
     is_zero = training.process_index == 0
     lease = OutputLease(output_dir, config.source_of("output_dir"))

@@ -10,7 +10,7 @@ import os
 import platform
 import shutil
 import tempfile
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from importlib import metadata
 from pathlib import Path
 from typing import Any
@@ -19,6 +19,7 @@ from train.config import Config
 from train.console import now
 from train.errors import ConfigError, EnvironmentProblem
 from train.handoff import Handoff
+from train.hf import cache_root, hf_home
 
 FINAL = "final"
 WRITE_PROBE_BYTES = 1 << 20
@@ -59,6 +60,20 @@ def check_output_dir(config: Config) -> Path:
         raise EnvironmentProblem(message + "expected a writable directory") from None
     refuse_finished(config)
     return output
+
+
+def check_cache_dir(environ: Mapping[str, str] | None = None) -> Path:
+    """Our cache inside HF_HOME must be writable: tokenized data and trained tokenizers are written there."""
+    root = cache_root(environ)
+    try:
+        root.mkdir(parents=True, exist_ok=True)
+        probe_write(root)
+    except OSError as exc:
+        raise EnvironmentProblem(
+            f"HF_HOME={str(hf_home(environ))!r}: not writable ({write_failure(exc)}); mount a writable volume there "
+            "or point HF_HOME at one (the job caches tokenized data in it)"
+        ) from None
+    return root
 
 
 def write_json_atomic(path: Path, data: dict[str, Any]) -> None:

@@ -49,6 +49,14 @@ def rank_pids(launcher_pid: int) -> list[int]:
     return found
 
 
+def running(pid: int) -> bool:
+    """Alive and not a zombie (a killed rank whose parent died waits for init to reap it)."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
 def is_descendant(pid: int, ancestor: int) -> bool:
     while pid > 1:
         if pid == ancestor:
@@ -149,7 +157,9 @@ def test_ctrl_c_and_slurms_signal_save_and_say_one_line(tmp_path: Path, stop: si
 
 def test_a_second_ctrl_c_aborts_at_once(tmp_path: Path) -> None:
     output = tmp_path / "out"
-    process = start(tiny_env(output, **RESUMABLE))
+    # Steps of 1,024 samples take long enough that the second press lands before the next step ends and saves.
+    slow_steps = {**RESUMABLE, "demo_samples": "40960", "per_device_train_batch_size": "1024"}
+    process = start(tiny_env(output, **slow_steps))
     wait_for(output / "checkpoint-10" / ".complete", process)
     ranks = rank_pids(process.pid)
     process.send_signal(signal.SIGINT)
@@ -159,7 +169,7 @@ def test_a_second_ctrl_c_aborts_at_once(tmp_path: Path) -> None:
     assert process.returncode == 130, stderr[-3000:]
     assert "second SIGINT: stopping at once" in stderr
     time.sleep(0.5)
-    assert ranks and not [pid for pid in ranks if Path(f"/proc/{pid}").exists()]  # no rank left behind
+    assert ranks and not [pid for pid in ranks if running(pid)]  # no rank left behind
 
 
 def test_a_stop_during_a_long_evaluation_saves_without_finishing_it(tmp_path: Path) -> None:
@@ -230,3 +240,64 @@ def test_a_diverged_run_publishes_nothing(tmp_path: Path) -> None:
     assert "training diverged at step 5" in result.stderr and "final/ was not written" in result.stderr
     assert not (output / "final").exists() and not list(output.glob("checkpoint-*"))
     assert json.loads((output / "run.json").read_text())["status"] == "diverged"
+
+
+def test_a_token_given_as_a_flag_reaches_no_file_and_no_command_line(tmp_path: Path) -> None:
+    canary = "hf_canary_flag_0123456789"
+    output = tmp_path / "out"
+    process = subprocess.Popen(
+        [str(REPO / "entrypoint.sh"), "train", "--hub_token", canary],
+        env=tiny_env(output, **RESUMABLE),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    wait_for(output / "checkpoint-10" / ".complete", process)
+    family = [process.pid, *[p for p in rank_pids(process.pid)]]
+    seen = []
+    for proc in Path("/proc").iterdir():
+        if proc.name.isdigit() and is_descendant(int(proc.name), process.pid):
+            try:
+                seen.append((int(proc.name), (proc / "cmdline").read_bytes()))
+            except OSError:
+                continue
+    stdout, stderr = process.communicate(timeout=600)
+    assert process.returncode == 0, stderr[-3000:]
+    assert len(seen) >= 3 and set(family) <= {pid for pid, _ in seen}  # launcher, torchrun, the rank
+    assert not [pid for pid, cmdline in seen if canary.encode() in cmdline]
+    assert canary not in stdout + stderr
+    files = [path for path in output.rglob("*") if path.is_file()]
+    assert any(path.name == "training_args.bin" for path in files)  # the Trainer's pickle of its arguments
+    assert not [path for path in files if canary.encode() in path.read_bytes()]
+
+
+@pytest.fixture
+def small_mount(tmp_path: Path):
+    """A real 5 MiB filesystem: room for the write probe and the logs, not for a checkpoint."""
+    mount = tmp_path / "small"
+    mount.mkdir()
+    if subprocess.run(["mount", "-t", "tmpfs", "-o", "size=5m", "tmpfs", str(mount)], capture_output=True).returncode:
+        pytest.skip("cannot mount a small tmpfs here (needs root and mount rights)")
+    yield mount
+    subprocess.run(["umount", "-l", str(mount)], check=False)
+
+
+def test_a_disk_that_fills_while_checkpointing_is_exit_3_in_one_line(small_mount: Path) -> None:
+    env = tiny_env(small_mount / "out", **RESUMABLE)
+    result = subprocess.run([str(REPO / "entrypoint.sh")], env=env, capture_output=True, text=True, timeout=600)
+    assert result.returncode == 3, result.stderr[-3000:]
+    errors = [line for line in result.stderr.splitlines() if line.startswith("mlm-trainer: error:")]
+    assert len(errors) == 1 and "no space left on the device while writing" in errors[0], result.stderr[-3000:]
+    assert "Traceback" not in result.stderr
+    assert not (small_mount / "out" / "final").exists()
+
+
+def test_an_unwritable_hf_home_is_exit_3_in_one_line(tmp_path: Path) -> None:
+    blocker = tmp_path / "a-file"
+    blocker.write_text("")
+    env = tiny_env(tmp_path / "out")
+    env["HF_HOME"] = str(blocker / "hf")  # under a file: not creatable, even for root
+    result = subprocess.run([str(REPO / "entrypoint.sh")], env=env, capture_output=True, text=True, timeout=300)
+    assert result.returncode == 3, result.stderr[-3000:]
+    errors = [line for line in result.stderr.splitlines() if line.startswith("mlm-trainer: error:")]
+    assert len(errors) == 1 and errors[0].startswith(f"mlm-trainer: error: HF_HOME='{blocker / 'hf'}': not writable")

@@ -219,12 +219,16 @@ def test_unknown_command(monkeypatch, capsys, base_env):
     assert "unknown command 'trian'" in capsys.readouterr().err
 
 
-def test_secrets_are_redacted_in_the_plan(monkeypatch, capsys, base_env, no_nvml):
-    document = plan_ok(monkeypatch, capsys, base_env, "--hub_token", "hf_canary_1", "--hub_token=hf_canary_2")
-    text = json.dumps(document)
-    assert "hf_canary" not in text
-    assert job_flags(document)[:3] == ["--hub_token", "***", "--hub_token=***"]
+def test_secret_flags_leave_the_command_for_the_ranks_environment(monkeypatch, capsys, base_env, no_nvml):
+    document = plan_ok(monkeypatch, capsys, base_env, "--hub_token", "hf_canary_1", "--seed", "7")
+    assert "hf_canary" not in json.dumps(document)
+    assert job_flags(document)[:2] == ["--seed", "7"]  # the token is no flag of torchrun or a rank
     assert document["config"]["hub_token"] == "***"
+    config = load_config(["--hub_token=hf_canary_2"], base_env)
+    plan = planning.make_plan(config, gpus.detect({}), {}, ["--hub_token=hf_canary_2"])
+    assert plan.secret_env == {"MLM_HUB_TOKEN": "hf_canary_2"} and "hf_canary_2" not in repr(plan)
+    env = torchrun._child_env({}, plan, "/x")
+    assert env["MLM_HUB_TOKEN"] == "hf_canary_2" and not any("hf_canary" in arg for arg in plan.command)
 
 
 @pytest.mark.parametrize(

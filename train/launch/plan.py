@@ -13,11 +13,11 @@ import contextlib
 import os
 import sys
 from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from train.config import Config, load_config
+from train.config import SECRET_FIELDS, Config, env_name, load_config
 from train.errors import EnvironmentProblem
 from train.gpus import Inventory, check_driver
 from train.handoff import HANDOFF_ENV, Handoff
@@ -34,7 +34,6 @@ from train.launch.decide import (
 from train.launch.topology import Topology, topology_from_env
 
 JOB_MODULE = "train.job"
-SECRET_FLAGS = ("--hub_token",)
 # Variables that make accelerate (inside TrainingArguments) believe this process is a rank. The launcher is not
 # one: a PyTorchJob pod carries WORLD_SIZE/RANK for its torchrun, and with them accelerate would start a process
 # group in the launcher and wait for peers that never come.
@@ -57,6 +56,8 @@ class Plan:
     env: dict[str, str]  # set in torchrun's environment
     warnings: list[str]
     command: list[str]
+    # Secret options, for the ranks' environment only: never in the command, the plan document or a log.
+    secret_env: dict[str, str] = field(default_factory=dict, repr=False)
 
 
 def torchrun_path() -> list[str]:
@@ -168,7 +169,8 @@ def make_plan(
         env["OMP_NUM_THREADS"] = str(max(1, cpu_count // nproc))
 
     command = [*torchrun, *_torchrun_flags(topology, nproc, max_restarts, job)]
-    command += ["-m", JOB_MODULE, *user_argv, *flags]
+    user_flags, secret_env = withhold_secrets(user_argv)
+    command += ["-m", JOB_MODULE, *user_flags, *flags]
     env[HANDOFF_ENV] = Handoff(
         precision=precision.label,
         global_batch_size=batch.global_batch_size,
@@ -176,7 +178,7 @@ def make_plan(
         nnodes=topology.nnodes,
         gpus=[g.name for g in gpus_used],
         gpu_uuids=[g.uuid for g in gpus_used],
-        command=redact_argv(command),
+        command=command,
     ).to_env()
     return Plan(
         inventory=inventory,
@@ -193,6 +195,7 @@ def make_plan(
         env=env,
         warnings=warnings,
         command=command,
+        secret_env=secret_env,
     )
 
 
@@ -228,21 +231,20 @@ def _torchrun_flags(topology: Topology, nproc: int, max_restarts: int, job: Any)
     return flags
 
 
-def redact_argv(argv: Sequence[str]) -> list[str]:
-    """The command as shown in logs and plan: secret option values replaced."""
-    shown, hide_next = [], False
-    for arg in argv:
-        if hide_next:
-            shown.append("***")
-            hide_next = False
-        elif arg in SECRET_FLAGS:
-            shown.append(arg)
-            hide_next = True
-        elif arg.startswith(tuple(f"{flag}=" for flag in SECRET_FLAGS)):
-            shown.append(arg.split("=", 1)[0] + "=***")
+def withhold_secrets(argv: Sequence[str]) -> tuple[list[str], dict[str, str]]:
+    """The user's flags without the secret options (``--hub_token X``), and those as environment variables for the
+    ranks (``MLM_HUB_TOKEN``): a flag is readable by every process on the machine in /proc/PID/cmdline."""
+    flags = {f"--{name}": env_name(name) for name in SECRET_FIELDS}
+    kept: list[str] = []
+    secrets: dict[str, str] = {}
+    args = iter(argv)
+    for arg in args:
+        flag, sep, value = arg.partition("=")
+        if flag in flags:
+            secrets[flags[flag]] = value if sep else next(args, "")
         else:
-            shown.append(arg)
-    return shown
+            kept.append(arg)
+    return kept, secrets
 
 
 def plan_document(plan: Plan, config: Config, torch_cuda: str | None) -> dict[str, Any]:
@@ -285,7 +287,7 @@ def plan_document(plan: Plan, config: Config, torch_cuda: str | None) -> dict[st
         "env": plan.env,
         "warnings": plan.warnings,
         "notes": inventory.notes,
-        "command": redact_argv(plan.command),
+        "command": plan.command,
         "config": resolved,
     }
 

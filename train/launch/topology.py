@@ -18,8 +18,8 @@ import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
-from train.config import MAX_RESTARTS, shown
 from train.errors import EXIT_CRASH, ConfigError, UserError
+from train.validate import MAX_RESTARTS, shown
 
 DEFAULT_MASTER_PORT = 29500
 MAX_PORT = 65535

@@ -21,13 +21,14 @@ from pathlib import Path
 from typing import Any
 
 from train.errors import DOCUMENTED_EXITS, EXIT_DIR_ENV, debug_enabled, documented_exit, read_exit_codes
-from train.launch.plan import Plan, redact_argv
+from train.launch.plan import Plan
 from train.launch.topology import wait_for_address
 
 
 def _child_env(environ: Mapping[str, str], plan: Plan, exit_dir: str) -> dict[str, str]:
     env = {k: v for k, v in environ.items() if not k.startswith("PET_")}
     env.update(plan.env)
+    env.update(plan.secret_env)
     env[EXIT_DIR_ENV] = exit_dir
     env.setdefault("PYTHONUNBUFFERED", "1")
     return env
@@ -182,7 +183,7 @@ def launch(plan: Plan, environ: Mapping[str, str], log: Callable[..., None], rdz
         wait_for_address(*target, timeout_s=rdzv_timeout, log=lambda m: log(m, "warning"))
     exit_dir = tempfile.mkdtemp(prefix="mlm-exit-")
     try:
-        log("torchrun: " + " ".join(redact_argv(plan.command)))
+        log("torchrun: " + " ".join(plan.command))
         child_env = _child_env(environ, plan, exit_dir)
         status, codes = run_torchrun(plan.command, child_env, log, exit_dir, debug_enabled(environ))
     finally:
