@@ -81,11 +81,13 @@ image-test: venv system-deps ## Build the same Dockerfile on a local Debian base
 	bash docker/image-test.sh
 
 .PHONY: run
-run: ## docker run the image on all GPUs with ./data, ./output and a cache volume
+run: ## docker run the image on all GPUs with ./data, ./output and a cache volume (the README's "full run")
 	mkdir -p $(OUTPUT_DIR)
+	# MLM_CONFIG empty unless you set it: your MLM_* options on the project's defaults, not the image's demo preset.
 	docker run --rm --gpus $(GPUS) --ipc=host --ulimit memlock=-1 --ulimit stack=67108864 \
-	  --user "$$(id -u):$$(id -g)" -v $(DATA_DIR):/data:ro -v $(OUTPUT_DIR):/output \
-	  -v $(CACHE_VOLUME):/cache --env-file <(env | grep -E '^(MLM_|HF_)' || true) $(IMAGE)
+	  --user "$$(id -u):$$(id -g)" --read-only --tmpfs /tmp \
+	  -v $(DATA_DIR):/data:ro -v $(OUTPUT_DIR):/output -v $(CACHE_VOLUME):/cache \
+	  --env-file <(env | grep -E '^(MLM_|HF_)' | grep -v '^MLM_CONFIG=' || true) -e MLM_CONFIG="$${MLM_CONFIG-}" $(IMAGE)
 
 .PHONY: bench
 bench: venv ## Benchmark the default recipe against the seed recipe (results in bench/results/)

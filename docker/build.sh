@@ -9,7 +9,8 @@
 #   TORCH_VARIANT=cuda|cpu default cuda (PyPI's torch + requirements-cuda.lock); cpu needs a WHEELHOUSE with it
 #   WHEELHOUSE=DIR         install the Python packages from DIR only (an offline build: no index, no network)
 #   PIP_CA=FILE            CA bundle of a TLS-intercepting proxy, handed to pip as a build secret (never stored)
-#   SOURCE=URL             the org.opencontainers.image.source label (default: git remote origin)
+#   SOURCE=URL             the org.opencontainers.image.source label (default: origin when it is a URL, else
+#                          the project's public repository; never a path of the build machine)
 set -Eeuo pipefail
 
 _log() {
@@ -53,11 +54,16 @@ revision() {
 	echo "$rev"
 }
 
-# The origin URL without any credentials in it.
+# The origin URL without any credentials in it, when it is one; a local path (a clone of a clone) says nothing
+# about where the source lives, so the project's public repository stands in.
+PUBLIC_SOURCE=https://github.com/mlm-trainer/mlm-trainer
 source_url() {
 	local url
-	url="$(git remote get-url origin 2>/dev/null)" || url=unknown
-	echo "${url/\/\/*@//\/}"
+	url="$(git remote get-url origin 2>/dev/null)" || url=""
+	case "$url" in
+	https://* | http://* | ssh://* | git@*) echo "${url/\/\/*@//\/}" ;;
+	*) echo "$PUBLIC_SOURCE" ;;
+	esac
 }
 
 _main() {

@@ -185,6 +185,12 @@ run_demo() {
 		assert recorded == sys.argv[2], f"run.json image_revision {recorded!r}, image label {sys.argv[2]!r}"
 	EOF
 	passed "run.json records the image revision ($label)"
+
+	local source
+	source="$(podman image inspect --format '{{index .Config.Labels "org.opencontainers.image.source"}}' "$IMAGE")"
+	[[ "$source" =~ ^(https?|ssh):// || "$source" == git@* ]] ||
+		fail "the image's org.opencontainers.image.source label is not a public URL: $source"
+	passed "the image names its source: $source"
 }
 
 # `plan` inside the container: CPU mode, gloo, no GPUs (this machine has none).

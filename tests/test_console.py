@@ -42,3 +42,19 @@ def test_run_main_prints_a_user_error_as_one_error_line(capsys):
 
     assert run_main(main, []) == 2
     assert capsys.readouterr().err == "mlm-trainer: error: MLM_X='y': expected an integer\n"
+
+
+def test_a_closed_pipe_ends_a_sub_command_quietly(tmp_path):
+    import subprocess
+    import sys
+
+    from tests.conftest import REPO
+
+    script = "import sys; from train.errors import run_main; sys.exit(run_main(lambda a: [print('x' * 100) for _ in range(10**5)]))"
+    reader = subprocess.Popen(["head", "-c", "10"], stdin=subprocess.PIPE, stdout=subprocess.DEVNULL)
+    writer = subprocess.run(
+        [sys.executable, "-c", script], stdout=reader.stdin, stderr=subprocess.PIPE, text=True, cwd=REPO
+    )
+    reader.stdin.close()
+    reader.wait()
+    assert writer.returncode == 141 and writer.stderr == ""

@@ -164,9 +164,16 @@ def test_rows_without_text_are_skipped_with_one_warning(
 def test_null_rows_in_csv_and_string_columns(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
     csv = tmp_path / "c.csv"
     csv.write_text("text,id\n" + "".join(f'"{t}",{i}\n' for i, t in enumerate(LINES[:4])) + ",9\n")
-    assert list(load_raw(config_for(str(csv), validation_split_percentage="0")).splits["train"]["text"]) == LINES[:4]
+    assert (
+        list(
+            load_raw(config_for(str(csv), validation_split_percentage="0", eval_strategy="no")).splits["train"]["text"]
+        )
+        == LINES[:4]
+    )
     assert "skipped 1 of 5 rows" in capsys.readouterr().err
-    clean = load_raw(config_for(jsonl(tmp_path, "clean.jsonl", LINES[:4]), validation_split_percentage="0"))
+    clean = load_raw(
+        config_for(jsonl(tmp_path, "clean.jsonl", LINES[:4]), validation_split_percentage="0", eval_strategy="no")
+    )
     assert len(clean.splits["train"]) == 4 and "warning" not in capsys.readouterr().err
 
 
@@ -202,3 +209,21 @@ def test_hub_splits_drop_rows_without_text_in_the_splits_used(
         "mlm-trainer: warning: MLM_DATASET='someone/corpus' (train split): skipped 1 of 5 rows whose 'text' is null "
         "or not a string"
     ]
+
+
+def test_a_corpus_too_small_to_hold_out_evaluation_data_is_a_config_error(tmp_path):
+    corpus = tmp_path / "one.txt"
+    corpus.write_text("one long line of text that is the whole corpus\n")
+    config = load_config(["--dataset", str(corpus), "--output_dir", str(tmp_path / "out")], {})
+    with pytest.raises(ConfigError, match=r"validation_split_percentage=20: holds out no example of the 1 training"):
+        load_raw(config)
+    quiet = load_config(["--dataset", str(corpus), "--output_dir", str(tmp_path / "o"), "--eval_strategy", "no"], {})
+    assert "validation" not in load_raw(quiet).splits
+
+
+def test_a_file_that_is_not_utf8_names_its_line(tmp_path):
+    corpus = tmp_path / "latin1.txt"
+    corpus.write_bytes("first line\nsecond line\ncaf\xe9 au lait\n".encode("latin-1"))
+    config = load_config(["--dataset", str(corpus), "--output_dir", str(tmp_path / "out")], {})
+    with pytest.raises(ConfigError, match=r"not UTF-8 \(line 3\); expected UTF-8 text"):
+        load_raw(config)

@@ -151,11 +151,20 @@ def test_resolve_format():
     assert console.resolve_format("text", io.StringIO()) == "text"
 
 
-def test_tensorboard_off_switch(tmp_path):
-    assert logs.tensorboard_wanted(config_for(tmp_path))
-    assert not logs.tensorboard_wanted(config_for(tmp_path, "--report_to", "none"))
-    off = load_config(["--output_dir", str(tmp_path)], environ={"MLM_REPORT_TO": "none"})
-    assert not logs.tensorboard_wanted(off)
+def test_tensorboard_is_the_default_and_none_turns_it_off(tmp_path):
+    from transformers.integrations import TensorBoardCallback
+
+    def integrations(config) -> set[type]:
+        trainer = Trainer(model=TinyRegression(), args=config.training, train_dataset=samples(4))
+        logs.attach(trainer, config, FACTS)
+        return {type(cb) for cb in trainer.callback_handler.callbacks}
+
+    assert TensorBoardCallback in integrations(config_for(tmp_path))
+    assert TensorBoardCallback not in integrations(config_for(tmp_path, "--report_to", "none"))
+    off = load_config(
+        ["--output_dir", str(tmp_path), "--use_cpu", "true", "--eval_strategy", "no"], environ={"MLM_REPORT_TO": "none"}
+    )
+    assert TensorBoardCallback not in integrations(off)
 
 
 EIGHT_H100S = Handoff(

@@ -64,3 +64,25 @@ def test_full_output_device_is_reported(tmp_path: Path) -> None:
             check_output_dir(config(mount / "out"))
     finally:
         subprocess.run(["umount", str(mount)], check=False)
+
+
+def test_overwrite_starts_a_finished_run_over_and_a_restart_then_resumes(tmp_path: Path) -> None:
+    from train.checkpoints import decide_resume
+    from train.outputs import PREVIOUS, start_over
+
+    (tmp_path / "final").mkdir()
+    (tmp_path / "final" / "model.safetensors").write_text("old model")
+    (tmp_path / "checkpoint-80").mkdir()
+    warnings: list[str] = []
+    overwrite = config(tmp_path, overwrite_output_dir="true")
+    assert start_over(overwrite, warnings.append)
+    assert "starting over" in warnings[0] and "1 checkpoint(s) were removed" in warnings[0]
+    assert not (tmp_path / "final").exists() and not (tmp_path / "checkpoint-80").exists()
+    assert (tmp_path / PREVIOUS / "model.safetensors").read_text() == "old model"  # kept until replaced
+    assert decide_resume(overwrite, warnings.append) is None  # step 0
+    # preempted, restarted with the same options: no final/ now, so nothing is removed again
+    (tmp_path / "checkpoint-10").mkdir()
+    assert not start_over(overwrite, warnings.append) and (tmp_path / "checkpoint-10").exists()
+    publish_final(tmp_path, lambda d: (d / "model.safetensors").write_text("new model"))
+    assert not (tmp_path / PREVIOUS).exists() and (tmp_path / "final" / "model.safetensors").read_text() == "new model"
+    assert not start_over(config(tmp_path), warnings.append)  # without the option a finished run is never touched

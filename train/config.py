@@ -112,7 +112,11 @@ class JobArguments:
         metadata={"help": "auto: continue from the newest complete checkpoint in output_dir; never; or a path."},
     )
     overwrite_output_dir: bool = field(
-        default=False, metadata={"help": "Replace a finished final/ in output_dir (otherwise the job refuses)."}
+        default=False,
+        metadata={
+            "help": "Start over on an output_dir holding a finished final/ (otherwise the job refuses): its "
+            "checkpoints are removed and final/ is replaced when this run ends (kept as final.previous/ until then)."
+        },
     )
     global_batch_size: int | None = field(
         default=None,
@@ -157,7 +161,9 @@ PROJECT_DEFAULTS: dict[str, Any] = {
     "save_strategy": "epoch",
     "logging_steps": 50,
     "save_total_limit": 2,
-    "report_to": ["none"],
+    # TensorBoard events under output_dir/logs (the package is in the lock); none turns them off, naming other
+    # integrations replaces them.
+    "report_to": ["tensorboard"],
     "optim": "adamw_torch_fused",
     "dataloader_num_workers": 2,
     # The collator needs each sample's index to make masking a pure function of (seed, epoch, index).

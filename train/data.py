@@ -43,7 +43,28 @@ def _read_error(label: str, path: str, exc: BaseException) -> ConfigError:
     while cause.__cause__ is not None:  # datasets wraps the parser's error; its message is the useful one
         cause = cause.__cause__
     first = (str(cause).strip().splitlines() or [type(cause).__name__])[0][:200]
+    if isinstance(cause, UnicodeDecodeError) or "codec can't decode" in first:
+        where = _first_undecodable_line(Path(path).expanduser())
+        first = f"not UTF-8{where}; expected UTF-8 text (convert it, e.g. iconv -f latin1 -t utf-8)"
     return ConfigError(f"{label}={path!r}: cannot be read ({first})")
+
+
+def _first_undecodable_line(target: Path, limit: int = 10_000_000) -> str:
+    """' (file F, line N)' for the first line that is not UTF-8, read as bytes; '' when none is found quickly."""
+    files = sorted(p for p in target.iterdir() if p.is_file()) if target.is_dir() else [target]
+    for file in files:
+        try:
+            with file.open("rb") as handle:
+                for number, raw in enumerate(handle, start=1):
+                    if number > limit:
+                        break
+                    try:
+                        raw.decode("utf-8")
+                    except UnicodeDecodeError:
+                        return f" (line {number})" if file == target else f" ({file.name}, line {number})"
+        except OSError:
+            continue
+    return ""
 
 
 def _files_in(directory: Path, label: str) -> list[Path]:
@@ -193,6 +214,13 @@ def load_raw(config: Config) -> RawData:
     if job.max_eval_samples and "validation" in splits:
         splits["validation"] = splits["validation"].select(range(min(job.max_eval_samples, len(splits["validation"]))))
     fingerprint += f"-{job.max_train_samples}-{job.max_eval_samples}-{job.validation_split_percentage}"
+    if "validation" not in splits and config.training.eval_strategy != "no":
+        # The Trainer would fail later with a traceback: say which option leaves nothing to evaluate.
+        raise ConfigError(
+            f"{config.source_of('validation_split_percentage')}={job.validation_split_percentage}: holds out no "
+            f"example of the {len(splits['train'])} training example(s); set validation_file, a larger "
+            "validation_split_percentage, or eval_strategy no"
+        )
     return RawData(splits=splits, fingerprint=fingerprint)
 
 
@@ -233,7 +261,8 @@ def tokenize(config: Config, raw: RawData, tokenizer: Any) -> DatasetDict:
     def encode(batch: dict[str, list[str]]) -> dict[str, Any]:
         texts = batch[column]  # strings only: load_raw dropped the rest
         if job.padding == "packed":
-            return tokenizer(texts, return_special_tokens_mask=True, return_attention_mask=False)
+            # verbose=False: the "longer than the specified maximum" warning means nothing before packing cuts.
+            return tokenizer(texts, return_special_tokens_mask=True, return_attention_mask=False, verbose=False)
         return tokenizer(
             texts,
             padding="max_length" if job.padding == "max_length" else False,

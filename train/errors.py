@@ -18,6 +18,8 @@ from __future__ import annotations
 
 import glob
 import os
+import signal
+import sys
 from collections.abc import Mapping
 
 from train import console
@@ -27,6 +29,7 @@ EXIT_CRASH = 1
 EXIT_CONFIG = 2
 EXIT_ENVIRONMENT = 3
 EXIT_PREEMPTED = 75
+EXIT_BROKEN_PIPE = 128 + signal.SIGPIPE  # 141: the reader of our output closed it, as for any shell tool
 
 
 class UserError(Exception):
@@ -110,6 +113,12 @@ def run_main(main, argv: list[str] | None = None) -> int:  # noqa: ANN001 - any 
     """Call ``main(argv)``; a UserError becomes one line on stderr and its exit code (MLM_DEBUG=1: traceback)."""
     try:
         return int(main(argv) or 0)
+    except BrokenPipeError:
+        # The reader went away (`doctor | head`): stop quietly, as a shell tool killed by SIGPIPE would, and keep
+        # the interpreter's final flush from raising again on the closed pipe.
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        return EXIT_BROKEN_PIPE
     except UserError as exc:
         record_exit_code(exc.exit_code)
         if debug_enabled():

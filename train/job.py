@@ -31,7 +31,14 @@ from train.errors import EXIT_CRASH, ConfigError, EnvironmentProblem, Preempted,
 from train.handoff import Handoff
 from train.lease import OutputLease
 from train.model import load_model, load_tokenizer, scratch_config, use_masked_only_head
-from train.outputs import check_cache_dir, check_output_dir, publish_final, run_facts, write_json_atomic
+from train.outputs import (
+    check_cache_dir,
+    check_output_dir,
+    publish_final,
+    run_facts,
+    start_over,
+    write_json_atomic,
+)
 from train.preemption import EvaluationInterrupted, StopOnSignal, leave_signals_to_rank
 
 LOW_SPACE_BYTES = 16 * 2**20  # a write that failed with less free than this failed for want of space
@@ -45,6 +52,24 @@ class MLMTrainer(Trainer):
 
     def get_eval_dataloader(self, eval_dataset: Any = None) -> Any:
         return leave_signals_to_rank(super().get_eval_dataloader(eval_dataset))
+
+    def _issue_warnings_after_load(self, load_result: Any) -> None:
+        """Resuming warns "missing keys: vocab_projector.weight" for a weight tied to the embeddings (safetensors
+        stores it once; the Trainer's own exemption only covers ``_keys_to_ignore_on_save``): an expected case,
+        so tied names are left out of the warning and the tie is restored."""
+        tied = tied_parameter_names(self.model)
+        if tied & set(load_result.missing_keys):
+            self.model.tie_weights()
+            load_result = load_result._replace(missing_keys=[k for k in load_result.missing_keys if k not in tied])
+        super()._issue_warnings_after_load(load_result)
+
+
+def tied_parameter_names(model: torch.nn.Module) -> set[str]:
+    """Names of parameters that share their storage with another parameter (tied weights)."""
+    owners: dict[int, list[str]] = {}
+    for name, parameter in model.named_parameters(remove_duplicate=False):
+        owners.setdefault(id(parameter), []).append(name)
+    return {name for names in owners.values() if len(names) > 1 for name in names}
 
 
 def write_report_safely(output_dir: Path) -> None:
@@ -182,6 +207,8 @@ def main(argv: list[str] | None = None) -> int:
 def agreed_resume(config: Config, is_zero: bool) -> str | None:
     """World rank 0 decides which checkpoint to resume from (and moves unusable ones aside); the others receive
     its answer, so ranks sharing a volume never race renaming the same directories."""
+    if is_zero:
+        start_over(config, warn)
     choice = [decide_resume(config, warn) if is_zero else None]
     if dist.is_available() and dist.is_initialized():
         dist.broadcast_object_list(choice, src=0)
@@ -243,7 +270,8 @@ def run(config: Config, output_dir: Path, handoff: Handoff | None, started: str,
     try:
         result = trainer.train(resume_from_checkpoint=resume)
         metrics.update(result.metrics)
-        if trainer.eval_dataset is not None and guard.step is None and not stopper.stopped:
+        evaluating = trainer.eval_dataset is not None and training.eval_strategy != "no"  # no means none
+        if evaluating and guard.step is None and not stopper.stopped:
             metrics.update(final_evaluation(trainer))
     except EvaluationInterrupted:
         if not stopper.stopped:  # stopped inside an evaluation: its step has no checkpoint yet

@@ -362,16 +362,6 @@ def configure_console(config: Config) -> str:
     return log_format
 
 
-def tensorboard_wanted(config: Config) -> bool:
-    """TensorBoard is on when the package is present and the user left ``report_to`` alone (MLM_REPORT_TO=none
-    turns it off; naming other integrations replaces it)."""
-    if "report_to" in config.sources:
-        return False
-    from transformers.integrations import is_tensorboard_available
-
-    return bool(is_tensorboard_available())
-
-
 def callbacks(
     config: Config, facts: dict[str, Any] | None = None, handoff: Handoff | None = None
 ) -> list[TrainerCallback]:
@@ -396,10 +386,6 @@ def callbacks(
     ]
     if log_format == "text" and not config.training.disable_tqdm:
         found.append(QuietProgress())
-    if tensorboard_wanted(config):
-        from transformers.integrations import TensorBoardCallback
-
-        found.append(TensorBoardCallback())
     return found
 
 

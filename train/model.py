@@ -11,6 +11,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import sys
 import types
 from pathlib import Path
 from typing import Any
@@ -93,8 +94,11 @@ def train_wordpiece(raw: RawData, config: Config) -> PreTrainedTokenizerFast:
     tokenizer.normalizer = normalizers.BertNormalizer(lowercase=True)
     tokenizer.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
     tokenizer.decoder = decoders.WordPiece()
+    # Its progress bar ends with blank lines on stdout, which a JSON-lines reader cannot parse: only on a terminal.
     trainer = trainers.WordPieceTrainer(
-        vocab_size=job.tokenizer_vocab_size, special_tokens=list(SPECIAL_TOKENS.values())
+        vocab_size=job.tokenizer_vocab_size,
+        special_tokens=list(SPECIAL_TOKENS.values()),
+        show_progress=sys.stdout.isatty(),
     )
     train = raw.splits["train"]
     tokenizer.train_from_iterator(

@@ -15,6 +15,7 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
+from train.checkpoints import checkpoints, resume_choice
 from train.config import Config
 from train.console import now
 from train.errors import ConfigError, EnvironmentProblem
@@ -22,6 +23,7 @@ from train.handoff import Handoff
 from train.hf import cache_root, hf_home
 
 FINAL = "final"
+PREVIOUS = "final.previous"  # a finished model being replaced by a run started over (MLM_OVERWRITE_OUTPUT_DIR)
 WRITE_PROBE_BYTES = 1 << 20
 
 
@@ -49,8 +51,9 @@ def refuse_finished(config: Config) -> None:
         )
 
 
-def check_output_dir(config: Config) -> Path:
-    """Fail early, before any work: output_dir must be writable and must not hold a finished run to overwrite."""
+def check_output_dir(config: Config, dry_run: bool = False) -> Path:
+    """Fail early, before any work: output_dir must be writable and must not hold a finished run to overwrite
+    (a dry run, ``plan``, reports a finished run as a fact instead: see :func:`output_facts`)."""
     output = Path(config.training.output_dir)
     try:
         output.mkdir(parents=True, exist_ok=True)
@@ -58,8 +61,31 @@ def check_output_dir(config: Config) -> Path:
     except OSError as exc:
         message = f"{config.source_of('output_dir')}={str(output)!r}: not writable ({write_failure(exc)}); "
         raise EnvironmentProblem(message + "expected a writable directory") from None
-    refuse_finished(config)
+    if not dry_run:
+        refuse_finished(config)
     return output
+
+
+def output_facts(config: Config) -> dict[str, Any]:
+    """What a run would find in output_dir: a finished model (which it refuses to replace unless asked) and the
+    checkpoint it would resume from, with the newer ones it would skip and why."""
+    output = Path(config.training.output_dir)
+    chosen, skipped = resume_choice(config)
+    finished = (output / FINAL).exists()
+    return {
+        "dir": str(output),
+        "finished_model": finished,
+        "a run would": (
+            "refuse: it holds a finished model (MLM_OVERWRITE_OUTPUT_DIR=true replaces it)"
+            if finished and not config.job.overwrite_output_dir
+            else "start over from step 0, replacing the finished model at its end"
+            if finished
+            else f"resume from {chosen.name}"
+            if chosen
+            else "start from step 0"
+        ),
+        "skipped_checkpoints": {path.name: reason for path, reason in skipped},
+    }
 
 
 def check_cache_dir(environ: Mapping[str, str] | None = None) -> Path:
@@ -99,7 +125,31 @@ def publish_final(output_dir: Path, write: Callable[[Path], None]) -> Path:
         shutil.rmtree(retired, ignore_errors=True)
     else:
         os.replace(staging, final)
+    shutil.rmtree(output_dir / PREVIOUS, ignore_errors=True)  # a replaced run's model, kept until now
     return final
+
+
+def start_over(config: Config, warn: Callable[[str], None]) -> bool:
+    """MLM_OVERWRITE_OUTPUT_DIR=true on a finished run: this run starts from step 0.
+
+    The finished model is kept, renamed ``final.previous/``, until this run publishes its own, and the finished
+    run's checkpoints are removed (resuming from them would train 0 steps). Once started over there is no
+    ``final/``: a preempted restart with the same options resumes its own checkpoints instead of starting again.
+    Call it in one process only (world rank 0), before the resume decision.
+    """
+    output = Path(config.training.output_dir)
+    if not (config.job.overwrite_output_dir and (output / FINAL).exists()):
+        return False
+    shutil.rmtree(output / PREVIOUS, ignore_errors=True)
+    os.replace(output / FINAL, output / PREVIOUS)
+    old = checkpoints(output) if config.job.resume in ("auto", "never") else []  # an explicit path is kept
+    for checkpoint in old:
+        shutil.rmtree(checkpoint)
+    warn(
+        f"{config.source_of('overwrite_output_dir')}=true: starting over; the finished model is kept in "
+        f"{PREVIOUS}/ until this run's final/ replaces it, and its {len(old)} checkpoint(s) were removed"
+    )
+    return True
 
 
 def package_versions() -> dict[str, str]:

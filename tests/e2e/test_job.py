@@ -92,3 +92,30 @@ def test_two_processes_under_torchrun(tmp_path: Path) -> None:
     assert json.loads((output / "all_results.json").read_text())["world_size"] == 2
     assert json.loads((output / "run.json").read_text())["world_size"] == 2
     assert [p.name for p in output.iterdir() if p.name.startswith("final") or p.name.startswith(".final")] == ["final"]
+
+
+def test_overwrite_means_a_fresh_run(tmp_path: Path) -> None:
+    output = tmp_path / "out"
+    env = tiny_env(output, save_strategy="steps", save_steps="3")
+    first = subprocess.run([str(REPO / "entrypoint.sh")], env=env, cwd=REPO, capture_output=True, text=True)
+    assert first.returncode == 0, first.stderr[-3000:]
+    steps = json.loads((output / "checkpoint-5" / "trainer_state.json").read_text())["global_step"]
+    env["MLM_OVERWRITE_OUTPUT_DIR"] = "true"
+    again = subprocess.run([str(REPO / "entrypoint.sh")], env=env, cwd=REPO, capture_output=True, text=True)
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert "starting over" in again.stderr and "resuming from" not in again.stderr
+    records = [json.loads(line) for line in (output / "logs" / "train.jsonl").read_text().splitlines()]
+    banners = [r for r in records if r["event"] == "banner"]
+    assert banners[-1]["start_step"] == 0 and steps == 5  # trained again from step 0, all 5 steps
+    assert (output / "final" / "model.safetensors").exists() and not (output / "final.previous").exists()
+
+
+def test_json_stdout_is_one_object_per_line(tmp_path: Path) -> None:
+    """What a log collector reads: every stdout line of a real run parses, and each record appears once."""
+    env = tiny_env(tmp_path / "out", logging_steps="2")  # stdout is a pipe: log_format auto means JSON
+    result = subprocess.run([str(REPO / "entrypoint.sh")], env=env, cwd=REPO, capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr[-3000:]
+    records = [json.loads(line) for line in result.stdout.splitlines()]  # a blank or text line fails here
+    events = [r["event"] for r in records]
+    assert events[0] == "banner" and events.count("eval") == 1 and events.count("train_end") == 1
+    assert [r["step"] for r in records if r["event"] == "train"] == [2, 4]

@@ -297,3 +297,16 @@ def test_stop_timeout_reaches_torchrun(monkeypatch, capsys, base_env, no_nvml):
     flags = torchrun_flags(plan_ok(monkeypatch, capsys, {**base_env, "MLM_STOP_TIMEOUT": "600"}))
     assert flags[flags.index("--shutdown-timeout") + 1] == "600"
     assert flags[flags.index("--signals-to-handle") + 1].split(",")[-2:] == ["SIGUSR1", "SIGUSR2"]
+
+
+def test_plan_reports_a_finished_model_instead_of_refusing(monkeypatch, capsys, base_env, no_nvml, tmp_path):
+    """A dry run never refuses for what it finds in output_dir: it says what a run would do."""
+    (tmp_path / "out" / "final").mkdir(parents=True)
+    document = plan_ok(monkeypatch, capsys, base_env)
+    assert document["output_dir"]["finished_model"] is True
+    assert document["output_dir"]["a run would"].startswith("refuse: it holds a finished model")
+    code, _, err = run_plan(monkeypatch, capsys, {**base_env, "MLM_OVERWRITE_OUTPUT_DIR": "true"})
+    assert code == 0
+    assert (tmp_path / "out" / "final").exists()  # a plan changes nothing
+    code = run_main(lambda argv: launcher.main(argv, base_env), ["train"])
+    assert code == 2 and "holds a finished model in final/" in capsys.readouterr().err

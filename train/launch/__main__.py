@@ -14,7 +14,7 @@ from train.gpus import detect, torch_cuda_version
 from train.launch.decide import shm_size, usable_cpus
 from train.launch.plan import launcher_config, make_plan, plan_document, summary, torchrun_path
 from train.launch.torchrun import launch
-from train.outputs import check_cache_dir, check_output_dir
+from train.outputs import check_cache_dir, check_output_dir, output_facts
 
 USAGE = "usage: python -m train.launch {train|plan} [--option value ...]"
 
@@ -34,10 +34,13 @@ def main(argv: Sequence[str] | None = None, environ: Mapping[str, str] | None = 
     plan = make_plan(
         config, detect(environ), environ, args, torch_cuda, usable_cpus(), torchrun_path(), log_format, shm_size()
     )
-    # The job's own checks, before torchrun: an unwritable output_dir (3) or a finished final/ there (2).
-    check_output_dir(config)
+    # The job's own checks, before torchrun: an unwritable output_dir (3) or a finished final/ there (2, but
+    # a dry run only reports it).
+    check_output_dir(config, dry_run=command == "plan")
     if command == "plan":
-        print(json.dumps(plan_document(plan, config, torch_cuda), indent=2, default=str))
+        document = plan_document(plan, config, torch_cuda)
+        document["output_dir"] = output_facts(config)
+        print(json.dumps(document, indent=2, default=str))
         return 0
     check_cache_dir(environ)  # a run writes tokenized data there (3 when it cannot)
     log = Console(log_format)
