@@ -137,6 +137,11 @@ def test_token_never_leaks_into_logs_or_outputs(tmp_path: Path) -> None:
             assert canary.encode() not in path.read_bytes(), path
 
 
+def records(log: Path) -> list[dict]:
+    """The complete lines of a train.jsonl that may still be being written."""
+    return [json.loads(line) for line in log.read_text().splitlines(keepends=True) if line.endswith("\n")]
+
+
 def newest_checkpoints(output: Path) -> list[Path]:
     return sorted(output.glob("checkpoint-*"), key=lambda p: int(p.name.split("-")[1]))
 
@@ -182,19 +187,24 @@ def test_a_stop_during_a_long_evaluation_saves_without_finishing_it(tmp_path: Pa
         "per_device_eval_batch_size": "1",
         "eval_strategy": "steps",
         "eval_steps": "10",
+        "logging_steps": "10",
         "max_steps": "20",
     }
     output = tmp_path / "out"
     env = tiny_env(output, **options)
     process = start(env)
-    wait_for(output / "checkpoint-10" / ".complete", process)  # written after the evaluation at step 10
-    time.sleep(1.5)  # steps 11-20 take a fraction of that; then the evaluation at step 20 runs for seconds
+    # The Trainer logs a step's record, then evaluates: step 20's record means its evaluation has begun.
+    log = output / "logs" / "train.jsonl"
+    wait_for(log, process)
+    deadline = time.monotonic() + 300
+    while not any(r["event"] == "train" and r["step"] == 20 for r in records(log)):
+        assert process.poll() is None and time.monotonic() < deadline, "step 20 was never logged"
+        time.sleep(0.1)
     process.send_signal(signal.SIGTERM)
     _, stderr = process.communicate(timeout=60)
     assert process.returncode == 75, stderr[-3000:]
     assert "stopped by SIGTERM at step 20" in stderr
-    records = [json.loads(line) for line in (output / "logs" / "train.jsonl").read_text().splitlines()]
-    assert [r["step"] for r in records if r["event"] == "eval"] == [10]  # the interrupted evaluation left no record
+    assert [r["step"] for r in records(log) if r["event"] == "eval"] == [10]  # the interrupted one left no record
     assert (output / "checkpoint-20" / "trainer_state.json").exists()
     resumed = subprocess.run([str(REPO / "entrypoint.sh")], env=env, capture_output=True, text=True)
     assert resumed.returncode == 0, resumed.stderr[-3000:]
@@ -221,16 +231,19 @@ def test_a_damaged_newest_checkpoint_resumes_from_the_one_before(tmp_path: Path)
 
 def test_a_second_job_on_the_same_output_dir_is_refused_and_the_first_is_unharmed(tmp_path: Path) -> None:
     output = tmp_path / "out"
-    env = tiny_env(output, **RESUMABLE)
+    env = tiny_env(output, **{**RESUMABLE, "demo_samples": "32000"})  # 1,600 steps: still running meanwhile
     first = start(env)
-    wait_for(output / ".lease", first)
+    wait_for(output / "checkpoint-10" / ".complete", first)
     second = subprocess.run([str(REPO / "entrypoint.sh")], env=env, capture_output=True, text=True, timeout=300)
     assert second.returncode == 3, second.stderr[-3000:]
     errors = [line for line in second.stderr.splitlines() if line.startswith("mlm-trainer: error:")]
     assert len(errors) == 1 and "is in use by another run (pid" in errors[0], second.stderr[-3000:]
-    _, stderr = first.communicate(timeout=600)
-    assert first.returncode == 0, stderr[-3000:]
-    assert (output / "final" / "model.safetensors").exists() and not (output / ".lease").exists()
+    assert first.poll() is None  # the first trains on
+    first.send_signal(signal.SIGTERM)
+    _, stderr = first.communicate(timeout=120)
+    assert first.returncode == 75, stderr[-3000:]
+    assert "cannot resume" not in stderr and not (output / ".lease").exists()
+    assert [p.name for p in output.iterdir() if p.name.startswith(".invalid-")] == []  # nothing of it moved aside
 
 
 def test_a_diverged_run_publishes_nothing(tmp_path: Path) -> None:
