@@ -9,7 +9,7 @@ import datasets
 import pytest
 
 from train.config import load_config
-from train.data import DEMO_SENTENCE, SAMPLE_INDEX, load_raw, real_token_count, tokenize
+from train.data import DEMO_SENTENCE, SAMPLE_INDEX, load_raw, real_token_count, tokenize, truncation
 from train.errors import ConfigError
 from train.model import train_wordpiece
 
@@ -227,3 +227,17 @@ def test_a_file_that_is_not_utf8_names_its_line(tmp_path):
     config = load_config(["--dataset", str(corpus), "--output_dir", str(tmp_path / "out")], {})
     with pytest.raises(ConfigError, match=r"not UTF-8 \(line 3\); expected UTF-8 text"):
         load_raw(config)
+
+
+def test_truncation_is_counted_per_example(tmp_path):
+    texts = ["one two three four five six seven eight nine ten eleven twelve", "short one", "a b c d e f g h i j k"]
+    path = jsonl(tmp_path, "long.jsonl", texts * 4)
+    config = config_for(path, max_seq_length="8", validation_split_percentage="0", eval_strategy="no")
+    raw = load_raw(config)
+    tokenizer = train_wordpiece(raw, config)
+    train = tokenize(config, raw, tokenizer)["train"]
+    assert len(train) == 12 and max(len(ids) for ids in train["input_ids"]) == 8  # one row per example, cut
+    full = [len(tokenizer(t)["input_ids"]) - 2 for t in texts * 4]  # text tokens without [CLS] [SEP]
+    expected = sum(max(n - 6, 0) for n in full)
+    assert truncation(train) == {"examples_cut": sum(1 for n in full if n > 6), "tokens_cut": expected}
+    assert expected > 0

@@ -27,7 +27,8 @@ from train.hf import cache_root, looks_local, offline_hint
 DEMO_SENTENCE = "This is a training sample for multi-GPU demonstration."
 BUILDERS = {".txt": "text", ".jsonl": "json", ".json": "json", ".csv": "csv", ".parquet": "parquet"}
 SAMPLE_INDEX = "sample_index"
-CACHE_VERSION = "1"  # bump when tokenization changes shape, to invalidate older caches
+CUT_TOKENS = "cut_tokens"  # per example: the text tokens truncation to max_seq_length dropped
+CACHE_VERSION = "3"  # bump when tokenization changes shape, to invalidate older caches
 
 
 @dataclass
@@ -242,6 +243,33 @@ def _group_texts(examples: dict[str, list[list[int]]], block: int) -> dict[str, 
     return {k: [t[i : i + block] for i in range(0, total, block)] for k, t in concatenated.items()}
 
 
+def _count_cut_tokens(encoded: dict[str, list], count: int) -> dict[str, list]:
+    """Keep each example's first (truncated) row of a fast tokenizer's overflowing output, and count the text
+    tokens in its overflow rows as the example's ``cut_tokens``."""
+    mapping = encoded.pop("overflow_to_sample_mapping", None)
+    encoded.pop("overflowing_tokens", None)  # what a slow tokenizer returns instead: not counted
+    if mapping is None:
+        return {**encoded, CUT_TOKENS: [0] * count}
+    first = [i for i, example in enumerate(mapping) if i == 0 or mapping[i - 1] != example]
+    cut = [0] * count
+    for i, example in enumerate(mapping):
+        if i not in first:
+            cut[example] += sum(1 for special in encoded["special_tokens_mask"][i] if not special)
+    return {**{key: [values[i] for i in first] for key, values in encoded.items()}, CUT_TOKENS: cut}
+
+
+def truncation(dataset: Dataset) -> dict[str, int]:
+    """How many examples of a tokenized split truncation cut, and how many text tokens it dropped."""
+    if CUT_TOKENS not in dataset.column_names:
+        return {"examples_cut": 0, "tokens_cut": 0}
+    cut = 0
+    dropped = 0
+    for batch in dataset.select_columns([CUT_TOKENS]).iter(batch_size=65536):
+        dropped += sum(batch[CUT_TOKENS])
+        cut += sum(1 for n in batch[CUT_TOKENS] if n)
+    return {"examples_cut": cut, "tokens_cut": dropped}
+
+
 def tokenize(config: Config, raw: RawData, tokenizer: Any) -> DatasetDict:
     """Tokenize every split the configured way, with a ``sample_index`` column for the collator.
 
@@ -263,14 +291,17 @@ def tokenize(config: Config, raw: RawData, tokenizer: Any) -> DatasetDict:
         if job.padding == "packed":
             # verbose=False: the "longer than the specified maximum" warning means nothing before packing cuts.
             return tokenizer(texts, return_special_tokens_mask=True, return_attention_mask=False, verbose=False)
-        return tokenizer(
+        encoded = tokenizer(
             texts,
             padding="max_length" if job.padding == "max_length" else False,
             truncation=True,
             max_length=job.max_seq_length,
             return_special_tokens_mask=True,
             return_attention_mask=job.padding == "max_length",
+            # The overflow says what truncation dropped: counted per example, then left out.
+            return_overflowing_tokens=True,
         )
+        return _count_cut_tokens(dict(encoded), len(texts))
 
     result = {}
     for split, dataset in raw.splits.items():

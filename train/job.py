@@ -26,7 +26,7 @@ from train.checkpoints import checkpoints, decide_resume, problem, resumed_optio
 from train.collator import MaskingCollator
 from train.config import Config, load_config, withhold_secrets
 from train.console import now, say, warn
-from train.data import load_raw, real_token_count, tokenize
+from train.data import load_raw, real_token_count, tokenize, truncation
 from train.errors import EXIT_CRASH, ConfigError, EnvironmentProblem, Preempted, UserError, run_main
 from train.handoff import Handoff
 from train.lease import OutputLease
@@ -143,8 +143,18 @@ def build_trainer(config: Config) -> tuple[Trainer, dict[str, Any]]:
         "train_samples": len(tokenized["train"]),
         "eval_samples": len(tokenized["validation"]) if "validation" in tokenized else 0,
         "train_real_tokens": real_token_count(tokenized["train"], tokenizer.pad_token_id),
+        "truncation": truncation(tokenized["train"]),
         "tokenizer": tokenizer,
     }
+    cut = facts["truncation"]
+    if cut["examples_cut"] and training.process_index == 0:
+        kept = facts["train_real_tokens"]
+        share = 100 * cut["tokens_cut"] / max(kept + cut["tokens_cut"], 1)
+        warn(
+            f"{cut['examples_cut']:,} of {facts['train_samples']:,} training examples are longer than "
+            f"max_seq_length={job.max_seq_length} and were cut, dropping {cut['tokens_cut']:,} tokens ({share:.1f} % "
+            "of the text): use padding packed, or a larger max_seq_length, to train on all of it"
+        )
     return trainer, facts
 
 
@@ -259,6 +269,7 @@ def run(config: Config, output_dir: Path, handoff: Handoff | None, started: str,
                 config,
                 world_size=training.world_size,
                 dataset_fingerprint=facts["dataset_fingerprint"],
+                truncation=facts["truncation"],
                 started=started,
                 status=status,
                 handoff=handoff,

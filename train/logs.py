@@ -115,6 +115,7 @@ def banner_record(config: Config, facts: dict[str, Any], handoff: Handoff | None
         "train_samples": facts.get("train_samples"),
         "eval_samples": facts.get("eval_samples"),
         "train_real_tokens": facts.get("train_real_tokens"),
+        "truncation": facts.get("truncation"),
         "max_steps": facts.get("max_steps") or (training.max_steps if training.max_steps > 0 else None),
         "num_train_epochs": training.num_train_epochs,
         "start_step": facts.get("start_step", 0),
@@ -126,6 +127,12 @@ def banner_record(config: Config, facts: dict[str, Any], handoff: Handoff | None
 
 def _precision_name(training: Any) -> str:
     return "bf16" if training.bf16 else "fp16" if training.fp16 else "fp32"
+
+
+def _cut_text(cut: dict[str, int] | None) -> str:
+    if not cut or not cut.get("examples_cut"):
+        return ""
+    return f" ({cut['examples_cut']:,} examples cut to max_seq_length, {cut['tokens_cut']:,} tokens dropped)"
 
 
 def _count(value: Any) -> str:
@@ -162,7 +169,8 @@ def banner(config: Config, facts: dict[str, Any], handoff: Handoff | None = None
         f"{record['per_device_train_batch_size']} per device × {record['gradient_accumulation_steps']} accumulation",
         f"  model      {record['model']}",
         f"  data       {record['dataset']}: {_count(record['train_samples'])} train / "
-        f"{_count(record['eval_samples'])} eval samples, {_count(record['train_real_tokens'])} real tokens",
+        f"{_count(record['eval_samples'])} eval samples, {_count(record['train_real_tokens'])} real tokens"
+        + _cut_text(record.get("truncation")),
         f"  steps      {_count(steps)} ({span}){resumed}",
         f"  outputs    {output} (logs in {record['logs']}, report {Path(output) / 'report.html'})",
     ]
@@ -373,7 +381,9 @@ def callbacks(
     tokens_per_sample = None
     if facts.get("train_samples") and facts.get("train_real_tokens"):
         tokens_per_sample = facts["train_real_tokens"] / facts["train_samples"]
-    banner_facts = {k: facts[k] for k in ("train_samples", "eval_samples", "train_real_tokens") if k in facts}
+    banner_facts = {
+        k: facts[k] for k in ("train_samples", "eval_samples", "train_real_tokens", "truncation") if k in facts
+    }
     found: list[TrainerCallback] = [
         TrainingLog(
             output_dir,

@@ -179,6 +179,7 @@ def run_facts(
     *,
     world_size: int,
     dataset_fingerprint: str,
+    truncation: dict[str, int] | None = None,
     started: str,
     status: str,
     handoff: Handoff | None,
@@ -194,6 +195,8 @@ def run_facts(
         "hardware": hardware(world_size, handoff),
         "seed": config.training.seed,
         "dataset_fingerprint": dataset_fingerprint,
+        # Training examples longer than max_seq_length, and the tokens truncation dropped from them.
+        "truncation": truncation,
         "image_revision": config.job.image_revision,
         # The command the launcher ran (secrets redacted); absent when the job was started without it.
         "command": handoff.command if handoff is not None else None,

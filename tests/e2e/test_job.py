@@ -71,6 +71,7 @@ def test_results_and_run_facts(finished_run: Path) -> None:
     assert facts["status"] == "finished" and facts["image_revision"] == "abc123"
     assert {"python", "torch", "transformers", "datasets", "accelerate"} <= facts["versions"].keys()
     assert facts["config"]["padding"] == "dynamic"
+    assert facts["truncation"] == {"examples_cut": 0, "tokens_cut": 0}  # the demo sentence fits max_seq_length
     text = (finished_run / "run.json").read_text()
     assert "hf_canary_job_456" not in text and facts["config"]["hub_token"] == "***"
 
