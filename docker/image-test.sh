@@ -247,12 +247,14 @@ check_stop() {
 	podman run --detach --name "$name" --network none --user "$RUN_AS" "${READ_ONLY[@]}" -v "$out:/output" \
 		-e MLM_DEMO_SAMPLES=20000 -e MLM_LOGGING_STEPS=1 -e MLM_LOG_FORMAT=json "$IMAGE" >/dev/null
 	local waited=0
-	until podman logs "$name" 2>&1 | grep -q '"event": *"train"'; do
+	# grep reads the whole log (no -q): under pipefail, -q exiting at the first match would SIGPIPE a podman still
+	# writing a long log, and the loop would take the match for a miss until the run had ended.
+	until podman logs "$name" 2>&1 | grep '"event": *"train"' >/dev/null; do
 		if ((waited >= 300)) || [[ "$(podman inspect --format '{{.State.Running}}' "$name")" != true ]]; then
 			podman logs "$name" >"$WORK/logs/stop.log" 2>&1
 			podman rm --force --volumes "$name" >/dev/null
 			show_log "$WORK/logs/stop.log"
-			fail "training did not start within 300 s"
+			fail "training did not start within 300 s, or the run ended before it could be stopped"
 		fi
 		sleep 2
 		waited=$((waited + 2))
