@@ -160,8 +160,13 @@ def resume_choice(config: Config) -> tuple[Path | None, list[tuple[Path, str]]]:
         if reason:
             raise ConfigError(f"{config.source_of('resume')}={resume!r}: {reason}")
         return path, []
+    return newest_resumable(Path(config.training.output_dir))
+
+
+def newest_resumable(output_dir: Path) -> tuple[Path | None, list[tuple[Path, str]]]:
+    """(the newest checkpoint in ``output_dir`` that can be resumed from, the newer ones that cannot and why)."""
     skipped = []
-    for candidate in reversed(checkpoints(Path(config.training.output_dir))):
+    for candidate in reversed(checkpoints(output_dir)):
         reason = problem(candidate)
         if reason is None:
             return candidate, skipped

@@ -29,6 +29,9 @@ EXIT_CRASH = 1
 EXIT_CONFIG = 2
 EXIT_ENVIRONMENT = 3
 EXIT_PREEMPTED = 75
+# The signals that mean "save a checkpoint and exit EXIT_PREEMPTED": SIGTERM (docker stop, the kubelet), SIGINT
+# (Ctrl-C), SIGUSR1/SIGUSR2 (Slurm's --signal). The launcher forwards them, torchrun passes them on, the ranks act.
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGUSR1, signal.SIGUSR2)
 EXIT_BROKEN_PIPE = 128 + signal.SIGPIPE  # 141: the reader of our output closed it, as for any shell tool
 
 

@@ -16,6 +16,16 @@ from typing import Any
 HANDOFF_ENV = "MLM_LAUNCH"
 
 
+def precision_name(fp16: bool, bf16: bool) -> str:
+    """bf16, fp16 or fp32, from the TrainingArguments flags (bf16 wins when both are set, as in the Trainer)."""
+    return "bf16" if bf16 else "fp16" if fp16 else "fp32"
+
+
+def global_batch(per_device: int, world_size: int, accumulation: int) -> int:
+    """Samples per optimizer step across all ranks."""
+    return int(per_device) * max(int(world_size or 1), 1) * int(accumulation)
+
+
 def precision_label(name: str, tf32: bool) -> str:
     """How a precision is shown everywhere (plan summary, banner, run.json): ``bf16 + tf32``."""
     return name + (" + tf32" if tf32 else "")
@@ -29,7 +39,7 @@ class Handoff:
     nnodes: str  # N, or min:max when elastic
     gpus: list[str] = field(default_factory=list)  # names of this node's GPUs, in CUDA order; empty on CPU
     gpu_uuids: list[str] = field(default_factory=list)  # the same devices by UUID (what the logs sample)
-    command: list[str] = field(default_factory=list)  # the torchrun command that started the ranks, secrets redacted
+    command: list[str] = field(default_factory=list)  # the torchrun command that started the ranks (holds no secret)
 
     def to_env(self) -> str:
         return json.dumps(asdict(self), separators=(",", ":"))

@@ -22,7 +22,7 @@ from transformers import Trainer, set_seed
 
 from train import logs
 from train.callbacks import CheckpointCompleteMarker, DivergenceGuard, EpochForCollator, finite_weights
-from train.checkpoints import checkpoints, decide_resume, problem, resumed_options
+from train.checkpoints import decide_resume, newest_resumable, resumed_options
 from train.collator import MaskingCollator
 from train.config import Config, load_config, withhold_secrets
 from train.console import now, say, warn
@@ -291,8 +291,8 @@ def run(config: Config, output_dir: Path, handoff: Handoff | None, started: str,
     if guard.step is not None or not finite_weights(trainer.model):
         write_run_facts("diverged")
         step = guard.step if guard.step is not None else trainer.state.global_step
-        good = [c.name for c in checkpoints(output_dir) if problem(c) is None]
-        kept = f"the last good checkpoint, {good[-1]}, is kept" if good else "no checkpoint was saved"
+        good, _ = newest_resumable(output_dir)
+        kept = f"the last good checkpoint, {good.name}, is kept" if good else "no checkpoint was saved"
         raise ConfigError(
             f"training diverged at step {step} ({guard.what or 'the weights are not finite'}): final/ was not "
             f"written and {kept}; lower learning_rate (now {training.learning_rate:g}) or add warmup_steps, and "

@@ -24,6 +24,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from train.console import now
 from train.errors import EnvironmentProblem
 
 LEASE_NAME = ".lease"
@@ -54,7 +55,7 @@ class OutputLease:
             "host": socket.gethostname(),
             "pid": os.getpid(),
             "start_time": _start_time(os.getpid()),
-            "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+            "started": now(),
         }
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -68,14 +69,18 @@ class OutputLease:
         except (OSError, ValueError):
             return {}  # half-written by a holder that died at once: judged by its age alone
 
+    def _here(self, holder: dict[str, Any]) -> bool:
+        """The holder is a process of this host (judged by its process, not its heartbeat)."""
+        return holder.get("host") == self.record["host"] and isinstance(holder.get("pid"), int)
+
     def _alive_here(self, holder: dict[str, Any]) -> bool:
-        pid = holder.get("pid")
-        if holder.get("host") != self.record["host"] or not isinstance(pid, int):
+        if not self._here(holder):
             return False
-        return _start_time(pid) is not None and _start_time(pid) == holder.get("start_time")
+        started = _start_time(holder["pid"])
+        return started is not None and started == holder.get("start_time")
 
     def stale(self, holder: dict[str, Any]) -> bool:
-        if holder.get("host") == self.record["host"] and isinstance(holder.get("pid"), int):
+        if self._here(holder):
             return not self._alive_here(holder)
         try:
             age = self.clock() - self.path.stat().st_mtime
@@ -140,9 +145,3 @@ class OutputLease:
                 self.path.unlink()
         except OSError:
             pass
-
-    def __enter__(self) -> OutputLease:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.release()

@@ -24,7 +24,7 @@ from transformers.trainer_callback import PrinterCallback, ProgressCallback, Tra
 from train.config import Config
 from train.console import now, resolve_format
 from train.gpus import Sampler
-from train.handoff import Handoff, precision_label
+from train.handoff import Handoff, global_batch, precision_label, precision_name
 
 if TYPE_CHECKING:
     from transformers import Trainer
@@ -81,11 +81,6 @@ def _duration(seconds: float | None) -> str:
 # ---- banner ------------------------------------------------------------------------------------------------------
 
 
-def global_batch(per_device: int, world_size: int, accumulation: int) -> int:
-    """Samples per optimizer step across all ranks."""
-    return int(per_device) * max(int(world_size or 1), 1) * int(accumulation)
-
-
 def banner_record(config: Config, facts: dict[str, Any], handoff: Handoff | None = None) -> dict[str, Any]:
     """The launch facts as one record: the launcher's decisions (``handoff``; None when the job was started
     without the launcher) and what only the running job knows (``facts``: data size, steps)."""
@@ -104,7 +99,9 @@ def banner_record(config: Config, facts: dict[str, Any], handoff: Handoff | None
         "nodes": handoff.nnodes if handoff else None,
         "world_size": world_size,
         # What the ranks run with: the launcher's decision, arrived as the bf16/fp16/tf32 flags.
-        "precision": handoff.precision if handoff else precision_label(_precision_name(training), bool(training.tf32)),
+        "precision": handoff.precision
+        if handoff
+        else precision_label(precision_name(training.fp16, training.bf16), bool(training.tf32)),
         "global_batch_size": global_batch(
             training.per_device_train_batch_size, world_size, training.gradient_accumulation_steps
         ),
@@ -123,10 +120,6 @@ def banner_record(config: Config, facts: dict[str, Any], handoff: Handoff | None
         "logs": str(log_dir(output_dir)),
     }
     return record
-
-
-def _precision_name(training: Any) -> str:
-    return "bf16" if training.bf16 else "fp16" if training.fp16 else "fp32"
 
 
 def _cut_text(cut: dict[str, int] | None) -> str:

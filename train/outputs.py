@@ -72,17 +72,18 @@ def output_facts(config: Config) -> dict[str, Any]:
     output = Path(config.training.output_dir)
     chosen, skipped = resume_choice(config)
     finished = (output / FINAL).exists()
+    try:
+        refuse_finished(config)
+        refusal = None
+    except ConfigError:
+        refusal = "refuse: it holds a finished model (MLM_OVERWRITE_OUTPUT_DIR=true replaces it)"
     return {
         "dir": str(output),
         "finished_model": finished,
         "a run would": (
-            "refuse: it holds a finished model (MLM_OVERWRITE_OUTPUT_DIR=true replaces it)"
-            if finished and not config.job.overwrite_output_dir
-            else "start over from step 0, replacing the finished model at its end"
-            if finished
-            else f"resume from {chosen.name}"
-            if chosen
-            else "start from step 0"
+            refusal
+            or ("start over from step 0, replacing the finished model at its end" if finished else None)
+            or (f"resume from {chosen.name}" if chosen else "start from step 0")
         ),
         "skipped_checkpoints": {path.name: reason for path, reason in skipped},
     }
@@ -198,6 +199,6 @@ def run_facts(
         # Training examples longer than max_seq_length, and the tokens truncation dropped from them.
         "truncation": truncation,
         "image_revision": config.job.image_revision,
-        # The command the launcher ran (secrets redacted); absent when the job was started without it.
+        # The command the launcher ran (secrets never are in it); absent when the job was started without it.
         "command": handoff.command if handoff is not None else None,
     }

@@ -25,7 +25,7 @@ import torch
 import torch.distributed as dist
 from transformers import TrainerCallback
 
-STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGUSR1, signal.SIGUSR2)
+from train.errors import STOP_SIGNALS
 
 
 class EvaluationInterrupted(Exception):

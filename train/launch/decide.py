@@ -10,7 +10,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from train.errors import ConfigError, EnvironmentProblem
-from train.handoff import precision_label
+from train.handoff import global_batch, precision_label, precision_name
 from train.launch.topology import Topology
 
 # DataLoader workers hand batches to their rank through /dev/shm; below this, Docker's 64 MB default among them,
@@ -79,7 +79,7 @@ def decide_precision(
 
     flags: list[str] = []
     if "fp16" in user_set or "bf16" in user_set:
-        name = "bf16" if bf16 else "fp16" if fp16 else "fp32"
+        name = precision_name(fp16, bf16)
         source = ", ".join(user_set[key] for key in ("bf16", "fp16") if key in user_set)
     elif ampere:
         name, source = "bf16", f"auto: {device}"
@@ -113,7 +113,8 @@ class Batch:
             str(self.global_batch_size)
             if self.global_batch_size is not None
             else "-".join(
-                str(self.per_device * self.processes * n * self.accumulation) for n in (self.min_nodes, self.max_nodes)
+                str(global_batch(self.per_device, self.processes * n, self.accumulation))
+                for n in (self.min_nodes, self.max_nodes)
             )
         )
         return (
@@ -139,7 +140,7 @@ def decide_batch(
     """Derive gradient accumulation from the global batch (samples per optimizer step across all ranks)."""
     flags: tuple[str, ...] = ()
     if global_batch_size is None:
-        total = None if topology.elastic else per_device * processes * topology.max_nodes * accumulation
+        total = None if topology.elastic else global_batch(per_device, processes * topology.max_nodes, accumulation)
         return Batch(per_device, processes, topology.min_nodes, topology.max_nodes, accumulation, total, flags, unit)
     if topology.elastic:
         raise ConfigError(

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from train.config import SECRET_FIELDS, Config, env_name, load_config
-from train.errors import EnvironmentProblem
+from train.errors import STOP_SIGNALS, EnvironmentProblem
 from train.gpus import Inventory, check_driver
 from train.handoff import HANDOFF_ENV, Handoff
 from train.launch.decide import (
@@ -199,8 +199,9 @@ def make_plan(
     )
 
 
-# torchrun forwards these to the ranks (its default list lacks Slurm's SIGUSR1/SIGUSR2); each means "save and stop".
-SIGNALS_TO_HANDLE = "SIGTERM,SIGINT,SIGHUP,SIGQUIT,SIGUSR1,SIGUSR2"
+# What torchrun forwards to the ranks: its own defaults, and our stop signals (its list lacks Slurm's SIGUSR1/2).
+TORCHRUN_SIGNALS = ("SIGTERM", "SIGINT", "SIGHUP", "SIGQUIT")
+SIGNALS_TO_HANDLE = ",".join(dict.fromkeys([*TORCHRUN_SIGNALS, *(s.name for s in STOP_SIGNALS)]))
 
 
 def _torchrun_flags(topology: Topology, nproc: int, max_restarts: int, job: Any) -> list[str]:

@@ -20,7 +20,14 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from train.errors import DOCUMENTED_EXITS, EXIT_DIR_ENV, debug_enabled, documented_exit, read_exit_codes
+from train.errors import (
+    DOCUMENTED_EXITS,
+    EXIT_DIR_ENV,
+    STOP_SIGNALS,
+    debug_enabled,
+    documented_exit,
+    read_exit_codes,
+)
 from train.launch.plan import Plan
 from train.launch.topology import wait_for_address
 
@@ -98,10 +105,6 @@ class _StderrRelay:
         if not drop_report:
             self.sink.write(b"".join(self.held))
         self.sink.flush()
-
-
-# Stop signals: SIGTERM (docker stop, the kubelet), SIGINT (Ctrl-C), SIGUSR1/SIGUSR2 (Slurm's --signal).
-STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGUSR1, signal.SIGUSR2)
 
 
 def _children(pid: int) -> list[int]:
