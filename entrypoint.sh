@@ -3,6 +3,7 @@
 #
 # usage: entrypoint.sh [train] [--option value ...]   train (the default; options as in the README)
 #        entrypoint.sh plan [--option value ...]      print the launch plan as JSON, train nothing
+#        entrypoint.sh prepare [--option value ...]   tokenize the corpus into the cache (HF_HOME), train nothing
 #        entrypoint.sh gpus                           list the GPUs this container can use
 #        entrypoint.sh doctor                         preflight checks before a long job
 #        entrypoint.sh report OUTPUT_DIR              write report.html + loss.png for a run
@@ -86,6 +87,11 @@ _main() {
 	-*)
 		withhold_secrets "$@"
 		exec "$PYTHON" -m train.launch train "${ARGS[@]}"
+		;;
+	prepare)
+		shift
+		withhold_secrets "$@"
+		exec "$PYTHON" -m train.prepare "${ARGS[@]}"
 		;;
 	gpus | doctor | report)
 		shift

@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Build the training image from docker/Dockerfile, filling in its metadata from git and the lock files.
+# Build the training image from docker/Dockerfile, filling in its metadata from git and the lock files, and write
+# its SBOM (build/sbom/).
 #
 # usage: bash docker/build.sh [IMAGE] [extra build flags...]        (make image IMAGE=...)
 #
@@ -11,6 +12,8 @@
 #   PIP_CA=FILE            CA bundle of a TLS-intercepting proxy, handed to pip as a build secret (never stored)
 #   SOURCE=URL             the org.opencontainers.image.source label (default: origin when it is a URL, else
 #                          the project's public repository; never a path of the build machine)
+#   SBOM=FILE              where the image's SBOM goes (default build/sbom/REPO_TAG.cdx.json): CycloneDX JSON of
+#                          its Python packages (tools/sbom.py run inside it) and its base image with the digest
 set -Eeuo pipefail
 
 _log() {
@@ -41,6 +44,47 @@ pinned_version() {
 	version="$(sed -n "s/^$1==\([^ ]*\).*/\1/p" requirements.lock)"
 	[[ -n "$version" ]] || _die "requirements.lock does not pin $1"
 	echo "$version"
+}
+
+# The base image: BASE_IMAGE, else the Dockerfile's pinned default (tag and digest; `make pin` refreshes it).
+base_image() {
+	if [[ -n "${BASE_IMAGE:-}" ]]; then
+		echo "$BASE_IMAGE"
+		return
+	fi
+	local line
+	line="$(grep -m1 '^ARG BASE_IMAGE=' docker/Dockerfile)" || _die "docker/Dockerfile has no 'ARG BASE_IMAGE=' line"
+	echo "${line#ARG BASE_IMAGE=}"
+}
+
+# image_id ENGINE REF: the image's ID as sha256:HEX (podman prints the hex alone).
+image_id() {
+	local id
+	id="$("$1" image inspect --format '{{.Id}}' "$2")" || return 1
+	echo "sha256:${id#sha256:}"
+}
+
+# write_sbom ENGINE IMAGE BASE FILE REVISION CREATED: the CycloneDX SBOM of IMAGE's Python environment, read by
+# tools/sbom.py inside it (fed on stdin: no mount, nothing added to the image, and no network for it).
+write_sbom() {
+	local engine="$1" image="$2" base="$3" file="$4" base_id=""
+	[[ "$base" == *@sha256:* ]] || base_id="$(image_id "$engine" "$base" 2>/dev/null)" || base_id=""
+	mkdir -p "$(dirname "$file")"
+	"$engine" run --rm -i --network none --entrypoint /opt/venv/bin/python "$image" - \
+		--image "$image" --image-id "$(image_id "$engine" "$image")" --base-image "$base" --base-image-id "$base_id" \
+		--revision "$5" --created "$6" --torch-variant "${TORCH_VARIANT:-cuda}" <tools/sbom.py >"$file.tmp" ||
+		{
+			rm -f "$file.tmp"
+			_die "the SBOM of $image could not be written (tools/sbom.py inside the image failed)"
+		}
+	mv "$file.tmp" "$file"
+	_log "SBOM: $file ($(grep -c '"type": "library"' "$file") Python packages; base $base)"
+}
+
+# sbom_name REF: a file name for REF (localhost/mlm-trainer:dev -> localhost_mlm-trainer_dev).
+sbom_name() {
+	local name="${1//\//_}"
+	echo "${name//:/_}"
 }
 
 # The commit, marked -dirty when tracked files differ from it (what the image holds is then not that commit).
@@ -75,9 +119,13 @@ _main() {
 	engine="$(pick_engine)"
 	local created
 	created="$(date -u -d "@${SOURCE_DATE_EPOCH:-$(date +%s)}" +%Y-%m-%dT%H:%M:%SZ)"
+	local rev base
+	rev="$(revision)"
+	base="$(base_image)"
 	local -a args=(
 		build --file docker/Dockerfile --tag "$image"
-		--build-arg "REVISION=$(revision)"
+		--build-arg "BASE_IMAGE=$base"
+		--build-arg "REVISION=$rev"
 		--build-arg "VERSION=$(sed -n 's/^version = "\(.*\)"/\1/p' pyproject.toml)"
 		--build-arg "CREATED=$created"
 		--build-arg "SOURCE=${SOURCE:-$(source_url)}"
@@ -86,7 +134,6 @@ _main() {
 		--build-arg "DATASETS_VERSION=$(pinned_version datasets)"
 		--build-arg "ACCELERATE_VERSION=$(pinned_version accelerate)"
 	)
-	[[ -n "${BASE_IMAGE:-}" ]] && args+=(--build-arg "BASE_IMAGE=$BASE_IMAGE")
 	[[ -n "${TORCH_VARIANT:-}" ]] && args+=(--build-arg "TORCH_VARIANT=$TORCH_VARIANT")
 	if [[ -n "${WHEELHOUSE:-}" ]]; then
 		[[ -d "$WHEELHOUSE" ]] || _die "WHEELHOUSE=$WHEELHOUSE is not a directory"
@@ -106,6 +153,7 @@ _main() {
 		"$engine" "${args[@]}" --format docker "$@" .
 	fi
 	_log "built $image ($("$engine" image inspect --format '{{.Size}}' "$image" | numfmt --to=iec) uncompressed)"
+	write_sbom "$engine" "$image" "$base" "${SBOM:-build/sbom/$(sbom_name "$image").cdx.json}" "$rev" "$created"
 }
 
 if [[ "${BASH_SOURCE[0]}" == "$0" ]]; then

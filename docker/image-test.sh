@@ -2,8 +2,9 @@
 # Build docker/Dockerfile where there is no Docker engine and no registry (podman, a Debian 12 base made with
 # debootstrap, the CPU build of torch from a wheelhouse) and run it as `docker run` would, checking what the image
 # promises: the demo trains as an arbitrary --user on a read-only root filesystem, final/ loads back, files on the
-# bind mount belong to the caller, `plan` reports CPU mode, the installed packages are exactly the lock, any other
-# UID can write HOME/HF_HOME//output, and `docker stop` mid-training ends in exit 75 with a checkpoint.
+# bind mount belong to the caller, `plan` reports CPU mode, the installed packages are exactly the lock and the
+# SBOM build.sh wrote lists them, any other UID can write HOME/HF_HOME//output, and `docker stop` mid-training ends
+# in exit 75 with a checkpoint.
 #
 # usage: bash docker/image-test.sh          (make image-test; as root, with .ci/system-deps.sh's packages)
 #
@@ -126,13 +127,14 @@ make_wheelhouse() {
 }
 
 build_image() {
-	ENGINE=podman BASE_IMAGE="$BASE" TORCH_VARIANT=cpu WHEELHOUSE="$WORK/wheelhouse" \
+	rm -f "$WORK/sbom.cdx.json"
+	ENGINE=podman BASE_IMAGE="$BASE" TORCH_VARIANT=cpu WHEELHOUSE="$WORK/wheelhouse" SBOM="$WORK/sbom.cdx.json" \
 		bash "$REPO/docker/build.sh" "$IMAGE" >"$WORK/logs/build.log" 2>&1 ||
 		{
 			show_log "$WORK/logs/build.log"
 			fail "the image build"
 		}
-	tail -n 1 "$WORK/logs/build.log" >&2
+	tail -n 2 "$WORK/logs/build.log" >&2
 	local user
 	user="$(podman image inspect --format '{{.Config.User}}' "$IMAGE")"
 	[[ -n "$user" && "${user%%:*}" != 0 && "${user%%:*}" != root ]] || fail "the image's default USER is '$user'"
@@ -239,6 +241,33 @@ check_freeze() {
 	passed "pip freeze == requirements.lock"
 }
 
+# The SBOM build.sh wrote: the packages pip freeze listed (check_freeze), torch at the lock's version, the base.
+check_sbom() {
+	local sbom="$WORK/sbom.cdx.json"
+	"$PYTHON" - "$sbom" "$REPO/requirements.lock" "$WORK/logs/freeze.txt" "$BASE" <<-'EOF' ||
+		import json
+		import re
+		import sys
+
+		def norm(name):
+		    return re.sub(r"[-_.]+", "-", name).lower()
+
+		bom = json.load(open(sys.argv[1]))
+		assert bom["bomFormat"] == "CycloneDX" and bom["specVersion"] == "1.6", (bom["bomFormat"], bom["specVersion"])
+		listed = {norm(c["name"]): c["version"] for c in bom["components"] if c["type"] == "library"}
+		torch = re.search(r"^torch==(\S+)", open(sys.argv[2]).read(), re.M)[1]
+		assert listed["torch"].split("+")[0] == torch, f"SBOM torch {listed['torch']}, requirements.lock {torch}"
+		freeze = {norm(n): v for n, _, v in (line.partition("==") for line in open(sys.argv[3]).read().split())}
+		assert listed == freeze, f"SBOM != pip freeze: {sorted(set(listed.items()) ^ set(freeze.items()))}"
+		props = {p["name"]: p["value"] for p in bom["metadata"]["properties"]}
+		assert props["mlm-trainer:base-image"] == sys.argv[4], props
+		base = next(c for c in bom["components"] if c["bom-ref"] == "base-image")
+		print(f"SBOM: {len(listed)} Python packages (torch {listed['torch']}), base {base['name']}:{base['version']}")
+	EOF
+		fail "$sbom does not list what the image holds"
+	passed "SBOM lists the image's packages (torch at the locked version) and its base image"
+}
+
 # `docker stop` mid-training: tini hands SIGTERM to the launcher, the ranks save a checkpoint, exit code 75.
 check_stop() {
 	local out="$WORK/case/stop" name="mlm-image-test-stop"
@@ -300,6 +329,7 @@ _main() {
 	phase checks
 	check_plan
 	check_freeze
+	check_sbom
 	check_any_user
 	phase stop
 	check_stop

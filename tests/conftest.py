@@ -58,3 +58,12 @@ def run_torchrun(env: dict[str, str], nproc: int = 1, *args: str, timeout: int =
     return subprocess.run(
         [*command, *args], env=env, cwd=REPO, capture_output=True, text=True, timeout=timeout, check=False
     )
+
+
+@pytest.fixture(scope="session")
+def s3_endpoint(tmp_path_factory: pytest.TempPathFactory):
+    """One S3-compatible server (moto) on loopback for the session; its endpoint URL."""
+    from tests.servers import s3_server
+
+    with s3_server(tmp_path_factory.mktemp("s3") / "moto.log") as url:
+        yield url

@@ -64,14 +64,19 @@ class JobArguments:
     dataset: str = field(
         default="demo",
         metadata={
-            "help": "demo (the seed's data); a local .txt/.jsonl/.json/.csv/.parquet file, a directory of them or "
-            "one written by datasets.save_to_disk; or a hub dataset id."
+            "help": "demo (the seed's data); a .txt/.jsonl/.json/.csv/.parquet file (text formats also .gz, .bz2, "
+            ".xz, .zst), a directory or glob of them, local or remote (s3://, gs://, hf://, https://), or a local "
+            "directory written by datasets.save_to_disk; or a hub dataset id."
         },
     )
     dataset_config_name: str | None = field(default=None, metadata={"help": "Config name of a hub dataset."})
     text_column: str = field(default="text", metadata={"help": "Column holding the text."})
     validation_file: str | None = field(
-        default=None, metadata={"help": "Evaluation data file; default: a split of the training data."}
+        default=None,
+        metadata={
+            "help": "Evaluation data (a file, directory or glob, local or remote); default: a split of the "
+            "training data."
+        },
     )
     validation_split_percentage: int = field(
         default=20,
@@ -92,7 +97,19 @@ class JobArguments:
         default=8, metadata={"help": "Dynamic padding rounds lengths up to this (at most max_seq_length)."}
     )
     preprocessing_num_workers: int | None = field(
-        default=None, metadata={"help": "Processes for tokenization (default: one)."}
+        default=None,
+        metadata={
+            "help": "Processes for tokenization (default: one per CPU this container may use, cgroup quota "
+            "included, when each gets 20,000 rows or more; else one)."
+        },
+    )
+    streaming: bool = field(
+        default=False,
+        metadata={
+            "help": "Read, tokenize and pack the corpus on the fly while training, each rank its own part, with no "
+            "cache (corpora too large for the disk or to tokenize first); needs max_steps, and max_eval_samples or "
+            "validation_file to evaluate."
+        },
     )
     demo_samples: int = field(default=50000, metadata={"help": "Number of samples of the demo dataset."})
     max_train_samples: int | None = field(default=None, metadata={"help": "Use at most this many training samples."})
@@ -181,6 +198,8 @@ class Config:
     job: JobArguments
     training: TrainingArguments
     sources: dict[str, str]
+    # MLM_PUSH_TO_HUB as the user set it: the job pushes final/, the Trainer is told not to (see take_over_push).
+    push_to_hub: bool = False
 
     def source_of(self, name: str) -> str:
         return self.sources.get(name, name)
@@ -189,6 +208,7 @@ class Config:
         """The resolved options as plain JSON-able values; secrets replaced by ``***``."""
         resolved: dict[str, Any] = dataclasses.asdict(self.job)
         resolved.update(_jsonable(self.training.to_dict()))
+        resolved["push_to_hub"] = self.push_to_hub
         if redact:
             for name in SECRET_FIELDS:
                 if resolved.get(name):
@@ -419,7 +439,10 @@ def load_config(argv: Sequence[str] | None = None, environ: Mapping[str, str] | 
         raise
     except (ValueError, TypeError) as exc:  # TrainingArguments.__post_init__ rejects combinations
         raise ConfigError(" ".join(str(exc).split())) from None
-    return Config(job=job, training=training, sources=sources)
+    config = Config(job=job, training=training, sources=sources)
+    split_trackers(config)
+    take_over_push(config, environ)
+    return config
 
 
 def _cli_flags(cli_args: Sequence[str]) -> list[tuple[str, list[str]]]:
@@ -432,3 +455,57 @@ def _cli_flags(cli_args: Sequence[str]) -> list[tuple[str, list[str]]]:
         elif flags:
             flags[-1][1].append(arg)
     return flags
+
+
+# ---- the hub push of final/, and the trackers ------------------------------------------------------------------------
+# MLM_PUSH_TO_HUB, MLM_HUB_MODEL_ID and MLM_HUB_PRIVATE_REPO are TrainingArguments fields, but the Trainer's own push
+# creates the repository when it is built and uploads output_dir (checkpoints, logs, training_args.bin) at every save.
+# The job pushes final/ instead, once, from rank 0, after final/ and run.json are written (train/publish.py): the
+# Trainer gets push_to_hub=False, Config.push_to_hub keeps the choice, and what the push needs is checked here, before
+# any training, rather than after it.
+
+
+def take_over_push(config: Config, environ: Mapping[str, str]) -> None:
+    """Move MLM_PUSH_TO_HUB from the Trainer to the job, and fail early (ConfigError) when the push could not work:
+    no repository id, an invalid one, offline mode, or no token where huggingface_hub looks for one."""
+    from huggingface_hub.utils import HFValidationError, validate_repo_id
+
+    from train.hf import hf_home, offline
+
+    training = config.training
+    config.push_to_hub, training.push_to_hub = bool(training.push_to_hub), False
+    if not config.push_to_hub:
+        return
+    source, repo_id = config.source_of("push_to_hub"), training.hub_model_id
+    if not repo_id:
+        raise ConfigError(
+            f"{source}=true: set MLM_HUB_MODEL_ID to the repository to push final/ to (e.g. your-name/mlm-model)"
+        )
+    try:
+        validate_repo_id(repo_id)
+    except HFValidationError:
+        raise ConfigError(
+            f"{config.source_of('hub_model_id')}={shown(repo_id)}: expected name or namespace/name, of letters, "
+            "digits, '-', '_' and '.'"
+        ) from None
+    if offline(environ):
+        raise ConfigError(
+            f"{source}=true, but HF_HUB_OFFLINE is set: unset it (a push needs the hub), or turn {source} off"
+        )
+    token_file = environ.get("HF_TOKEN_PATH") or str(hf_home(environ) / "token")
+    given = training.hub_token or environ.get("HF_TOKEN") or environ.get("HUGGING_FACE_HUB_TOKEN")
+    if not (given or environ.get("HF_OIDC_RESOURCE") or Path(os.path.expanduser(token_file)).is_file()):
+        raise ConfigError(
+            f"{source}=true: no hub token; set HF_TOKEN (or HF_TOKEN_FILE, a file holding it, or HF_TOKEN_PATH, "
+            f"huggingface_hub's token file, now {token_file}) to a token that can write to {repo_id}"
+        )
+
+
+def split_trackers(config: Config) -> None:
+    """MLM_REPORT_TO=mlflow,wandb (YAML ``report_to: mlflow,wandb``) names two trackers. TrainingArguments.report_to
+    is one string to argparse, so the list arrives whole, and the Trainer would look for a tracker called
+    ``mlflow,wandb``: it is split here. (The Trainer checks the names; importing its list here would cost the
+    launcher seconds.)"""
+    training = config.training
+    names = [name.strip() for entry in training.report_to or () for name in str(entry).split(",") if name.strip()]
+    training.report_to = [] if names == ["none"] else names

@@ -1,7 +1,9 @@
 """Reading every data source into a ``datasets.Dataset``, tokenization (cached) and the padding/packing modes.
 
-Sources: ``demo`` (the seed's sentence repeated), a local file (.txt one example per line, .jsonl/.json, .csv,
-.parquet), a directory of such files or one written by ``save_to_disk``, or a hub dataset id.
+Sources: ``demo`` (the seed's sentence repeated); a file (.txt one example per line, .jsonl/.json, .csv,
+.parquet; text formats also compressed: .gz, .bz2, .xz, .zst), a directory or glob of such files, or one written
+by ``save_to_disk``, local or remote through fsspec (``s3://``, ``gs://``, ``hf://``, ``https://``, credentials
+from the filesystem's usual environment); or a hub dataset id.
 Rows whose text is null or not a string are dropped (one warning with their count); a source left with none is
 an error. Tokenized datasets are cached as Arrow files under the HF cache, keyed by the raw data's fingerprint, the
 tokenizer and the settings, so a second run and the other ranks reuse them.
@@ -10,13 +12,17 @@ tokenizer and the settings, so a second run and the other ranks reuse them.
 from __future__ import annotations
 
 import hashlib
+import itertools
 import json
 import os
+import re
 from dataclasses import dataclass
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import Any
 
 import datasets
+import pyarrow as pa
+import pyarrow.compute as pc
 from datasets import Dataset, DatasetDict
 
 from train.config import Config
@@ -26,6 +32,10 @@ from train.hf import cache_root, looks_local, offline_hint
 
 DEMO_SENTENCE = "This is a training sample for multi-GPU demonstration."
 BUILDERS = {".txt": "text", ".jsonl": "json", ".json": "json", ".csv": "csv", ".parquet": "parquet"}
+COMPRESSIONS = (".gz", ".bz2", ".xz", ".zst")  # what datasets decompresses by extension (zstandard: .zst)
+REMOTE = re.compile(r"^(?P<scheme>[a-z][a-z0-9+.-]*)://", re.I)
+GLOB = re.compile(r"[*?\[]")
+MIN_ROWS_PER_WORKER = 20_000  # below this a tokenization process costs more to start than it saves
 SAMPLE_INDEX = "sample_index"
 CUT_TOKENS = "cut_tokens"  # per example: the text tokens truncation to max_seq_length dropped
 CACHE_VERSION = "3"  # bump when tokenization changes shape, to invalidate older caches
@@ -44,46 +54,135 @@ def _read_error(label: str, path: str, exc: BaseException) -> ConfigError:
     while cause.__cause__ is not None:  # datasets wraps the parser's error; its message is the useful one
         cause = cause.__cause__
     first = (str(cause).strip().splitlines() or [type(cause).__name__])[0][:200]
-    if isinstance(cause, UnicodeDecodeError) or "codec can't decode" in first:
-        where = _first_undecodable_line(Path(path).expanduser())
+    if (isinstance(cause, UnicodeDecodeError) or "codec can't decode" in first) and not is_remote(path):
+        where = _first_undecodable_line(path, label)
         first = f"not UTF-8{where}; expected UTF-8 text (convert it, e.g. iconv -f latin1 -t utf-8)"
-    return ConfigError(f"{label}={path!r}: cannot be read ({first})")
+    return ConfigError(f"{label}={shown_url(path)!r}: cannot be read ({first})")
 
 
-def _first_undecodable_line(target: Path, limit: int = 10_000_000) -> str:
-    """' (file F, line N)' for the first line that is not UTF-8, read as bytes; '' when none is found quickly."""
-    files = sorted(p for p in target.iterdir() if p.is_file()) if target.is_dir() else [target]
+def _first_undecodable_line(path: str, label: str, limit: int = 10_000_000) -> str:
+    """' (file F, line N)' for the first line that is not UTF-8, read as (decompressed) bytes; '' when none is
+    found quickly."""
+    import fsspec  # decompresses by extension, as the builders do
+
+    files = local_files(path, label)
     for file in files:
         try:
-            with file.open("rb") as handle:
+            with fsspec.open(file, "rb", compression="infer") as handle:
                 for number, raw in enumerate(handle, start=1):
                     if number > limit:
                         break
                     try:
                         raw.decode("utf-8")
                     except UnicodeDecodeError:
-                        return f" (line {number})" if file == target else f" ({file.name}, line {number})"
+                        return f" (line {number})" if len(files) == 1 else f" ({Path(file).name}, line {number})"
         except OSError:
             continue
     return ""
 
 
-def _files_in(directory: Path, label: str) -> list[Path]:
-    files = sorted(p for p in directory.iterdir() if p.is_file() and p.suffix.lower() in BUILDERS)
+def is_remote(name: str) -> bool:
+    """A URL that fsspec reads (s3://, gs://, hf://, https://, ...): files, not a hub dataset id."""
+    match = REMOTE.match(name)
+    return bool(match) and match["scheme"].lower() != "file"
+
+
+def shown_url(name: str) -> str:
+    """``name`` without the user:password part a URL may carry, for messages."""
+    return re.sub(r"^([a-z][a-z0-9+.-]*://)[^/@]*@", r"\1", name, flags=re.I)
+
+
+def data_format(name: str) -> str | None:
+    """The datasets builder for a file name, through one compression suffix (data.jsonl.zst: json); else None."""
+    suffixes = [suffix.lower() for suffix in PurePosixPath(name).suffixes]
+    if suffixes and suffixes[-1] in COMPRESSIONS:
+        suffixes.pop()
+    return BUILDERS.get(suffixes[-1]) if suffixes else None
+
+
+def _one_format(files: list[str], label: str, path: str) -> str:
     if not files:
-        raise ConfigError(f"{label}={str(directory)!r}: no .txt/.jsonl/.json/.csv/.parquet files in the directory")
-    if len({BUILDERS[p.suffix.lower()] for p in files}) > 1:
-        raise ConfigError(f"{label}={str(directory)!r}: files of several formats; expected one format per directory")
+        raise ConfigError(
+            f"{label}={shown_url(path)!r}: no .txt/.jsonl/.json/.csv/.parquet files (also .gz/.bz2/.xz/.zst) there"
+        )
+    formats = {data_format(f) for f in files}
+    if None in formats:
+        odd = PurePosixPath(next(f for f in files if data_format(f) is None))
+        raise ConfigError(
+            f"{label}={shown_url(path)!r}: unsupported extension {''.join(odd.suffixes[-2:]) or '(none)'!r}; "
+            "expected one of " + ", ".join(BUILDERS) + " (optionally compressed: " + ", ".join(COMPRESSIONS) + ")"
+        )
+    if len(formats) > 1:
+        raise ConfigError(f"{label}={shown_url(path)!r}: files of several formats; expected one format per source")
+    return formats.pop()  # type: ignore[return-value]
+
+
+def local_files(path: str, label: str) -> list[str]:
+    """The files a local path names: itself, a directory's data files, or a glob's matches; sorted, checked
+    readable and non-empty."""
+    target = Path(path).expanduser()
+    if GLOB.search(path) and not target.exists():
+        files = sorted(str(p) for p in target.parent.glob(target.name) if p.is_file()) if target.parent.is_dir() else []
+        if not files:
+            raise ConfigError(f"{label}={path!r}: the pattern matches no file")
+    elif not target.exists():
+        raise ConfigError(f"{label}={path!r}: no such file or directory")
+    elif not os.access(target, os.R_OK):
+        raise ConfigError(f"{label}={path!r}: not readable (permission denied)")
+    elif target.is_dir():
+        files = sorted(str(p) for p in target.iterdir() if p.is_file() and data_format(p.name))
+    else:
+        files = [str(target)]
+    _one_format(files, label, path)
+    for file in files:
+        if not os.access(file, os.R_OK):
+            raise ConfigError(f"{label}={file!r}: not readable (permission denied)")
+        if os.stat(file).st_size == 0:
+            raise ConfigError(f"{label}={file!r}: the file is empty; expected at least one example")
     return files
 
 
+def remote_files(url: str, label: str) -> list[str]:
+    """The files a URL names, listed through fsspec: itself, a "directory"'s data files, or a glob's matches."""
+    import fsspec  # only remote sources need it
+
+    shown = shown_url(url)
+    try:
+        fs, root = fsspec.core.url_to_fs(url)
+        if GLOB.search(root):
+            found = sorted(fs.glob(root))
+        elif fs.isdir(root):
+            found = sorted(f for f in fs.ls(root, detail=False) if data_format(f) and fs.isfile(f))
+        elif fs.exists(root):
+            found = [root]
+        else:
+            raise ConfigError(f"{label}={shown!r}: no such file or prefix")
+    except ConfigError:
+        raise
+    except (ImportError, ValueError) as exc:  # fsspec: no filesystem for the scheme, or its package is missing
+        raise ConfigError(f"{label}={shown!r}: cannot be read ({_first_line(exc)})") from None
+    except Exception as exc:  # noqa: BLE001 - credentials, network, permissions: the filesystem says which
+        raise ConfigError(f"{label}={shown!r}: cannot be listed ({_first_line(exc)}); check the credentials") from None
+    if not found:
+        raise ConfigError(f"{label}={shown!r}: the pattern matches no file")
+    files = [fs.unstrip_protocol(f) for f in found]
+    _one_format(files, label, url)
+    return files
+
+
+def _first_line(exc: BaseException) -> str:
+    return (str(exc).strip().splitlines() or [type(exc).__name__])[0][:200]
+
+
+def source_files(path: str, label: str) -> tuple[str, list[str]]:
+    """The builder and files of a local or remote path (file, directory, glob)."""
+    files = remote_files(path, label) if is_remote(path) else local_files(path, label)
+    return _one_format(files, label, path), files
+
+
 def load_local(path: str, label: str, text_column: str) -> Dataset:
-    """One local file, a directory of files, or a save_to_disk directory, as a single Dataset."""
+    """One file, a directory or glob of files (local or remote), or a save_to_disk directory, as a Dataset."""
     target = Path(path).expanduser()
-    if not target.exists():
-        raise ConfigError(f"{label}={path!r}: no such file or directory")
-    if not os.access(target, os.R_OK):
-        raise ConfigError(f"{label}={path!r}: not readable (permission denied)")
     if target.is_dir() and ((target / "dataset_info.json").exists() or (target / "dataset_dict.json").exists()):
         try:
             loaded = datasets.load_from_disk(str(target))
@@ -91,30 +190,19 @@ def load_local(path: str, label: str, text_column: str) -> Dataset:
             raise _read_error(label, path, exc) from None
         dataset = loaded["train"] if isinstance(loaded, DatasetDict) else loaded
     else:
-        files = _files_in(target, label) if target.is_dir() else [target]
-        suffix = files[0].suffix.lower()
-        if suffix not in BUILDERS:
-            raise ConfigError(
-                f"{label}={path!r}: unsupported extension {suffix or '(none)'!r}; expected one of "
-                + ", ".join(BUILDERS)
-            )
-        for file in files:
-            if not os.access(file, os.R_OK):
-                raise ConfigError(f"{label}={str(file)!r}: not readable (permission denied)")
-            if file.stat().st_size == 0:
-                raise ConfigError(f"{label}={str(file)!r}: the file is empty; expected at least one example")
+        builder, files = source_files(path, label)
         # The builders log a parse error before raising it; our one-line error says the same, once.
         verbosity = datasets.logging.get_verbosity()
         datasets.logging.set_verbosity(datasets.logging.CRITICAL)
         try:
             dataset = datasets.load_dataset(
-                BUILDERS[suffix], data_files=[str(f) for f in files], split="train", cache_dir=str(cache_root() / "raw")
+                builder, data_files=files, split="train", cache_dir=str(cache_root() / "raw")
             )
         except Exception as exc:  # noqa: BLE001 - parser errors vary by format (Arrow, JSON, CSV)
             raise _read_error(label, path, exc) from None
         finally:
             datasets.logging.set_verbosity(verbosity)
-    return _text_rows(_checked(dataset, label, path, text_column), f"{label}={path!r}", text_column)
+    return _text_rows(_checked(dataset, label, path, text_column), f"{label}={shown_url(path)!r}", text_column)
 
 
 def _checked(dataset: Dataset, label: str, path: str, text_column: str) -> Dataset:
@@ -191,7 +279,7 @@ def load_raw(config: Config) -> RawData:
         train = Dataset.from_dict({job.text_column: [DEMO_SENTENCE] * job.demo_samples})
         fingerprint = f"demo-{job.demo_samples}"
         splits = _split(train, job.validation_split_percentage)
-    elif looks_local(job.dataset):
+    elif is_remote(job.dataset) or looks_local(job.dataset):
         train = load_local(job.dataset, config.source_of("dataset"), job.text_column)
         fingerprint = train._fingerprint
         splits = (
@@ -237,10 +325,16 @@ def tokenizer_fingerprint(tokenizer: Any) -> str:
 
 
 def _group_texts(examples: dict[str, list[list[int]]], block: int) -> dict[str, list[list[int]]]:
-    """Concatenate and cut into full ``block``-token chunks (run_mlm.py's group_texts); the tail is dropped."""
-    concatenated = {k: sum(examples[k], []) for k in examples}
-    total = (len(concatenated["input_ids"]) // block) * block
-    return {k: [t[i : i + block] for i in range(0, total, block)] for k, t in concatenated.items()}
+    """Concatenate and cut into full ``block``-token chunks (run_mlm.py's group_texts); the tail is dropped.
+    Linear in the batch's tokens (``sum(lists, [])`` would copy the growing list once per example)."""
+    grouped = {}
+    for key, rows in examples.items():
+        if key == CUT_TOKENS:
+            continue
+        flat = list(itertools.chain.from_iterable(rows))
+        total = (len(flat) // block) * block
+        grouped[key] = [flat[i : i + block] for i in range(0, total, block)]
+    return grouped
 
 
 def _count_cut_tokens(encoded: dict[str, list], count: int) -> dict[str, list]:
@@ -258,20 +352,86 @@ def _count_cut_tokens(encoded: dict[str, list], count: int) -> dict[str, list]:
     return {**{key: [values[i] for i in first] for key, values in encoded.items()}, CUT_TOKENS: cut}
 
 
-def truncation(dataset: Dataset) -> dict[str, int]:
+def truncation(dataset: Any) -> dict[str, int]:
     """How many examples of a tokenized split truncation cut, and how many text tokens it dropped."""
-    if CUT_TOKENS not in dataset.column_names:
+    table = _table(dataset)
+    if table is None or CUT_TOKENS not in table.column_names:
         return {"examples_cut": 0, "tokens_cut": 0}
-    cut = 0
-    dropped = 0
-    for batch in dataset.select_columns([CUT_TOKENS]).iter(batch_size=65536):
-        dropped += sum(batch[CUT_TOKENS])
-        cut += sum(1 for n in batch[CUT_TOKENS] if n)
-    return {"examples_cut": cut, "tokens_cut": dropped}
+    cut = table.column(CUT_TOKENS)
+    return {
+        "examples_cut": int(pc.sum(pc.greater(cut, 0)).as_py() or 0),
+        "tokens_cut": int(pc.sum(cut).as_py() or 0),
+    }
 
 
-def tokenize(config: Config, raw: RawData, tokenizer: Any) -> DatasetDict:
-    """Tokenize every split the configured way, with a ``sample_index`` column for the collator.
+def _table(dataset: Any) -> pa.Table | None:
+    """The Arrow table behind a tokenized split (its rows in order), or None for a stream."""
+    base = dataset.examples if isinstance(dataset, IndexedExamples) else dataset
+    if not isinstance(base, Dataset):
+        return None
+    return base.with_format("arrow")[:] if base._indices is not None else base.data.table
+
+
+def preprocessing_workers(config: Config, rows: int) -> int:
+    """Tokenization processes: the configured number, else one per CPU this process may use (cgroup-aware, see
+    launch.decide.usable_cpus), as long as each gets MIN_ROWS_PER_WORKER rows or more."""
+    if config.job.preprocessing_num_workers is not None:
+        return config.job.preprocessing_num_workers
+    from train.launch.decide import usable_cpus
+
+    return max(1, min(usable_cpus(), rows // MIN_ROWS_PER_WORKER))
+
+
+class IndexedExamples:
+    """A tokenized split whose examples carry their position as ``sample_index`` (what the collator keys its
+    masks on), computed when read: a stored column would cost a full rewrite of the split or 8 bytes per example
+    in memory. A map-style dataset for the DataLoader (len, getitem and the batched getitems torch uses)."""
+
+    def __init__(self, examples: Dataset) -> None:
+        self.examples = examples
+
+    def __len__(self) -> int:
+        return len(self.examples)
+
+    def __getitem__(self, index: int | str) -> Any:
+        if isinstance(index, str):  # a column, as datasets.Dataset reads one
+            return range(len(self.examples)) if index == SAMPLE_INDEX else self.examples[index]
+        return {**self.examples[int(index)], SAMPLE_INDEX: int(index)}
+
+    def __getitems__(self, indices: list[int]) -> list[dict[str, Any]]:
+        batch = self.examples[list(map(int, indices))]
+        keys = list(batch)
+        return [{**{k: batch[k][i] for k in keys}, SAMPLE_INDEX: int(n)} for i, n in enumerate(indices)]
+
+    @property
+    def column_names(self) -> list[str]:
+        return [*self.examples.column_names, SAMPLE_INDEX]
+
+    def __getattr__(self, name: str) -> Any:  # features, info, select... of the underlying split
+        return getattr(self.examples, name)
+
+
+def encode_texts(tokenizer: Any, texts: list[str], job: Any, count_cut: bool) -> dict[str, Any]:
+    """A batch of texts tokenized the way ``job.padding`` needs: whole for packing (which cuts the blocks itself),
+    else cut to max_seq_length and, for ``count_cut``, with each example's ``cut_tokens`` counted."""
+    if job.padding == "packed":
+        # verbose=False: the "longer than the specified maximum" warning means nothing before packing cuts.
+        return tokenizer(texts, return_special_tokens_mask=True, return_attention_mask=False, verbose=False)
+    encoded = tokenizer(
+        texts,
+        padding="max_length" if job.padding == "max_length" else False,
+        truncation=True,
+        max_length=job.max_seq_length,
+        return_special_tokens_mask=True,
+        return_attention_mask=job.padding == "max_length",
+        # The overflow says what truncation dropped: counted per example, then left out.
+        return_overflowing_tokens=count_cut,
+    )
+    return _count_cut_tokens(dict(encoded), len(texts)) if count_cut else dict(encoded)
+
+
+def tokenize(config: Config, raw: RawData, tokenizer: Any) -> dict[str, IndexedExamples]:
+    """Tokenize every split the configured way; its examples carry a ``sample_index`` for the collator.
 
     ``max_length`` pads every example to max_seq_length now (the seed's way); ``dynamic`` leaves examples
     unpadded for the collator to pad per batch; ``packed`` concatenates and cuts into full blocks.
@@ -287,29 +447,16 @@ def tokenize(config: Config, raw: RawData, tokenizer: Any) -> DatasetDict:
     cache_dir.mkdir(parents=True, exist_ok=True)
 
     def encode(batch: dict[str, list[str]]) -> dict[str, Any]:
-        texts = batch[column]  # strings only: load_raw dropped the rest
-        if job.padding == "packed":
-            # verbose=False: the "longer than the specified maximum" warning means nothing before packing cuts.
-            return tokenizer(texts, return_special_tokens_mask=True, return_attention_mask=False, verbose=False)
-        encoded = tokenizer(
-            texts,
-            padding="max_length" if job.padding == "max_length" else False,
-            truncation=True,
-            max_length=job.max_seq_length,
-            return_special_tokens_mask=True,
-            return_attention_mask=job.padding == "max_length",
-            # The overflow says what truncation dropped: counted per example, then left out.
-            return_overflowing_tokens=True,
-        )
-        return _count_cut_tokens(dict(encoded), len(texts))
+        return encode_texts(tokenizer, batch[column], job, count_cut=True)  # strings only: load_raw dropped the rest
 
     result = {}
     for split, dataset in raw.splits.items():
+        workers = preprocessing_workers(config, len(dataset))
         tokenized = dataset.map(
             encode,
             batched=True,
             remove_columns=dataset.column_names,
-            num_proc=job.preprocessing_num_workers,
+            num_proc=workers,
             cache_file_name=str(cache_dir / f"{key}-{split}-tok.arrow"),
             desc=f"Tokenizing {split}",
         )
@@ -318,7 +465,7 @@ def tokenize(config: Config, raw: RawData, tokenizer: Any) -> DatasetDict:
                 _group_texts,
                 batched=True,
                 fn_kwargs={"block": job.max_seq_length},
-                num_proc=job.preprocessing_num_workers,
+                num_proc=workers,
                 cache_file_name=str(cache_dir / f"{key}-{split}-packed.arrow"),
                 desc=f"Packing {split} into {job.max_seq_length}-token blocks",
             )
@@ -327,13 +474,14 @@ def tokenize(config: Config, raw: RawData, tokenizer: Any) -> DatasetDict:
                 f"{config.source_of('dataset')}: the {split} split has no complete {job.max_seq_length}-token "
                 "block to pack; use padding dynamic or a smaller max_seq_length"
             )
-        result[split] = tokenized.add_column(SAMPLE_INDEX, list(range(len(tokenized))))
-    return DatasetDict(result)
+        result[split] = IndexedExamples(tokenized)
+    return result
 
 
-def real_token_count(dataset: Dataset, pad_token_id: int) -> int:
-    """Non-padding tokens in a tokenized split (what tokens/s figures count)."""
-    total = 0
-    for batch in dataset.select_columns(["input_ids"]).iter(batch_size=4096):
-        total += sum(sum(1 for t in ids if t != pad_token_id) for ids in batch["input_ids"])
-    return total
+def real_token_count(dataset: Any, pad_token_id: int) -> int:
+    """Non-padding tokens in a tokenized split (what tokens/s figures count), counted by Arrow, not per token."""
+    table = _table(dataset)
+    if table is None:
+        return 0
+    tokens = pc.list_flatten(table.column("input_ids"))
+    return int(pc.sum(pc.not_equal(tokens, pad_token_id)).as_py() or 0)

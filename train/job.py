@@ -15,9 +15,11 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import datasets
 import numpy as np
 import torch
 import torch.distributed as dist
+from datasets import DatasetDict
 from transformers import Trainer, set_seed
 
 from train import logs
@@ -26,7 +28,7 @@ from train.checkpoints import decide_resume, newest_resumable, resumed_options
 from train.collator import MaskingCollator
 from train.config import Config, load_config, withhold_secrets
 from train.console import now, say, warn
-from train.data import load_raw, real_token_count, tokenize, truncation
+from train.data import RawData, load_raw, real_token_count, tokenize, truncation
 from train.errors import EXIT_CRASH, ConfigError, EnvironmentProblem, Preempted, UserError, run_main
 from train.handoff import Handoff
 from train.lease import OutputLease
@@ -40,6 +42,7 @@ from train.outputs import (
     write_json_atomic,
 )
 from train.preemption import EvaluationInterrupted, StopOnSignal, leave_signals_to_rank
+from train.stream import StreamPosition, load_stream_raw, stream_loader, tokenized_stream
 
 LOW_SPACE_BYTES = 16 * 2**20  # a write that failed with less free than this failed for want of space
 
@@ -47,7 +50,14 @@ LOW_SPACE_BYTES = 16 * 2**20  # a write that failed with less free than this fai
 class MLMTrainer(Trainer):
     """The Trainer, with data loader workers that leave the stop signals to their rank (train/preemption.py)."""
 
+    stream_position: dict[str, Any] | None = None  # a resumed stream's saved position for this rank
+
     def get_train_dataloader(self) -> Any:
+        if isinstance(self.train_dataset, datasets.IterableDataset):  # streaming: train/stream.py
+            loader = stream_loader(self.train_dataset, self)
+            if self.stream_position is not None:
+                loader.load_state_dict(self.stream_position)
+            return leave_signals_to_rank(loader)
         return leave_signals_to_rank(super().get_train_dataloader())
 
     def get_eval_dataloader(self, eval_dataset: Any = None) -> Any:
@@ -102,10 +112,21 @@ def build_trainer(config: Config) -> tuple[Trainer, dict[str, Any]]:
     # Rank 0 reads the data, trains a tokenizer if one is needed and tokenizes; the other ranks then load the
     # same results from the caches instead of repeating the work.
     with training.main_process_first(desc="preparing data"):
-        raw = load_raw(config)
+        stream, raw = load_stream_raw(config) if job.streaming else (None, load_raw(config))
         arch = scratch_config(config)
         tokenizer = load_tokenizer(config, raw, from_scratch=arch is not None)
-        tokenized = tokenize(config, raw, tokenizer)
+        if stream is not None:  # tokenized on the fly; only the bounded evaluation set is tokenized now
+            held_out = {k: v for k, v in raw.splits.items() if k == "validation"}
+            tokenized: dict[str, Any] = tokenize(config, RawData(DatasetDict(held_out), raw.fingerprint), tokenizer)
+            tokenized["train"] = tokenized_stream(
+                config, stream, tokenizer, training.process_index, training.world_size
+            )
+            # The Trainer would resume a stream by reading every batch up to the checkpoint; StreamPosition saves
+            # where each rank stands instead. Real tokens are counted as they go by (a stream has no total).
+            training.ignore_data_skip = True
+            training.include_num_input_tokens_seen = "non_padding"
+        else:
+            tokenized = tokenize(config, raw, tokenizer)
     model = load_model(config, arch, tokenizer)
     if job.masked_only_head:
         try:
@@ -132,22 +153,28 @@ def build_trainer(config: Config) -> tuple[Trainer, dict[str, Any]]:
         processing_class=tokenizer,
         compute_metrics=masked_accuracy if evaluating else None,
         preprocess_logits_for_metrics=argmax_logits if evaluating else None,
-        callbacks=[EpochForCollator(collator), CheckpointCompleteMarker(resumed_options(config))],
+        # StreamPosition before the marker: a checkpoint is complete once the streams' positions are in it.
+        callbacks=[
+            EpochForCollator(collator),
+            *([StreamPosition()] if stream is not None else []),
+            CheckpointCompleteMarker(resumed_options(config)),
+        ],
     )
     # Both heads' MLM losses are means over the micro-batch and ignore num_items_in_batch; without this the Trainer
     # neither divides by gradient_accumulation_steps nor leaves the world size out (measured: accumulation 4 gave
     # a 4x gradient norm and logged loss).
     trainer.model_accepts_loss_kwargs = False
+    streaming = stream is not None  # a stream's size and truncation are not known before it is read
     facts = {
         "dataset_fingerprint": raw.fingerprint,
-        "train_samples": len(tokenized["train"]),
+        "train_samples": None if streaming else len(tokenized["train"]),
         "eval_samples": len(tokenized["validation"]) if "validation" in tokenized else 0,
-        "train_real_tokens": real_token_count(tokenized["train"], tokenizer.pad_token_id),
-        "truncation": truncation(tokenized["train"]),
+        "train_real_tokens": None if streaming else real_token_count(tokenized["train"], tokenizer.pad_token_id),
+        "truncation": None if streaming else truncation(tokenized["train"]),
         "tokenizer": tokenizer,
     }
     cut = facts["truncation"]
-    if cut["examples_cut"] and training.process_index == 0:
+    if cut and cut["examples_cut"] and training.process_index == 0:
         kept = facts["train_real_tokens"]
         share = 100 * cut["tokens_cut"] / max(kept + cut["tokens_cut"], 1)
         warn(
@@ -262,6 +289,12 @@ def run(config: Config, output_dir: Path, handoff: Handoff | None, started: str,
     resume = agreed_resume(config, is_zero)
     if resume and is_zero:
         warn(f"resuming from {resume}")
+    if resume and config.job.streaming:
+        trainer.stream_position = StreamPosition.load(
+            resume, training.process_index, training.world_size, config.source_of("streaming")
+        )
+        if trainer.stream_position is None and is_zero:
+            warn(f"{resume} holds no stream position (saved by a run without streaming): the stream starts over")
 
     def write_run_facts(status: str) -> None:
         if is_zero:
@@ -305,11 +338,17 @@ def run(config: Config, output_dir: Path, handoff: Handoff | None, started: str,
             f"{output_dir}; run the same command again to resume"
         )
 
-    # Real (non-padding) tokens per second: samples per second times the real tokens of an average sample.
-    tokens_per_sample = facts["train_real_tokens"] / max(facts["train_samples"], 1)
-    metrics["train_tokens_per_second"] = (
-        metrics.get("train_samples_per_second", 0.0) * tokens_per_sample if metrics.get("train_runtime") else 0.0
-    )
+    # Real (non-padding) tokens per second: counted by the Trainer for a stream, else samples per second times
+    # the real tokens of an average sample.
+    if facts["train_samples"] is None:
+        runtime = metrics.get("train_runtime") or 0.0
+        seen = trainer.state.num_input_tokens_seen - getattr(trainer, "_initial_num_input_tokens_seen", 0)
+        metrics["train_tokens_per_second"] = seen / runtime if runtime else 0.0
+    else:
+        tokens_per_sample = facts["train_real_tokens"] / max(facts["train_samples"], 1)
+        metrics["train_tokens_per_second"] = (
+            metrics.get("train_samples_per_second", 0.0) * tokens_per_sample if metrics.get("train_runtime") else 0.0
+        )
     if "eval_loss" in metrics:
         metrics["perplexity"] = math.exp(metrics["eval_loss"]) if metrics["eval_loss"] < 700 else math.inf
     metrics.update(
@@ -328,6 +367,11 @@ def run(config: Config, output_dir: Path, handoff: Handoff | None, started: str,
         write_json_atomic(output_dir / "all_results.json", metrics)
         write_run_facts("finished")
         say(f"finished: model in {output_dir / 'final'}")
+        # Once final/ and run.json are written: the hub push and the trackers' final model and facts (exit 3 when
+        # one fails, final/ kept). Imported here: trackers are loaded only by a run that reaches this point.
+        from train.publish import publish_run
+
+        publish_run(config, output_dir, step=trainer.state.global_step)
     if dist.is_available() and dist.is_initialized():
         dist.barrier()
     return 0

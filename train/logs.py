@@ -161,9 +161,14 @@ def banner(config: Config, facts: dict[str, Any], handoff: Handoff | None = None
         f"  batch      global {record['global_batch_size']} = {record['world_size']} rank(s) × "
         f"{record['per_device_train_batch_size']} per device × {record['gradient_accumulation_steps']} accumulation",
         f"  model      {record['model']}",
-        f"  data       {record['dataset']}: {_count(record['train_samples'])} train / "
-        f"{_count(record['eval_samples'])} eval samples, {_count(record['train_real_tokens'])} real tokens"
-        + _cut_text(record.get("truncation")),
+        (
+            f"  data       {record['dataset']}: {_count(record['train_samples'])} train / "
+            f"{_count(record['eval_samples'])} eval samples, {_count(record['train_real_tokens'])} real tokens"
+            + _cut_text(record.get("truncation"))
+            if record["train_samples"] is not None
+            else f"  data       {record['dataset']}: streamed (size unknown until read) / "
+            f"{_count(record['eval_samples'])} eval samples"
+        ),
         f"  steps      {_count(steps)} ({span}){resumed}",
         f"  outputs    {output} (logs in {record['logs']}, report {Path(output) / 'report.html'})",
     ]

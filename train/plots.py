@@ -1,14 +1,22 @@
 """The report's charts (matplotlib, drawn off-screen): loss, learning rate, throughput, gradient norm, GPU memory.
-Imported only when a report is written, so a training step never pays for matplotlib."""
+Imported only when a report is written, so a training step never pays for matplotlib.
+
+A series with fewer than ``MARKERS_BELOW`` points is drawn as points joined by a thin line, so each one is seen (a
+single point drawn as a line is invisible); longer series as lines. Where a run resumed, a dotted vertical line
+marks the step it started again from, with a legend entry; there is none for a run that never resumed."""
 
 from __future__ import annotations
 
 import io
 import math
+import re
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from train.report import RunLog
+    from train.report import RunLog, Schedule
+
+MARKERS_BELOW = 20
+RESUMED_LABEL = "resumed here"
 
 
 def number(value: Any) -> float | None:
@@ -49,24 +57,61 @@ def _figure(title: str, ylabel: str) -> tuple[Any, Any]:
     return fig, ax
 
 
+def _plot(
+    ax: Any, xs: list[float], ys: list[float], color: str, label: str | None = None, gid: str | None = None
+) -> Any:
+    """One series: points joined by a thin line when there are few of them, a line otherwise."""
+    few = len(xs) < MARKERS_BELOW
+    (line,) = ax.plot(
+        xs,
+        ys,
+        label=label,
+        color=color,
+        linewidth=1.0 if few else 1.5,
+        marker="o" if few else None,
+        markersize=4,
+    )
+    if gid:
+        line.set_gid(gid)
+    return line
+
+
 def _mark_resumes(ax: Any, log: RunLog) -> None:
-    for record in log.banners:
-        start = record.get("start_step")
-        if isinstance(start, int) and start > 0:
-            ax.axvline(start, color="grey", linestyle=":", linewidth=1)
+    for i, step in enumerate(log.resumed_at):
+        line = ax.axvline(step, color="grey", linestyle=":", linewidth=1, label=RESUMED_LABEL if i == 0 else None)
+        line.set_gid(f"resumed-{step}")
 
 
-def loss_figure(log: RunLog) -> Any:
-    fig, ax = _figure("Loss", "loss")
+def _legend(ax: Any, **kwargs: Any) -> None:
+    if ax.get_legend_handles_labels()[0]:
+        ax.legend(fontsize=8, **kwargs)
+
+
+def _log_scale(ax: Any) -> None:
+    """A log y axis labelled with plain numbers (2, 3, 4 rather than 2×10⁰): loss rarely spans a decade."""
+    from matplotlib.ticker import LogFormatter
+
+    ax.set_yscale("log", nonpositive="mask")
+    ax.yaxis.set_major_formatter(LogFormatter(labelOnlyBase=False))
+    ax.yaxis.set_minor_formatter(LogFormatter(labelOnlyBase=False, minor_thresholds=(2, 0.5)))
+
+
+def loss_figure(log: RunLog, log_scale: bool = True) -> Any:
+    """Train and eval loss; on a log y axis by default, where a converged tail stays readable (linear when no
+    value is positive)."""
     xs, ys = _series(log.train, "loss")
-    if xs:
-        ax.plot(xs, ys, label="train loss", color="tab:blue", linewidth=1.5)
     exs, eys = _series(log.evals, "eval_loss")
+    log_scale = log_scale and any(y > 0 for y in ys + eys)
+    fig, ax = _figure("Loss (log scale)" if log_scale else "Loss", "loss")
+    ax.set_gid("loss-log-scale" if log_scale else "loss-linear-scale")
+    if xs:
+        _plot(ax, xs, ys, "tab:blue", label="train loss", gid="train-loss")
     if exs:
-        ax.plot(exs, eys, label="eval loss", color="tab:orange", marker="o", linewidth=1.5)
+        _plot(ax, exs, eys, "tab:orange", label="eval loss", gid="eval-loss")
+    if log_scale:
+        _log_scale(ax)
     _mark_resumes(ax, log)
-    if xs or exs:
-        ax.legend()
+    _legend(ax)
     fig.tight_layout()
     return fig
 
@@ -76,8 +121,40 @@ def line_figure(log: RunLog, key: str, title: str, ylabel: str, color: str) -> A
     if not xs:
         return None
     fig, ax = _figure(title, ylabel)
-    ax.plot(xs, ys, color=color, linewidth=1.5)
+    _plot(ax, xs, ys, color, gid=key.replace("_", "-"))
     _mark_resumes(ax, log)
+    _legend(ax)
+    fig.tight_layout()
+    return fig
+
+
+def lr_figure(log: RunLog, schedule: Schedule | None) -> Any | None:
+    """The logged learning rates and, when known, the schedule they follow: the Trainer logs every
+    ``logging_steps`` steps, so without the schedule a warmup shorter than that is invisible."""
+    xs, ys = _series(log.train, "learning_rate")
+    if not xs and schedule is None:
+        return None
+    fig, ax = _figure("Learning rate", "learning rate")
+    if schedule is not None:
+        if schedule.warmup_steps > 0:
+            end = min(schedule.warmup_steps, schedule.max_steps)  # a warmup longer than the run ends with it
+            span = ax.axvspan(0, end, color="tab:red", alpha=0.08, linewidth=0)
+            span.set_label(f"warmup ({schedule.warmup_steps} steps)")
+            span.set_gid("lr-warmup")
+        (line,) = ax.plot(
+            schedule.steps,
+            schedule.rates,
+            color="black",
+            linestyle="--",
+            linewidth=1,
+            label=f"schedule ({schedule.kind}, from run.json)",
+            zorder=3,
+        )
+        line.set_gid("lr-schedule")
+    if xs:
+        _plot(ax, xs, ys, "tab:red", label="logged" if schedule is not None else None, gid="learning-rate")
+    _mark_resumes(ax, log)
+    _legend(ax)
     fig.tight_layout()
     return fig
 
@@ -92,8 +169,9 @@ def throughput_figure(log: RunLog) -> Any | None:
     if not xs:
         return None
     fig, ax = _figure(f"Throughput ({label}, evaluation and saving left out)", label)
-    ax.plot(xs, ys, color="tab:green", linewidth=1.5)
+    _plot(ax, xs, ys, "tab:green", gid="throughput")
     _mark_resumes(ax, log)
+    _legend(ax)
     fig.tight_layout()
     return fig
 
@@ -113,20 +191,28 @@ def gpu_figure(log: RunLog) -> Any | None:
     fig, ax = _figure("GPU memory (NVML, rank 0's node)", "GiB used")
     for index in sorted(per_gpu):
         xs, ys = per_gpu[index]
-        ax.plot(xs, ys, linewidth=1.2, label=f"GPU {index}")
+        _plot(ax, xs, ys, f"C{index % 10}", label=f"GPU {index}", gid=f"gpu-{index}-memory")
     uxs, uys = _series(log.train, "gpu_util_pct")
     if uxs:
         twin = ax.twinx()
         twin.plot(uxs, uys, color="black", linewidth=1, linestyle=":", label="utilization % (mean)")
         twin.set_ylabel("utilization %")
         twin.set_ylim(0, 105)
-    ax.legend(loc="lower right", fontsize=8)
+    _mark_resumes(ax, log)
+    _legend(ax, loc="lower right")
     fig.tight_layout()
     return fig
 
 
-def svg(fig: Any) -> str:
-    """The figure as inline SVG (text kept as text), without the XML prolog and DOCTYPE that name external URLs."""
+_ID = re.compile(r'\bid="([^"]+)"')
+_REF = re.compile(r'(href="#|url\(#)([^")]+)')
+
+
+def svg(fig: Any, prefix: str) -> str:
+    """The figure as inline SVG (text kept as text), without the XML prolog and DOCTYPE that name external URLs.
+
+    Every id is prefixed with ``prefix`` (the chart's name): matplotlib numbers its ids per figure (``axes_1``,
+    clip paths, marker definitions), and one page holds several figures, one of them hidden at a time."""
     import matplotlib.pyplot as plt
 
     buffer = io.StringIO()
@@ -140,4 +226,5 @@ def svg(fig: Any) -> str:
     head, sep, rest = body.partition("<metadata>")
     if sep:
         body = head + rest.partition("</metadata>")[2]
-    return body
+    body = _ID.sub(lambda m: f'id="{prefix}-{m.group(1)}"', body)
+    return _REF.sub(lambda m: f"{m.group(1)}{prefix}-{m.group(2)}", body)

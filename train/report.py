@@ -5,6 +5,11 @@ resources) and ``output_dir/loss.png``.
 
 Works for any run, finished or not: it reads ``logs/train.jsonl`` (falling back to the newest checkpoint's
 ``trainer_state.json`` for runs without one) and ``run.json`` when present. Exit 2 when OUTPUT_DIR holds no logs.
+
+The page shows what the logs hold and nothing they do not. The loss is on a log scale, with a linear view one click
+away (radio buttons and CSS: the page runs no script). The learning-rate schedule, warmup included, is drawn only
+when ``run.json`` names it and transformers' own scheduler, built from those options, agrees with every logged
+learning rate; otherwise the chart says why it is missing.
 """
 
 from __future__ import annotations
@@ -16,13 +21,14 @@ import json
 import math
 import os
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from train.console import now, say
 from train.errors import ConfigError, run_main
-from train.plots import gpu_figure, line_figure, loss_figure, number, svg, throughput_figure
+from train.plots import gpu_figure, line_figure, loss_figure, lr_figure, number, svg, throughput_figure
 
 REPORT_NAME = "report.html"
 LOSS_PNG = "loss.png"
@@ -40,7 +46,8 @@ class RunLog:
     source: str
     train: list[dict[str, Any]] = field(default_factory=list)  # one record per step, the latest line winning
     evals: list[dict[str, Any]] = field(default_factory=list)
-    banners: list[dict[str, Any]] = field(default_factory=list)
+    banners: list[dict[str, Any]] = field(default_factory=list)  # the starts of this run (since its step 0)
+    resumed_at: list[int] = field(default_factory=list)  # the steps it resumed from, one per resume
     summary: dict[str, Any] = field(default_factory=dict)  # the Trainer's train_end record
     run: dict[str, Any] | None = None  # run.json
     results: dict[str, Any] | None = None  # all_results.json
@@ -120,6 +127,18 @@ def load_run(output_dir: Path) -> RunLog:
         elif event == "eval" and isinstance(step, int):
             evals[step] = record
         elif event == "banner":
+            start = record.get("start_step")
+            if isinstance(start, int) and not isinstance(start, bool):
+                # A start from step `start` (a checkpoint's): what an earlier attempt logged after it is gone
+                # from the model, and a start from 0 is a new run (started over, or before any checkpoint).
+                for kept in (by_step, evals):
+                    for later in [s for s in kept if s > start]:
+                        del kept[later]
+                if start == 0:
+                    log.banners, log.resumed_at = [], []
+                else:
+                    log.resumed_at = [s for s in log.resumed_at if s < start] + [start]
+            log.summary = {}  # an earlier attempt's end is not this run's
             log.banners.append(record)
         elif event == "train_end":
             log.summary = record
@@ -128,6 +147,114 @@ def load_run(output_dir: Path) -> RunLog:
     log.run = _read_json(output_dir / "run.json")
     log.results = _read_json(output_dir / "all_results.json")
     return log
+
+
+@dataclass
+class Schedule:
+    """The learning rate of each optimizer step, as transformers' scheduler computes it from run.json's options."""
+
+    kind: str
+    warmup_steps: int
+    max_steps: int
+    steps: list[int]
+    rates: list[float]
+
+
+def _warmup_steps(config: dict[str, Any], max_steps: int) -> int:
+    """TrainingArguments.get_warmup_steps: warmup_steps >= 1 is a count, below 1 a fraction of the steps; run.json
+    from transformers 4 may carry warmup_ratio instead."""
+    steps = number(config.get("warmup_steps")) or 0.0
+    if steps >= 1:
+        return int(steps)
+    if steps > 0:
+        return math.ceil(max_steps * steps)
+    ratio = number(config.get("warmup_ratio")) or 0.0
+    return math.ceil(max_steps * ratio) if ratio > 0 else 0
+
+
+def _schedule_factor(kind: str, warmup: int, max_steps: int, kwargs: dict[str, Any]) -> Callable[[int], float]:
+    """transformers' own multiplier of the learning rate at each scheduler step (the Trainer builds it the same way,
+    with get_scheduler). Raises when it cannot be built here (an unknown type, a schedule that is not a function of
+    the step such as reduce_lr_on_plateau, no torch)."""
+    import torch
+    from transformers.optimization import get_scheduler
+
+    optimizer = torch.optim.SGD([torch.nn.Parameter(torch.zeros(1))], lr=1.0)
+    scheduler = get_scheduler(
+        kind,
+        optimizer=optimizer,
+        num_warmup_steps=warmup,
+        num_training_steps=max_steps,
+        scheduler_specific_kwargs=dict(kwargs),
+    )
+    lambdas = getattr(scheduler, "lr_lambdas", None)
+    if not lambdas:
+        raise TypeError(f"{type(scheduler).__name__} is not a function of the step")
+    return lambdas[0]
+
+
+def lr_schedule(log: RunLog) -> tuple[Schedule | None, str]:
+    """The schedule the logged learning rates follow, with the warmup the logs may not show (the first log is at
+    step ``logging_steps``), or None and why it is not drawn. It is computed from run.json's options and kept only
+    when it agrees with every logged learning rate: transformers 5 logs at step s the rate step s ran with (the
+    scheduler's value after s - 1 steps), transformers 4 the one after s steps, and either is accepted."""
+    config = (log.run or {}).get("config") or {}
+    if not config:
+        return None, "Schedule and warmup not drawn: no run.json (the run was interrupted or is still running)."
+    base = number(config.get("learning_rate"))
+    kind = config.get("lr_scheduler_type")
+    max_steps = next(
+        (r["max_steps"] for r in reversed(log.banners + log.train) if isinstance(r.get("max_steps"), int)), None
+    )
+    if base is None or not isinstance(kind, str) or not max_steps or max_steps < 1:
+        return None, "Schedule not drawn: run.json or the logs lack learning_rate, lr_scheduler_type or max_steps."
+    kwargs = config.get("lr_scheduler_kwargs") or {}
+    if isinstance(kwargs, str):
+        try:
+            kwargs = json.loads(kwargs)
+        except json.JSONDecodeError:
+            kwargs = None
+    if not isinstance(kwargs, dict):
+        return None, "Schedule not drawn: run.json's lr_scheduler_kwargs is not a dictionary."
+    warmup = _warmup_steps(config, max_steps)
+    try:
+        factor = _schedule_factor(kind, warmup, max_steps, kwargs)
+    except Exception as exc:  # any failure only means the chart shows the logged rates alone
+        return None, f"Schedule not drawn: transformers cannot compute {kind!r} here ({type(exc).__name__}: {exc})."
+    logged = [
+        (int(r["step"]), rate)
+        for r in log.train
+        if (rate := number(r.get("learning_rate"))) is not None and math.isfinite(rate) and 1 <= r["step"] <= max_steps
+    ]
+    if not logged:
+        return None, "Schedule not drawn: no logged learning rate to check it against."
+
+    def disagreement(offset: int) -> tuple[int, float, float] | None:
+        for step, rate in logged:
+            expected = base * factor(step - offset)
+            if not math.isclose(expected, rate, rel_tol=1e-4, abs_tol=base * 1e-7):
+                return step, expected, rate
+        return None
+
+    try:
+        wrong = disagreement(1)  # transformers 5: step s is logged with the rate it ran with
+        offset = 1 if wrong is None or disagreement(0) is not None else 0  # transformers 4: the next step's
+    except Exception as exc:  # the function may fail on a step: the chart then shows the logged rates alone
+        return None, f"Schedule not drawn: transformers' {kind!r} failed here ({type(exc).__name__}: {exc})."
+    if offset == 1 and wrong is not None:
+        step, expected, rate = wrong
+        return None, (
+            f"Schedule not drawn: run.json's {kind} schedule (learning rate {base:g}, warmup {warmup} steps) gives "
+            f"{expected:.6g} at step {step}, the log {rate:.6g}."
+        )
+    shown = {1, max_steps, *range(1, min(max_steps, 200) + 1), warmup, warmup + 1, warmup + 2}
+    shown |= {1 + round(i * (max_steps - 1) / 1000) for i in range(1001)}
+    steps = sorted(s for s in shown if 1 <= s <= max_steps)
+    rates = [base * factor(s - offset) for s in steps]
+    return Schedule(kind, warmup, max_steps, steps, rates), (
+        f"Dashed: the {kind} schedule from run.json (learning rate {base:g}, warmup {warmup} steps, {max_steps} "
+        f"steps in all), computed by transformers; it agrees with all {len(logged)} logged learning rates."
+    )
 
 
 def status_of(log: RunLog) -> str:
@@ -151,6 +278,10 @@ table { border-collapse: collapse; font-size: .9rem; } td, th { border-bottom: 1
 .chart svg { width: 100%; height: auto; }
 code, .mono { font-family: ui-monospace, monospace; font-size: .85rem; }
 .note { color: #666; font-size: .85rem; }
+.chart figcaption { margin: .2rem .4rem; }
+.toggle { font-size: .85rem; margin: .2rem .4rem 0; }
+/* A chart drawn twice (log and linear y axis): the checked radio button shows one. */
+input.show-log:checked ~ .scale-linear, input.show-linear:checked ~ .scale-log { display: none; }
 """
 
 
@@ -208,8 +339,8 @@ def _summary_rows(log: RunLog) -> list[tuple[str, Any]]:
         value = banner.get(key, run.get(key))
         if value is not None:
             rows.append((label, value))
-    if len(log.banners) > 1:
-        rows.append(("starts (resumes)", len(log.banners)))
+    if log.resumed_at:
+        rows.append(("resumed at step", ", ".join(str(s) for s in log.resumed_at)))
     return rows
 
 
@@ -234,11 +365,31 @@ def _facts_rows(log: RunLog) -> list[tuple[str, Any]]:
     return rows
 
 
+def scale_toggle(name: str, log_svg: str, linear_svg: str) -> str:
+    """Both drawings of a chart and two radio buttons (log checked) that show one of them: CSS only, no script."""
+    inputs = "".join(
+        f'<input type="radio" class="show-{scale}" name="{name}-scale" id="{name}-scale-{scale}"'
+        f'{" checked" if scale == "log" else ""}><label for="{name}-scale-{scale}">{label}</label> '
+        for scale, label in (("log", "log scale"), ("linear", "linear"))
+    )
+    return (
+        f'<span class="toggle">y axis:</span> {inputs}'
+        f'<div class="scale-log">{log_svg}</div><div class="scale-linear">{linear_svg}</div>'
+    )
+
+
 def render_html(log: RunLog, charts: list[tuple[str, str]]) -> str:
+    """The page; ``charts`` are (name, inner HTML of its figure)."""
     status = status_of(log)
     cls = status if status in ("finished", "preempted") else "other"
     config = (log.run or {}).get("config") or {}
-    chart_html = "".join(f'<figure class="chart" id="chart-{_e(name)}">{svg}</figure>' for name, svg in charts)
+    chart_html = "".join(f'<figure class="chart" id="chart-{_e(name)}">{body}</figure>' for name, body in charts)
+    resumes = (
+        '<p class="note">Dotted vertical lines: the steps a resumed run started again from (its checkpoint\'s). '
+        "What an earlier attempt logged after that step is left out.</p>"
+        if log.resumed_at
+        else ""
+    )
     config_html = (
         _table(sorted(config.items()), mono=True)
         if config
@@ -261,7 +412,7 @@ def render_html(log: RunLog, charts: list[tuple[str, str]]) -> str:
 {_table(_summary_rows(log))}
 <h2>Charts</h2>
 <div class="charts">{chart_html}</div>
-<p class="note">Dotted vertical lines: where a resumed run started again.</p>
+{resumes}
 <h2>Run facts</h2>
 {_table(_facts_rows(log))}
 <h2>Configuration</h2>
@@ -287,20 +438,23 @@ def write_report(output_dir: Path) -> Path:
     log = load_run(output_dir)
 
     png = io.BytesIO()
-    figure = loss_figure(log)
+    figure = loss_figure(log, log_scale=True)
     figure.savefig(png, format="png", dpi=120)
     _write_atomic(output_dir / LOSS_PNG, png.getvalue())
 
-    charts = [("loss", svg(figure))]
-    for name, make in (
-        ("learning-rate", lambda: line_figure(log, "learning_rate", "Learning rate", "learning rate", "tab:red")),
-        ("throughput", lambda: throughput_figure(log)),
-        ("grad-norm", lambda: line_figure(log, "grad_norm", "Gradient norm", "grad norm", "tab:brown")),
-        ("gpu-memory", lambda: gpu_figure(log)),
+    linear = svg(loss_figure(log, log_scale=False), "loss-linear")
+    charts = [("loss", scale_toggle("loss", svg(figure, "loss-log"), linear))]
+    schedule, caption = lr_schedule(log)
+    for name, make, note in (
+        ("learning-rate", lambda: lr_figure(log, schedule), caption),
+        ("throughput", lambda: throughput_figure(log), ""),
+        ("grad-norm", lambda: line_figure(log, "grad_norm", "Gradient norm", "grad norm", "tab:brown"), ""),
+        ("gpu-memory", lambda: gpu_figure(log), ""),
     ):
         fig = make()
         if fig is not None:
-            charts.append((name, svg(fig)))
+            body = svg(fig, name) + (f'<figcaption class="note">{_e(note)}</figcaption>' if note else "")
+            charts.append((name, body))
     report = output_dir / REPORT_NAME
     _write_atomic(report, render_html(log, charts).encode("utf-8"))
     return report

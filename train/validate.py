@@ -115,6 +115,8 @@ def validate(values: Mapping[str, Any], sources: Mapping[str, str]) -> None:
 
     if values["num_train_epochs"] <= 0 and values["max_steps"] < 1:
         fail("num_train_epochs", values["num_train_epochs"], "a positive number")
+    if values["streaming"] and values["max_steps"] < 1:  # a stream has no length to derive the steps from
+        fail("streaming", "true", "with max_steps, as a stream has no length to derive the steps from: set max_steps")
     if values["pad_to_multiple_of"] > values["max_seq_length"]:
         fail("pad_to_multiple_of", values["pad_to_multiple_of"], f"at most max_seq_length ({values['max_seq_length']})")
     nproc = values["nproc_per_node"]

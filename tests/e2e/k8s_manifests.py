@@ -7,10 +7,24 @@ Job's environment on two network namespaces). What each controller adds is taken
 - Kubeflow Training Operator v1 (pkg/controller.v1/pytorch/envvar.go, master.go): PYTHONUNBUFFERED, MASTER_ADDR /
   PET_MASTER_ADDR = ``<job>-master-0``, MASTER_PORT / PET_MASTER_PORT = the ``pytorchjob-port`` container port,
   WORLD_SIZE, RANK, PET_NPROC_PER_NODE = spec.nprocPerNode, PET_NODE_RANK (workers: index + 1), PET_NNODES.
+- JobSet v0.12.0 (kubernetes-sigs/jobset f22e565a, pkg/controllers/jobset_controller.go constructJob,
+  pkg/util/placement/placement.go): child Job ``<jobset>-<replicatedJob>-<jobIndex>``, Indexed (the webhook's
+  default), pods with the ``jobset.sigs.k8s.io/*`` labels and the subdomain ``<jobset>``; the Job controller then
+  names each pod's host ``<job>-<completionIndex>``, i.e. ``<jobset>-<replicatedJob>-<jobIndex>-<podIndex>``.
+- Kubeflow Trainer v2.3.0 (kubeflow/trainer 658725bd): the TrainJob becomes a JobSet of its name from the
+  runtime's template (pkg/runtime/framework/plugins/jobset/builder.go Trainer: the TrainJob's image, command, args
+  replace the ``node`` container's, its env is upserted), and pkg/runtime/framework/plugins/torch/torch.go
+  EnforceMLPolicy upserts PET_NNODES (trainer.numNodes, else mlPolicy.numNodes), PET_NPROC_PER_NODE
+  (trainer.numProcPerNode, else ``auto``, or the CPU count when the node asks for no GPU), PET_NODE_RANK (fieldRef:
+  the ``batch.kubernetes.io/job-completion-index`` annotation), PET_MASTER_ADDR ``<trainjob>-node-0-0.<trainjob>``
+  and PET_MASTER_PORT 29500; with the TrainJobStatus feature gate, plugins/trainjobstatus/trainjobstatus.go adds
+  KUBEFLOW_TRAINER_SERVER_URL, _CA_CERT and _TOKEN.
 """
 
 from __future__ import annotations
 
+import functools
+import json
 import re
 import shutil
 import subprocess
@@ -23,8 +37,16 @@ import yaml
 
 REPO = Path(__file__).resolve().parents[2]
 K8S = REPO / "k8s"
-OVERLAYS = ("single-node", "multi-node-pytorchjob", "multi-node-indexed")
-MULTI_NODE = ("multi-node-pytorchjob", "multi-node-indexed")
+OVERLAYS = ("single-node", "multi-node-pytorchjob", "multi-node-indexed", "jobset", "trainjob")
+MULTI_NODE = ("multi-node-pytorchjob", "multi-node-indexed", "jobset", "trainjob")
+WORKLOAD_KINDS = ("Job", "PyTorchJob", "JobSet", "TrainJob")
+
+# Kubeflow Trainer v2 (pkg/constants/constants.go at v2.3.0): the trainer's replicated Job and container name, the
+# label that marks the trainer's replicated Job, the rendezvous port, the Job controller's completion index.
+TRAINER_NODE = "node"
+TRAINER_ANCESTOR_LABEL = "trainer.kubeflow.org/trainjob-ancestor-step"
+TRAINER_PORT = 29500
+COMPLETION_INDEX = "batch.kubernetes.io/job-completion-index"
 
 Doc = dict[str, Any]
 
@@ -36,10 +58,10 @@ def kubectl() -> str:
     return path
 
 
-def render(overlay: str) -> list[Doc]:
-    """``kubectl kustomize k8s/overlays/<overlay>`` as a list of documents."""
+def render(overlay: str, k8s: Path = K8S) -> list[Doc]:
+    """``kubectl kustomize k8s/overlays/<overlay>`` as a list of documents (``k8s``: another copy of k8s/)."""
     done = subprocess.run(
-        [kubectl(), "kustomize", str(K8S / "overlays" / overlay)], capture_output=True, text=True, check=False
+        [kubectl(), "kustomize", str(k8s / "overlays" / overlay)], capture_output=True, text=True, check=False
     )
     assert done.returncode == 0, f"kubectl kustomize {overlay} failed:\n{done.stderr}"
     return [doc for doc in yaml.safe_load_all(done.stdout) if doc]
@@ -52,18 +74,49 @@ def find(docs: list[Doc], kind: str, name: str | None = None) -> Doc:
 
 
 def workload(docs: list[Doc]) -> Doc:
-    """The one Job or PyTorchJob of an overlay."""
-    found = [d for d in docs if d["kind"] in ("Job", "PyTorchJob")]
-    assert len(found) == 1, f"expected one Job or PyTorchJob, found {[d['kind'] for d in found]}"
+    """The one Job, PyTorchJob, JobSet or TrainJob of an overlay."""
+    found = [d for d in docs if d["kind"] in WORKLOAD_KINDS]
+    assert len(found) == 1, f"expected one of {WORKLOAD_KINDS}, found {[d['kind'] for d in found]}"
     return found[0]
 
 
+def runtime_of(docs: list[Doc], trainjob: Doc) -> Doc:
+    """The TrainingRuntime (or ClusterTrainingRuntime) a TrainJob names; it must be in the overlay."""
+    ref = trainjob["spec"]["runtimeRef"]
+    return find(docs, ref.get("kind", "ClusterTrainingRuntime"), ref["name"])
+
+
+def jobset_spec(docs: list[Doc]) -> Doc:
+    """The JobSet spec the pods come from: the JobSet's own, or the one a TrainJob's runtime carries."""
+    job = workload(docs)
+    if job["kind"] == "JobSet":
+        return job["spec"]
+    assert job["kind"] == "TrainJob", f"{job['kind']} is not run through a JobSet"
+    return runtime_of(docs, job)["spec"]["template"]["spec"]
+
+
+def trainer_replicated_job(docs: list[Doc]) -> Doc:
+    """The replicated Job that runs the nodes: the JobSet's one, or the runtime's with the trainer ancestor label."""
+    replicated = jobset_spec(docs)["replicatedJobs"]
+    if workload(docs)["kind"] == "TrainJob":
+        replicated = [
+            r
+            for r in replicated
+            if r["template"].get("metadata", {}).get("labels", {}).get(TRAINER_ANCESTOR_LABEL) == "trainer"
+        ]
+    assert len(replicated) == 1, "the trainer runs as one replicated Job"
+    return replicated[0]
+
+
 def pod_templates(docs: list[Doc]) -> dict[str, Doc]:
-    """Every pod template of the overlay's workload, by role (Job; or Master and Worker)."""
+    """Every pod template of the overlay's workload, by role (Job; Master and Worker; the replicated Job's name)."""
     job = workload(docs)
     if job["kind"] == "Job":
         return {"Job": job["spec"]["template"]}
-    return {role: spec["template"] for role, spec in job["spec"]["pytorchReplicaSpecs"].items()}
+    if job["kind"] == "PyTorchJob":
+        return {role: spec["template"] for role, spec in job["spec"]["pytorchReplicaSpecs"].items()}
+    replicated = trainer_replicated_job(docs)
+    return {replicated["name"]: replicated["template"]["spec"]["template"]}
 
 
 def container(template: Doc) -> Doc:
@@ -77,7 +130,13 @@ def nodes(docs: list[Doc]) -> int:
     job = workload(docs)
     if job["kind"] == "Job":
         return int(job["spec"].get("completions", 1))
-    return sum(int(spec.get("replicas", 1)) for spec in job["spec"]["pytorchReplicaSpecs"].values())
+    if job["kind"] == "PyTorchJob":
+        return sum(int(spec.get("replicas", 1)) for spec in job["spec"]["pytorchReplicaSpecs"].values())
+    if job["kind"] == "TrainJob":
+        runtime = runtime_of(docs, job)
+        return int(job["spec"].get("trainer", {}).get("numNodes") or runtime["spec"]["mlPolicy"].get("numNodes", 1))
+    replicated = trainer_replicated_job(docs)
+    return int(replicated.get("replicas", 1)) * int(replicated["template"]["spec"].get("completions", 1))
 
 
 @dataclass
@@ -128,11 +187,118 @@ def resolve_env(entries: list[Doc], fields: Doc, secrets: dict[str, dict[str, st
     return env
 
 
-def pod_for_node(docs: list[Doc], node_rank: int, secrets: dict[str, dict[str, str]] | None = None) -> Pod:
-    """The pod that runs node ``node_rank``, with the environment its controller and the kubelet give it."""
+def _upsert(env: list[Doc], entries: list[Doc]) -> None:
+    """Kubeflow Trainer's apply.UpsertEnvVars: replace the entry of the same name in place, else append."""
+    for entry in entries:
+        names = [e["name"] for e in env]
+        if entry["name"] in names:
+            env[names.index(entry["name"])] = entry
+        else:
+            env.append(entry)
+
+
+def _quantity(value: object) -> int:
+    """A Kubernetes quantity's Value() for the plain counts used here (``8``, ``32``, ``500m`` rounds up to 1)."""
+    text = str(value)
+    return -(-int(text[:-1]) // 1000) if text.endswith("m") else int(text)
+
+
+def _gpus(resources: Doc) -> int:
+    """runtime.GetNumGPUPerNode: the first resource named like a GPU in requests, else in limits."""
+    for kind in ("requests", "limits"):
+        count = next((_quantity(q) for r, q in resources.get(kind, {}).items() if "gpu" in r.lower()), 0)
+        if count:
+            return count
+    return 0
+
+
+def trainjob_node_env(docs: list[Doc], status_server: bool = False) -> list[Doc]:
+    """The ``node`` container's env entries in the JobSet Kubeflow Trainer v2.3.0 builds for the overlay's TrainJob
+    (pkg/runtime/framework/plugins/torch/torch.go EnforceMLPolicy; ``status_server``: the TrainJobStatus gate on,
+    plugins/trainjobstatus/trainjobstatus.go)."""
+    trainjob = workload(docs)
+    name = trainjob["metadata"]["name"]
+    trainer = trainjob["spec"].get("trainer", {})
+    box = container(pod_templates(docs)[TRAINER_NODE])
+    assert box["name"] == TRAINER_NODE, "Kubeflow Trainer gives PET_* only to the container named node"
+    env = [dict(e) for e in box.get("env", [])]
+    _upsert(env, trainer.get("env", []))
+    resources = trainer.get("resourcesPerNode") or box.get("resources", {})
+    nproc = str(trainer["numProcPerNode"]) if "numProcPerNode" in trainer else "auto"
+    if nproc == "auto" and _gpus(resources) == 0:
+        cpu = resources.get("requests", {}).get("cpu") or resources.get("limits", {}).get("cpu") or 0
+        nproc = str(max(1, _quantity(cpu)))
+    _upsert(
+        env,
+        [
+            {"name": "PET_NNODES", "value": str(nodes(docs))},
+            {"name": "PET_NPROC_PER_NODE", "value": nproc},
+            {
+                "name": "PET_NODE_RANK",
+                "valueFrom": {"fieldRef": {"fieldPath": f"metadata.annotations['{COMPLETION_INDEX}']"}},
+            },
+            {"name": "PET_MASTER_ADDR", "value": f"{name}-{TRAINER_NODE}-0-0.{name}"},
+            {"name": "PET_MASTER_PORT", "value": str(TRAINER_PORT)},
+        ],
+    )
+    if status_server:
+        root = "/var/run/secrets/kubeflow/trainer"
+        url = f"https://kubeflow-trainer-controller-manager.kubeflow-system.svc:10443/apis/trainer.kubeflow.org/v1alpha1/namespaces/default/trainjobs/{name}/status"
+        _upsert(
+            env,
+            [
+                {"name": "KUBEFLOW_TRAINER_SERVER_URL", "value": url},
+                {"name": "KUBEFLOW_TRAINER_SERVER_CA_CERT", "value": f"{root}/ca.crt"},
+                {"name": "KUBEFLOW_TRAINER_SERVER_TOKEN", "value": f"{root}/token"},
+            ],
+        )
+    return env
+
+
+def _jobset_pod(docs: list[Doc], node_rank: int, secrets: dict[str, dict[str, str]], status_server: bool) -> Pod:
+    """Node ``node_rank`` of a JobSet (or of the JobSet a TrainJob becomes): pod ``node_rank`` of the one Job."""
+    job = workload(docs)
+    jobset = job["metadata"]["name"]  # a TrainJob's JobSet has the TrainJob's name
+    replicated = trainer_replicated_job(docs)
+    assert int(replicated.get("replicas", 1)) == 1, "one Job, one pod per node"
+    assert replicated["template"]["spec"].get("completionMode", "Indexed") == "Indexed"
+    template = replicated["template"]["spec"]["template"]
+    child = f"{jobset}-{replicated['name']}-0"
+    index = str(node_rank)
+    fields: Doc = {
+        "metadata": {
+            "name": f"{child}-{index}-x7k2p",
+            "namespace": "default",
+            "labels": {
+                **template["metadata"].get("labels", {}),
+                "jobset.sigs.k8s.io/jobset-name": jobset,
+                "jobset.sigs.k8s.io/replicatedjob-name": replicated["name"],
+                "jobset.sigs.k8s.io/job-index": "0",
+                "batch.kubernetes.io/job-name": child,
+                COMPLETION_INDEX: index,
+            },
+            "annotations": {COMPLETION_INDEX: index},
+        },
+        "status": {"podIP": f"10.0.0.{10 + node_rank}"},
+    }
+    entries = (
+        trainjob_node_env(docs, status_server) if job["kind"] == "TrainJob" else container(template).get("env", [])
+    )
+    env = resolve_env(entries, fields, secrets)
+    env["JOB_COMPLETION_INDEX"] = index  # the Job controller, Indexed Job
+    return Pod(replicated["name"], template, env, f"{child}-{index}")
+
+
+def pod_for_node(
+    docs: list[Doc], node_rank: int, secrets: dict[str, dict[str, str]] | None = None, status_server: bool = False
+) -> Pod:
+    """The pod that runs node ``node_rank``, with the environment its controller and the kubelet give it
+    (``status_server``: Kubeflow Trainer's TrainJobStatus feature gate is on)."""
     job = workload(docs)
     name = job["metadata"]["name"]
     secrets = secrets or {}
+    if job["kind"] in ("JobSet", "TrainJob"):
+        return _jobset_pod(docs, node_rank, secrets, status_server)
     if job["kind"] == "Job":
         template = job["spec"]["template"]
         indexed = job["spec"].get("completionMode") == "Indexed"
@@ -209,3 +375,82 @@ def relocate(env: dict[str, str], mounts: dict[str, Path]) -> dict[str, str]:
                 break
         out[name] = value
     return out
+
+
+# --- the custom resources' schemas (k8s/schemas/README.md) -----------------------------------------------------------
+
+SCHEMAS = K8S / "schemas"
+# apiVersion, kind -> the vendored openAPIV3Schema of its CRD.
+CUSTOM_RESOURCES = {
+    ("trainer.kubeflow.org/v1alpha1", "TrainJob"): "trainjob.json",
+    ("trainer.kubeflow.org/v1alpha1", "TrainingRuntime"): "trainingruntime.json",
+    ("jobset.x-k8s.io/v1alpha2", "JobSet"): "jobset.json",
+    ("kubeflow.org/v1", "PyTorchJob"): "pytorchjob.json",
+}
+CUSTOM_API_GROUPS = ("kubeflow.org/", "trainer.kubeflow.org/", "jobset.x-k8s.io/", "kueue.x-k8s.io/")
+OBJECT_META = "https://kubernetes.io/api/_definitions.json#/$defs/io.k8s.apimachinery.pkg.apis.meta.v1.ObjectMeta"
+
+
+def is_custom(doc: Doc) -> bool:
+    return doc["apiVersion"].startswith(CUSTOM_API_GROUPS)
+
+
+def _strict(node: Any) -> Any:
+    """What `kubectl apply` (server-side field validation Strict) enforces on a structural schema: a field the schema
+    does not name is an error. Every object schema without additionalProperties or
+    x-kubernetes-preserve-unknown-fields gets ``additionalProperties: false``."""
+    if isinstance(node, list):
+        return [_strict(item) for item in node]
+    if not isinstance(node, dict):
+        return node
+    out = {}
+    for key, value in node.items():
+        if key == "properties":
+            out[key] = {name: _strict(sub) for name, sub in value.items()}
+        elif key in ("items", "additionalProperties", "not", "anyOf", "allOf", "oneOf"):
+            out[key] = _strict(value)
+        else:
+            out[key] = value
+    if (
+        out.get("type") == "object"
+        and "additionalProperties" not in out
+        and not out.get("x-kubernetes-preserve-unknown-fields")
+    ):
+        out["additionalProperties"] = False
+    return out
+
+
+@functools.cache
+def crd_validator(api_version: str, kind: str, kubernetes_version: str) -> Any:
+    """A jsonschema validator for one custom resource: its vendored CRD schema made strict, apiVersion and kind
+    fixed, and metadata checked as Kubernetes' ObjectMeta (kubernetes-validate's schemas for that version)."""
+    import importlib.resources
+
+    import jsonschema
+    from referencing import Registry, Resource
+
+    schema = _strict(json.loads((SCHEMAS / CUSTOM_RESOURCES[(api_version, kind)]).read_text()))
+    schema["$id"] = f"https://kubernetes.io/crd/{kind.lower()}.json"
+    schema["properties"]["apiVersion"] = {"const": api_version}
+    schema["properties"]["kind"] = {"const": kind}
+    schema["properties"]["metadata"] = {"$ref": OBJECT_META}
+    schema["required"] = sorted({*schema.get("required", []), "apiVersion", "kind", "metadata"})
+    definitions = (
+        importlib.resources.files("kubernetes_validate")
+        / "kubernetes-json-schema"
+        / f"v{kubernetes_version}-local-strict"
+        / "_definitions.json"
+    )
+    registry = Registry().with_resource(
+        "https://kubernetes.io/api/_definitions.json", Resource.from_contents(json.loads(definitions.read_text()))
+    )
+    return jsonschema.Draft202012Validator(schema, registry=registry)
+
+
+def schema_errors(doc: Doc, kubernetes_version: str) -> list[str]:
+    """Every violation of its CRD's schema in one custom resource, as ``path: message`` lines."""
+    validator = crd_validator(doc["apiVersion"], doc["kind"], kubernetes_version)
+    return sorted(
+        f"{doc['kind']}/{doc['metadata'].get('name')} {'.'.join(map(str, e.absolute_path)) or '<root>'}: {e.message}"
+        for e in validator.iter_errors(doc)
+    )

@@ -1,7 +1,9 @@
 """The Kubernetes manifests (k8s/): every overlay renders with kustomize, validates strictly against a current
-Kubernetes, keeps the pod contract of issue 5 (restricted security, volumes, secrets, exit codes, labels, image by
-digest), and gives the launcher an environment that it turns into the right torchrun command on node 0 and node 1.
-Offline: kubectl kustomize and kubernetes-validate need no cluster.
+Kubernetes (custom resources against their CRDs' published schemas, k8s/schemas/), keeps the pod contract of
+issue 5 (restricted security, volumes, secrets, exit codes, labels, image by digest), maps the exit codes onto each
+controller's failure handling (Job podFailurePolicy, JobSet failurePolicy), can be queued through Kueue, and gives
+the launcher an environment that it turns into the right torchrun command on node 0 and node 1.
+Offline: kubectl kustomize, kubernetes-validate and jsonschema need no cluster.
 """
 
 from __future__ import annotations
@@ -18,18 +20,27 @@ import pytest
 import yaml
 
 from tests.e2e.k8s_manifests import (
+    CUSTOM_RESOURCES,
     K8S,
     MULTI_NODE,
     OVERLAYS,
     REPO,
+    TRAINER_ANCESTOR_LABEL,
+    TRAINER_NODE,
+    WORKLOAD_KINDS,
     container,
     find,
+    is_custom,
+    jobset_spec,
     mount_paths,
     nodes,
     pod_for_node,
     pod_templates,
     relocate,
     render,
+    runtime_of,
+    schema_errors,
+    trainer_replicated_job,
     workload,
 )
 from train.config import NON_OPTION_ENV, load_config
@@ -81,9 +92,51 @@ def test_overlay_validates_strictly(rendered, overlay, tmp_path):
     done = validate(rendered[overlay], tmp_path)
     assert done.returncode == 0, done.stdout + done.stderr
     assert "ERROR" not in done.stdout
-    # Everything but the custom resource is checked against the bundled schemas.
-    checked = [d for d in rendered[overlay] if d["apiVersion"] != "kubeflow.org/v1"]
+    # Everything but the custom resources (next test) is checked against the bundled schemas.
+    checked = [d for d in rendered[overlay] if not is_custom(d)]
     assert done.stdout.count(" passed for resource ") == len(checked), done.stdout
+
+
+@pytest.mark.parametrize("overlay", OVERLAYS)
+def test_custom_resources_validate_against_their_crd_schemas(rendered, overlay):
+    """TrainJob, TrainingRuntime, JobSet and PyTorchJob against the schemas their CRDs publish (k8s/schemas/),
+    strictly: an unknown field is an error, as `kubectl apply` makes it."""
+    custom = [d for d in rendered[overlay] if is_custom(d)]
+    for doc in custom:
+        assert (doc["apiVersion"], doc["kind"]) in CUSTOM_RESOURCES, f"no vendored schema for {doc['kind']}"
+        assert schema_errors(doc, KUBERNETES_VERSION) == []
+    if workload(rendered[overlay])["kind"] != "Job":
+        assert custom, overlay
+
+
+@pytest.mark.parametrize(
+    ("change", "error"),
+    [
+        (lambda job: job["spec"]["trainer"].update(numNode=2), "'numNode' was unexpected"),
+        (lambda job: job["spec"]["trainer"].update(numProcPerNode="auto"), "'auto' is not of type 'integer'"),
+        (lambda job: job["spec"].pop("runtimeRef"), "'runtimeRef' is a required property"),
+        (lambda job: job["metadata"].update(label={"a": "b"}), "'label' was unexpected"),
+    ],
+    ids=["misspelt-field", "wrong-type", "missing-required", "misspelt-metadata"],
+)
+def test_schema_validation_rejects_a_broken_trainjob(rendered, change, error):
+    """The validation above can fail: each deliberate violation of the TrainJob CRD's schema is reported."""
+    broken = copy.deepcopy(find(rendered["trainjob"], "TrainJob"))
+    change(broken)
+    errors = schema_errors(broken, KUBERNETES_VERSION)
+    assert len(errors) == 1 and error in errors[0], errors
+
+
+def test_schema_validation_rejects_a_broken_pod_in_a_jobset(rendered):
+    """The pod template inside a JobSet is checked against the CRD's copy of PodTemplateSpec, strictly."""
+    broken = copy.deepcopy(workload(rendered["jobset"]))
+    pod = broken["spec"]["replicatedJobs"][0]["template"]["spec"]["template"]["spec"]
+    pod["containers"][0]["securityContext"]["readOnlyRootFileSystem"] = True
+    broken["spec"]["failurePolicy"]["rules"][0]["action"] = "RestartJobset"
+    errors = "\n".join(schema_errors(broken, KUBERNETES_VERSION))
+    assert errors.count("\n") == 1, errors
+    assert "containers.0.securityContext: Additional properties are not allowed ('readOnlyRootFileSystem'" in errors
+    assert "failurePolicy.rules.0.action: 'RestartJobset' is not one of" in errors
 
 
 @pytest.mark.parametrize("overlay", OVERLAYS)
@@ -193,7 +246,20 @@ def test_hf_token_comes_from_a_secret(rendered):
 
 def test_grace_period_leaves_time_for_a_checkpoint(rendered):
     for overlay, role, template in templates_of(rendered):
-        assert template["spec"]["terminationGracePeriodSeconds"] >= 120, f"{overlay}/{role}"
+        grace = template["spec"]["terminationGracePeriodSeconds"]
+        assert grace >= 120, f"{overlay}/{role}"
+        # The ranks' time to save after SIGTERM, with 30 s left for the launcher to relay and exit.
+        env = {e["name"]: e.get("value") for e in container(template)["env"]}
+        assert int(env["MLM_STOP_TIMEOUT"]) + 30 <= grace, f"{overlay}/{role}"
+
+
+def test_the_image_entrypoint_stays(rendered):
+    """Every container sets args, never command: tini (PID 1) and entrypoint.sh keep running the launcher. A TrainJob
+    may override the runtime's command, so it must not either."""
+    for overlay, role, template in templates_of(rendered):
+        box = container(template)
+        assert "command" not in box and box["args"] == ["train"], f"{overlay}/{role}"
+    assert "command" not in workload(rendered["trainjob"])["spec"].get("trainer", {})
 
 
 def test_gpus_are_requested(rendered):
@@ -258,6 +324,80 @@ def test_pod_failure_policy_uses_the_documented_exit_codes(rendered, overlay):
     assert job["spec"]["podReplacementPolicy"] == "Failed"
 
 
+# The Kubernetes Job controller's failure message for a pod matching a FailJob rule (pkg/controller/job/
+# pod_failure_policy.go, matchPodFailurePolicy), with the Job failure reasons of batch/v1 (JobReasonPodFailurePolicy,
+# JobReasonBackoffLimitExceeded): what a JobSet's failurePolicy rules match on.
+def job_failure(job_spec: dict, container_name: str, exit_code: int, condition: str | None = None):
+    """(reason, message) of the Job once this pod failed, or None when the Job goes on (an Ignore rule, or failures
+    left under backoffLimit)."""
+    pod = "default/mlm-trainer-node-0-1-x7k2p"
+    for index, rule in enumerate(job_spec.get("podFailurePolicy", {}).get("rules", [])):
+        if "onExitCodes" in rule:
+            req = rule["onExitCodes"]
+            if req.get("containerName", container_name) != container_name or exit_code == 0:
+                continue
+            if (exit_code in req["values"]) != (req["operator"] == "In"):
+                continue
+            found = f"Container {container_name} for pod {pod} failed with exit code {exit_code}"
+        else:
+            wanted = {(c["type"], c.get("status", "True")) for c in rule["onPodConditions"]}
+            if condition is None or (condition, "True") not in wanted:
+                continue
+            found = f"Pod {pod} has condition {condition}"
+        if rule["action"] == "Ignore":
+            return None
+        if rule["action"] == "FailJob":
+            return "PodFailurePolicy", f"{found} matching FailJob rule at index {index}"
+        break  # Count: an ordinary failure
+    if job_spec.get("backoffLimit", 6) == 0:
+        return "BackoffLimitExceeded", "Job has reached the specified backoff limit"
+    return None
+
+
+def jobset_action(spec: dict, replicated_job: str, reason: str, message: str) -> str:
+    """The JobSet controller's choice for a failed child Job (kubernetes-sigs/jobset v0.12.0
+    pkg/controllers/failure_policy.go: the first rule whose reasons, message patterns (RE2, unanchored search) and
+    target replicated Jobs all match; RestartJobSet when none does)."""
+    for rule in spec["failurePolicy"].get("rules", []):
+        if rule.get("onJobFailureReasons") and reason not in rule["onJobFailureReasons"]:
+            continue
+        patterns = rule.get("onJobFailureMessagePatterns", [])
+        if patterns and not any(re.search(p, message) for p in patterns):
+            continue
+        if rule.get("targetReplicatedJobs") and replicated_job not in rule["targetReplicatedJobs"]:
+            continue
+        return rule["action"]
+    return "RestartJobSet"
+
+
+@pytest.mark.parametrize("overlay", ["jobset", "trainjob"])
+def test_jobset_failure_policy_uses_the_documented_exit_codes(rendered, overlay):
+    """Each exit code (README, "Exit codes") through the Job's podFailurePolicy and the JobSet's failurePolicy."""
+    spec = jobset_spec(rendered[overlay])
+    replicated = trainer_replicated_job(rendered[overlay])
+    job = replicated["template"]["spec"]
+    name = container(job["template"])["name"]
+    assert job["template"]["spec"]["restartPolicy"] == "Never"  # required by podFailurePolicy
+
+    def action(exit_code: int, condition: str | None = None) -> str:
+        failed = job_failure(job, name, exit_code, condition)
+        assert failed is not None, f"exit {exit_code}: the Job must fail at once, the JobSet restarts all nodes"
+        return jobset_action(spec, replicated["name"], *failed)
+
+    assert action(EXIT_CONFIG) == action(EXIT_ENVIRONMENT) == "FailJobSet"
+    # Preempted with a checkpoint, or evicted / node drained or lost: restart every node, not counted.
+    assert action(EXIT_PREEMPTED) == "RestartJobSetAndIgnoreMaxRestarts"
+    assert action(137, "DisruptionTarget") == action(143, "DisruptionTarget") == "RestartJobSetAndIgnoreMaxRestarts"
+    # A crash, torchrun's 1 after losing a peer, the OOM killer: counted against maxRestarts.
+    assert action(1) == action(137) == "RestartJobSet"
+    assert spec["failurePolicy"]["maxRestarts"] >= 1
+    # All old pods are gone before the new ones start: never two pods of one node (nor two leases) at once.
+    assert spec["failurePolicy"]["restartStrategy"] == "BlockingRecreate"
+    # The JobSet webhook's rule-name rule (api/jobset/v1alpha2/jobset_types.go, FailurePolicyRule.Name).
+    for rule in spec["failurePolicy"]["rules"]:
+        assert re.fullmatch(r"[A-Za-z]([A-Za-z0-9_,:]*[A-Za-z0-9_])?", rule["name"]), rule["name"]
+
+
 def test_pytorchjob_restarts_failed_pods(rendered):
     job = workload(rendered["multi-node-pytorchjob"])
     for role, spec in job["spec"]["pytorchReplicaSpecs"].items():
@@ -286,6 +426,100 @@ def test_indexed_job_topology(rendered):
     ports = {p["containerPort"] for p in container(template)["ports"]}
     assert int(env["MASTER_PORT"]) in ports
     assert int(env["MASTER_PORT"]) in {p["port"] for p in service["spec"]["ports"]}
+
+
+def test_jobset_topology(rendered):
+    docs = rendered["jobset"]
+    jobset = workload(docs)
+    replicated = trainer_replicated_job(docs)
+    template = replicated["template"]["spec"]["template"]
+    env = {e["name"]: e.get("value") for e in container(template)["env"]}
+    network = jobset["spec"]["network"]
+    assert network["enableDNSHostnames"] is True and network["publishNotReadyAddresses"] is True
+    assert replicated["replicas"] == 1
+    job = replicated["template"]["spec"]
+    assert job["completionMode"] == "Indexed"
+    assert job["completions"] == job["parallelism"] == int(env["NNODES"]) >= 2
+    # Node 0's host name: <jobset>-<replicatedJob>-<jobIndex>-<podIndex>.<subdomain, the JobSet's name by default>.
+    subdomain = network.get("subdomain", jobset["metadata"]["name"])
+    assert env["MASTER_ADDR"] == f"{jobset['metadata']['name']}-{replicated['name']}-0-0.{subdomain}"
+    assert int(env["MASTER_PORT"]) in {p["containerPort"] for p in container(template)["ports"]}
+    assert not [d for d in docs if d["kind"] == "Service"]  # the JobSet controller creates the headless Service
+
+
+def test_trainjob_shape(rendered):
+    """What Kubeflow Trainer v2 relies on, beyond the CRD schema: the runtime is in the overlay, the trainer's
+    replicated Job carries the ancestor label, its container is named node, no reserved PET_* is set by hand, and
+    the CEL rule on the name (RFC 1035 label, 63 characters at most)."""
+    docs = rendered["trainjob"]
+    trainjob = workload(docs)
+    runtime = runtime_of(docs, trainjob)
+    assert runtime["kind"] == "TrainingRuntime"
+    assert trainjob["spec"]["runtimeRef"]["apiGroup"] == "trainer.kubeflow.org"
+    assert "torch" in runtime["spec"]["mlPolicy"]
+    assert re.fullmatch(r"[a-z]([-a-z0-9]*[a-z0-9])?", trainjob["metadata"]["name"])
+    assert len(trainjob["metadata"]["name"]) <= 63
+    replicated = trainer_replicated_job(docs)
+    assert replicated["name"] == TRAINER_NODE
+    assert replicated["replicas"] == 1  # Trainer's TrainingRuntime webhook (pkg/webhooks/trainingruntime_webhook.go)
+    assert replicated["template"]["metadata"]["labels"][TRAINER_ANCESTOR_LABEL] == "trainer"
+    assert replicated["template"]["spec"]["completionMode"] == "Indexed"  # PET_NODE_RANK is the completion index
+    box = container(pod_templates(docs)[TRAINER_NODE])
+    assert box["name"] == TRAINER_NODE
+    reserved = {"PET_NNODES", "PET_NPROC_PER_NODE", "PET_NODE_RANK", "PET_MASTER_ADDR", "PET_MASTER_PORT"}
+    assert not reserved & {e["name"] for e in box["env"]}
+    assert not reserved & {e["name"] for e in trainjob["spec"]["trainer"].get("env", [])}
+    # The torch plugin hands out PET_NPROC_PER_NODE=auto only when the node asks for GPUs.
+    assert int(box["resources"]["limits"]["nvidia.com/gpu"]) >= 1
+    # The JobSet the controller creates carries the runtime template's labels (the headers' watch commands use them).
+    jobset_labels = runtime["spec"]["template"]["metadata"]["labels"]
+    assert all(jobset_labels.get(key) for key in LABELS), jobset_labels
+    # The TrainJob's webhook needs the runtime to exist first: it comes before the TrainJob in the output.
+    kinds = [d["kind"] for d in docs]
+    assert kinds.index("TrainingRuntime") < kinds.index("TrainJob")
+
+
+@pytest.mark.parametrize("rank", [0, 1])
+def test_trainjob_environment_is_the_torch_plugins(rendered, rank):
+    """The PET_* a Trainer v2.3.0 controller gives node 0 and node 1 (k8s_manifests.trainjob_node_env follows
+    kubeflow/trainer 658725bd pkg/runtime/framework/plugins/torch/torch.go), and what the launcher reads of it."""
+    from train.launch.topology import topology_from_env
+
+    docs = rendered["trainjob"]
+    env = pod_for_node(docs, rank).env
+    assert {k: v for k, v in env.items() if k.startswith("PET_")} == {
+        "PET_NNODES": "2",
+        "PET_NPROC_PER_NODE": "auto",
+        "PET_NODE_RANK": str(rank),
+        "PET_MASTER_ADDR": "mlm-trainer-node-0-0.mlm-trainer",
+        "PET_MASTER_PORT": "29500",
+    }
+    assert env["JOB_COMPLETION_INDEX"] == str(rank)
+    topology = topology_from_env(env)
+    assert (topology.nnodes, topology.node_rank, topology.mode) == ("2", rank, "static")
+    assert (topology.master_addr, topology.master_port) == ("mlm-trainer-node-0-0.mlm-trainer", 29500)
+    assert topology.nproc_per_node == "auto"
+    assert topology.sources == {
+        "nnodes": "PET_NNODES",
+        "node_rank": "PET_NODE_RANK",
+        "master_addr": "PET_MASTER_ADDR",
+        "master_port": "PET_MASTER_PORT",
+    }
+
+
+def test_trainjob_progress_reaches_kubeflow_and_tensorboard_stays(rendered, monkeypatch):
+    """With Trainer's TrainJobStatus gate on, the controller sets KUBEFLOW_TRAINER_SERVER_URL (and _CA_CERT, _TOKEN);
+    transformers' TrainingArguments then appends "kubeflow" to report_to (its KubeflowCallback reports progress to
+    the TrainJob's status), after our default TensorBoard, which stays."""
+    pod = pod_for_node(rendered["trainjob"], 0, status_server=True)
+    for name in ("KUBEFLOW_TRAINER_SERVER_URL", "KUBEFLOW_TRAINER_SERVER_CA_CERT", "KUBEFLOW_TRAINER_SERVER_TOKEN"):
+        assert name in pod.env
+        monkeypatch.setenv(name, pod.env[name])  # transformers reads os.environ
+    monkeypatch.delenv("DISABLE_KUBEFLOW_INTEGRATION", raising=False)
+    options = {n: v for n, v in pod.env.items() if n.startswith("MLM_") and n not in NON_OPTION_ENV}
+    assert load_config([], options).training.report_to == ["tensorboard", "kubeflow"]
+    monkeypatch.setenv("DISABLE_KUBEFLOW_INTEGRATION", "TRUE")
+    assert load_config([], options).training.report_to == ["tensorboard"]
 
 
 def test_pytorchjob_shape(rendered):
@@ -356,11 +590,14 @@ def torchrun_options(command: list[str]) -> dict[str, str | None]:
 
 
 def expected_rendezvous(docs: list[dict]) -> tuple[str, str]:
-    """(master address, port) the manifests mean for node 0: the operator's Service or the Indexed Job's DNS name."""
+    """(master address, port) the manifests mean for node 0: the operator's Service, the Indexed Job's DNS name, or
+    pod 0 of the JobSet's (or the TrainJob's JobSet's) one Job under its headless Service."""
     job = workload(docs)
     name = job["metadata"]["name"]
     if job["kind"] == "PyTorchJob":
         return f"{name}-master-0", "29500"
+    if job["kind"] in ("JobSet", "TrainJob"):
+        return f"{name}-{trainer_replicated_job(docs)['name']}-0-0.{name}", "29500"
     return f"{name}-0.{find(docs, 'Service')['metadata']['name']}", "29500"
 
 
@@ -392,7 +629,12 @@ def test_plan_for_each_node(rendered, overlay, rank, tmp_path):
     assert plan["rendezvous"]["mode"] == "static"
     # MLM_RDZV_TIMEOUT from the overlay bounds how long node 0 waits for the others.
     assert f"timeout={env['MLM_RDZV_TIMEOUT']}" in (options["--rdzv-conf"] or "").split(",")
-    wanted_source = {"multi-node-pytorchjob": "PET_NODE_RANK", "multi-node-indexed": "JOB_COMPLETION_INDEX"}
+    wanted_source = {
+        "multi-node-pytorchjob": "PET_NODE_RANK",
+        "multi-node-indexed": "JOB_COMPLETION_INDEX",
+        "jobset": "JOB_COMPLETION_INDEX",
+        "trainjob": "PET_NODE_RANK",
+    }
     assert plan["topology_sources"]["node_rank"] == wanted_source[overlay]
 
 
@@ -429,3 +671,60 @@ def test_plan_on_an_eight_gpu_node(rendered, overlay, rank, tmp_path, monkeypatc
     if overlay != "single-node":
         assert (options["--master-addr"], options["--master-port"]) == expected_rendezvous(docs)
         assert options["--node-rank"] == str(rank)
+
+
+# --- Kueue ---------------------------------------------------------------------------------------------------------
+
+QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
+# Where each workload kind keeps its suspend flag.
+SUSPEND = {
+    "Job": ("spec", "suspend"),
+    "JobSet": ("spec", "suspend"),
+    "TrainJob": ("spec", "suspend"),
+    "PyTorchJob": ("spec", "runPolicy", "suspend"),
+}
+
+
+def with_component(overlay: str, component: str, root: Path) -> list[dict]:
+    """The overlay rendered after the documented edit (`kustomize edit add component ../../components/<name>`),
+    made on a copy of k8s/."""
+    import shutil
+
+    copy_of_k8s = root / "k8s"
+    shutil.copytree(K8S, copy_of_k8s)
+    path = copy_of_k8s / "overlays" / overlay / "kustomization.yaml"
+    kustomization = yaml.safe_load(path.read_text())
+    kustomization.setdefault("components", []).append(f"../../components/{component}")
+    path.write_text(yaml.safe_dump(kustomization, sort_keys=False))
+    return render(overlay, copy_of_k8s)
+
+
+def dig(doc: dict, path: tuple[str, ...]) -> object:
+    for key in path:
+        doc = doc.get(key, {})
+    return doc
+
+
+@pytest.mark.parametrize("overlay", OVERLAYS)
+def test_kueue_component_queues_the_workload(rendered, overlay, tmp_path):
+    """With components/kueue the workload names its LocalQueue and is created suspended (Kueue unsuspends it on
+    admission); nothing else changes, and the result still matches the CRD schemas."""
+    assert set(SUSPEND) == set(WORKLOAD_KINDS)  # a new workload kind needs a rule here and in the component
+    queued = with_component(overlay, "kueue", tmp_path)
+    job = workload(queued)
+    assert job["metadata"]["labels"][QUEUE_LABEL] == "user-queue"
+    assert dig(job, SUSPEND[job["kind"]]) is True
+    # Only the workload is labelled (not the claims, the Service, the runtime, nor the pods).
+    assert [d["kind"] for d in queued if QUEUE_LABEL in d["metadata"].get("labels", {})] == [job["kind"]]
+    for template in pod_templates(queued).values():
+        assert QUEUE_LABEL not in template["metadata"]["labels"]
+    for doc in queued:
+        if is_custom(doc):
+            assert schema_errors(doc, KUBERNETES_VERSION) == []
+    # Everything else is the overlay as it was.
+    undone = copy.deepcopy(queued)
+    unqueued = workload(undone)
+    del unqueued["metadata"]["labels"][QUEUE_LABEL]
+    *parents, flag = SUSPEND[unqueued["kind"]]
+    del dig(unqueued, tuple(parents))[flag]
+    assert undone == rendered[overlay]

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+
 import pytest
 
 from tests.fakes import FakeDevice, FakeNvml, h100s, install, uuid_of
@@ -89,3 +91,26 @@ def test_decide_nproc_errors():
         decide.decide_nproc(None, "x", "gpu", 0, 4)
     with pytest.raises(ConfigError, match="PET_NPROC_PER_NODE='many'"):
         decide.decide_nproc(None, "x", "many", 0, 4)
+
+
+def test_usable_cpus_is_capped_by_the_cgroup_quota(tmp_path):
+    """A pod limited to 1.5 CPUs gets 2 workers' worth, not the node's count; no quota leaves the affinity mask."""
+    from train.launch.decide import cgroup_cpu_quota, usable_cpus
+
+    mask = len(os.sched_getaffinity(0))
+    v2 = tmp_path / "v2"
+    v2.mkdir()
+    (v2 / "cpu.max").write_text("150000 100000\n")
+    assert cgroup_cpu_quota(str(v2)) == 1.5
+    assert usable_cpus(str(v2)) == min(mask, 2)
+    (v2 / "cpu.max").write_text("max 100000\n")
+    assert cgroup_cpu_quota(str(v2)) is None
+    assert usable_cpus(str(v2)) == mask
+    v1 = tmp_path / "v1"
+    (v1 / "cpu").mkdir(parents=True)
+    (v1 / "cpu" / "cpu.cfs_quota_us").write_text("100000\n")
+    (v1 / "cpu" / "cpu.cfs_period_us").write_text("100000\n")
+    assert usable_cpus(str(v1)) == 1
+    (v1 / "cpu" / "cpu.cfs_quota_us").write_text("-1\n")
+    assert cgroup_cpu_quota(str(v1)) is None
+    assert cgroup_cpu_quota(str(tmp_path / "missing")) is None

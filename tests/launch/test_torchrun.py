@@ -128,3 +128,22 @@ def test_the_entrypoint_withholds_every_secret_option():
     script = (REPO / "entrypoint.sh").read_text()
     for name in SECRET_FIELDS:
         assert f"--{name})" in script and f"--{name}=*)" in script and f"MLM_{name.upper()}=" in script
+
+
+def test_the_relay_drops_c10d_hostname_warnings_unless_debugging() -> None:
+    """Every connection from a peer without reverse DNS (containers, network namespaces) logs one; JSON mode's
+    stderr and a person's console get none of them. MLM_DEBUG=1 keeps them."""
+    import io
+
+    from train.launch.torchrun import _StderrRelay
+
+    noise = (
+        b"[W1201 14:00:00.000000000 socket.cpp:767] [c10d] The hostname of the client socket cannot be retrieved. "
+        b"err=-3\n"
+    )
+    for keep, expected in ((False, b"before\nafter\n"), (True, b"before\n" + noise + b"after\n")):
+        sink = io.BytesIO()
+        relay = _StderrRelay(sink, keep_noise=keep)
+        relay.feed(b"before\n" + noise + b"after\n")
+        relay.finish(drop_report=True)
+        assert sink.getvalue() == expected

@@ -57,19 +57,26 @@ def _die_with_parent() -> None:
 # the one line a user needs, so both are held back and dropped.
 _AGENT_REPORT = re.compile(rb"^[EWI]\d{4} \d\d:\d\d:\d\d\.\d+ +\d+ .*torch/distributed/elastic/.*\] failed")
 _TRACEBACK = b"Traceback (most recent call last):"
+# c10d warns on every connection whose peer has no reverse DNS name, which is the rule in containers and network
+# namespaces ("W... socket.cpp:...] [c10d] The hostname of the client socket cannot be retrieved. err=-3"): news to
+# nobody, and not a JSON line in JSON mode. Dropped (MLM_DEBUG=1 keeps them).
+_NOISE = re.compile(rb"\[c10d\] The hostname of the client socket cannot be retrieved")
 
 
 class _StderrRelay:
     """Passes torchrun's stderr through as it comes, holding back the agent's failure report and its signal
     traceback until the exit code says whether they are news."""
 
-    def __init__(self, sink: Any) -> None:
+    def __init__(self, sink: Any, keep_noise: bool = False) -> None:
         self.sink = sink
+        self.keep_noise = keep_noise
         self.partial = b""
         self.held: list[bytes] = []
         self.traceback: list[bytes] | None = None  # a traceback being read: shown once it turns out not torchrun's
 
     def _line(self, line: bytes) -> None:
+        if not self.keep_noise and _NOISE.search(line):
+            return
         if self.held or (self.traceback is None and _AGENT_REPORT.match(line)):
             self.held.append(line)
         elif self.traceback is not None:
@@ -158,7 +165,7 @@ def run_torchrun(
             child.send_signal(signum)
 
     previous = {sig: signal.signal(sig, forward) for sig in STOP_SIGNALS}
-    relay = _StderrRelay(sys.stderr.buffer)
+    relay = _StderrRelay(sys.stderr.buffer, keep_noise=debug)
     try:
         child = subprocess.Popen(
             list(command), env=dict(env), process_group=0, preexec_fn=_die_with_parent, stderr=subprocess.PIPE

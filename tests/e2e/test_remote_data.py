@@ -1,0 +1,105 @@
+"""A corpus on S3 (a real S3-compatible server on loopback, moto's): read through fsspec/s3fs in memory and
+streamed, credentials from the usual AWS_* variables and never shown."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import REPO, tiny_env
+from tests.test_data import config_for
+from tests.test_stream import corpus_line
+from train.data import load_raw
+from train.errors import ConfigError
+from train.stream import load_stream_raw
+
+pytestmark = pytest.mark.slow
+
+SECRET = "s3-secret-canary-5ad1c0de"  # the secret key: must not reach any output
+BUCKET = "corpus"
+LINES = [corpus_line(i) for i in range(240)]
+
+
+@pytest.fixture(scope="module")
+def s3_env(s3_endpoint: str) -> dict[str, str]:
+    """The variables a user sets for S3, and a bucket holding three gzipped JSON-lines parts of LINES."""
+    import boto3
+
+    env = {
+        "AWS_ACCESS_KEY_ID": "mlm-tests",
+        "AWS_SECRET_ACCESS_KEY": SECRET,
+        "AWS_DEFAULT_REGION": "us-east-1",
+        "AWS_ENDPOINT_URL": s3_endpoint,
+    }
+    client = boto3.client(
+        "s3",
+        endpoint_url=s3_endpoint,
+        aws_access_key_id=env["AWS_ACCESS_KEY_ID"],
+        aws_secret_access_key=SECRET,
+        region_name="us-east-1",
+    )
+    client.create_bucket(Bucket=BUCKET)
+    for part in range(3):
+        rows = "\n".join(json.dumps({"text": t}) for t in LINES[part * 80 : (part + 1) * 80]) + "\n"
+        client.put_object(Bucket=BUCKET, Key=f"train/part-{part}.jsonl.gz", Body=gzip.compress(rows.encode()))
+    client.put_object(Bucket=BUCKET, Key="train/_SUCCESS", Body=b"")  # a marker file, not data
+    return env
+
+
+@pytest.fixture
+def with_s3(monkeypatch: pytest.MonkeyPatch, s3_env: dict[str, str]) -> dict[str, str]:
+    for name, value in s3_env.items():
+        monkeypatch.setenv(name, value)
+    return s3_env
+
+
+@pytest.mark.parametrize("source", [f"s3://{BUCKET}/train/*.jsonl.gz", f"s3://{BUCKET}/train"])
+def test_an_s3_glob_or_prefix_reads_in_memory(with_s3: dict[str, str], source: str) -> None:
+    raw = load_raw(config_for(source, validation_split_percentage="10"))
+    assert list(raw.splits["train"]["text"]) + list(raw.splits["validation"]["text"]) == LINES
+
+
+def test_an_s3_glob_streams(with_s3: dict[str, str]) -> None:
+    config = config_for(f"s3://{BUCKET}/train/*.jsonl.gz", streaming="true", max_steps="5", max_eval_samples="10")
+    stream, raw = load_stream_raw(config)
+    assert list(raw.splits["validation"]["text"]) == LINES[:10]
+    assert [row["text"] for row in stream] == LINES[10:]
+
+
+def test_wrong_credentials_or_a_missing_prefix_are_one_line_without_the_secret(
+    with_s3: dict[str, str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    with pytest.raises(ConfigError, match=r"MLM_DATASET='s3://corpus/nothing/\*\.txt': the pattern matches no file"):
+        load_raw(config_for(f"s3://{BUCKET}/nothing/*.txt"))
+    with pytest.raises(ConfigError, match=r"MLM_DATASET='s3://no-such-bucket/x.txt': no such file or prefix"):
+        load_raw(config_for("s3://no-such-bucket/x.txt"))
+
+
+def test_a_streamed_s3_corpus_trains_through_the_entrypoint_and_the_secret_stays_out(
+    tmp_path: Path, s3_env: dict[str, str]
+) -> None:
+    output = tmp_path / "out"
+    env = tiny_env(
+        output,
+        dataset=f"s3://{BUCKET}/train/*.jsonl.gz",
+        streaming="true",
+        max_steps="6",
+        max_eval_samples="16",
+        per_device_train_batch_size="8",
+    )
+    env.update(s3_env)
+    done = subprocess.run([str(REPO / "entrypoint.sh")], env=env, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert (output / "final" / "model.safetensors").exists()
+    facts = json.loads((output / "run.json").read_text())
+    assert facts["config"]["dataset"] == f"s3://{BUCKET}/train/*.jsonl.gz"
+    written = [done.stdout, done.stderr] + [
+        p.read_text(errors="replace")
+        for p in output.rglob("*")
+        if p.is_file() and p.suffix in (".json", ".jsonl", ".html", ".txt")
+    ]
+    assert not any(SECRET in text for text in written)
