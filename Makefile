@@ -52,7 +52,7 @@ pytest: venv ## Run the Python test suite only
 lint: venv ## ruff, shellcheck, hadolint, compose config, README option table up to date
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check train tests bench docker tools k8s
-	$(BIN)/shellcheck entrypoint.sh .ci/run .ci/*.sh docker/*.sh bench/*.sh
+	$(BIN)/shellcheck entrypoint.sh .ci/run .ci/*.sh docker/*.sh bench/*.sh slurm/*.sbatch
 	$(BIN)/hadolint docker/Dockerfile
 	$(BIN)/python -c 'import compose, os, sys; os.execv(os.path.join(os.path.dirname(compose.__file__), "docker-compose"), ["docker-compose", "-f", "compose.yaml", "config", "-q"])'
 	$(BIN)/python -m tools.options --check README.md

@@ -14,6 +14,8 @@ PACKAGES=(
 	uidmap         # newuidmap/newgidmap for --user mappings
 	iproute2       # ip netns + veth: several "hosts" on one machine for the multi-node test
 	chromium       # renders the report page in its test
+	slurm-wlm      # slurmctld + slurmd (and slurmstepd) + the clients: a two-node Slurm cluster for tests/e2e/test_slurm.py
+	munge          # Slurm's authentication (auth/munge); the test runs its own munged with its own key
 )
 
 missing_packages() {

@@ -147,3 +147,23 @@ def test_the_relay_drops_c10d_hostname_warnings_unless_debugging() -> None:
         relay.feed(b"before\n" + noise + b"after\n")
         relay.finish(drop_report=True)
         assert sink.getvalue() == expected
+
+
+def test_a_held_signal_traceback_does_not_hold_back_the_lines_after_it() -> None:
+    """Under Slurm torchrun gets SIGTERM twice; its SignalException traceback is dropped, the rank's one line
+    that comes after it is not."""
+    import io
+
+    from train.launch.torchrun import _StderrRelay
+
+    sink = io.BytesIO()
+    relay = _StderrRelay(sink)
+    relay.feed(
+        b'--- Logging error ---\nTraceback (most recent call last):\n  File "api.py", line 1, in _poll\n'
+        b"torch.distributed.elastic.multiprocessing.api.SignalException: Process 7 got signal: 15\n"
+        b"mlm-trainer: error: stopped by SIGTERM at step 13; checkpoint saved\n"
+    )
+    relay.finish(drop_report=True)
+    out = sink.getvalue()
+    assert b"SignalException" not in out
+    assert out.endswith(b"mlm-trainer: error: stopped by SIGTERM at step 13; checkpoint saved\n")

@@ -216,6 +216,8 @@ def _torchrun_flags(topology: Topology, nproc: int, max_restarts: int, job: Any)
             flags += ["--rdzv-backend", "static", "--rdzv-endpoint", topology.rdzv_endpoint]
         else:
             flags += ["--master-addr", str(topology.master_addr), "--master-port", str(topology.master_port)]
+        if topology.rdzv_id:  # a Slurm job id, or PET_RDZV_ID: torchrun's logs name the run by it
+            flags += ["--rdzv-id", topology.rdzv_id]
         conf["timeout"] = str(rdzv_timeout)  # how long node 0's store waits for the others
     else:
         flags += ["--rdzv-backend", str(topology.rdzv_backend), "--rdzv-endpoint", str(topology.rdzv_endpoint)]

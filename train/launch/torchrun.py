@@ -72,12 +72,17 @@ class _StderrRelay:
         self.keep_noise = keep_noise
         self.partial = b""
         self.held: list[bytes] = []
+        self.reporting = False  # inside the agent's failure report: everything up to the exit is part of it
         self.traceback: list[bytes] | None = None  # a traceback being read: shown once it turns out not torchrun's
 
     def _line(self, line: bytes) -> None:
         if not self.keep_noise and _NOISE.search(line):
             return
-        if self.held or (self.traceback is None and _AGENT_REPORT.match(line)):
+        if self.reporting or (self.traceback is None and _AGENT_REPORT.match(line)):
+            # Only the report holds back what follows it; a held SignalException traceback does not (a second
+            # stop signal, e.g. Slurm's to every process of the step, can land while the agent logs: the ranks'
+            # own lines after it must still come through).
+            self.reporting = True
             self.held.append(line)
         elif self.traceback is not None:
             self.traceback.append(line)
@@ -98,7 +103,7 @@ class _StderrRelay:
         for line in lines:
             self._line(line + b"\n")
         # Progress bars redraw with \r and no newline: show them now, unless this may start a held line.
-        if self.partial and not self.held and self.traceback is None and not re.match(rb"[EWIT]", self.partial):
+        if self.partial and not self.reporting and self.traceback is None and not re.match(rb"[EWIT]", self.partial):
             self.sink.write(self.partial)
             self.partial = b""
         self.sink.flush()

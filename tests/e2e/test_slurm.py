@@ -1,0 +1,120 @@
+"""Slurm for real: slurm/train.sbatch submitted with ``sbatch --nodes=2`` to a two-node cluster on this machine
+(tests/e2e/slurm_cluster.py), through srun, entrypoint.sh, the launcher and torchrun (gloo on CPU).
+
+One job carries the whole story, to stay inside a few minutes on two cores: it trains across both nodes, is stopped by
+``scancel --signal=TERM`` after a checkpoint (every process of the step gets the signal, as on a real cluster), exits
+75, is requeued by its script, and its second run resumes on both nodes to one final/ with world size 2. Slurm holds
+a requeued job for AuthInfo's cred_expire (120 s by default); the test cluster sets 10 s. (Starting it earlier with
+``scontrol update StartTime=now`` fails it at launch, "Job credential revoked", when it lands on the same nodes.)
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import REPO, tiny_env
+from tests.e2e.slurm_cluster import Cluster, Job, slurm_cluster
+
+pytestmark = pytest.mark.slow
+
+SCRIPT = REPO / "slurm" / "train.sbatch"
+# 1,600 demo samples (1,280 to train) in batches of 16 on 2 ranks: 40 steps, a checkpoint every 10, no workers.
+RESUMABLE = {"demo_samples": "1600", "per_device_train_batch_size": "16", "save_strategy": "steps", "save_steps": "10"}
+RUN_TIMEOUT_S = 240  # one run of the job, start to end, on 2 busy cores
+FINISHED = ("COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEMORY", "BOOT_FAIL", "DEADLINE")
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
+    with slurm_cluster(tmp_path_factory.mktemp("slurm")) as running:
+        yield running
+
+
+def read(path: Path) -> str:
+    return path.read_text(errors="replace") if path.exists() else ""
+
+
+def test_two_nodes_train_are_stopped_requeued_and_resume_to_one_final(cluster: Cluster, tmp_path: Path) -> None:
+    output = tmp_path / "output"
+    env = tiny_env(output, log_format="text", logging_steps="10", **RESUMABLE)
+    env["HF_HOME"] = str(tmp_path / "hf")  # one cache on a filesystem both nodes see, as on a cluster
+    log = tmp_path / "job.out"
+    job_id = cluster.sbatch("--nodes=2", f"--output={log}", "--time=10", str(SCRIPT), env=env)
+    port = 61000 + int(job_id) % 4536
+
+    # Stop it once a checkpoint is whole: every process of the step gets SIGTERM, as scancel sends it.
+    checkpoint = output / "checkpoint-10" / ".complete"
+    cluster.wait(job_id, lambda job: checkpoint.exists() or job.state in FINISHED, "at checkpoint-10", RUN_TIMEOUT_S)
+    assert checkpoint.exists(), f"job ended before checkpoint-10:\n{read(log)[-4000:]}"
+    signalled = cluster.client("scancel", "--signal=TERM", job_id)
+    assert signalled.returncode == 0, signalled.stderr
+
+    # The ranks save and exit 75; the script requeues the job.
+    def requeued_or_ended(job: Job) -> bool:
+        return (job.restarts >= 1 and job.state == "PENDING") or job.state in FINISHED
+
+    requeued = cluster.wait(job_id, requeued_or_ended, "requeued", 120)
+    first_run = read(log)
+    assert (requeued.restarts, requeued.state) == (1, "PENDING"), first_run[-4000:]
+    assert first_run.count("Exited with exit code 75") == 2, first_run[-4000:]  # srun, for each node
+    assert "mlm-trainer: preempted (exit 75), a checkpoint is saved: requeueing job" in first_run, first_run[-4000:]
+    stopped = re.search(r"stopped by SIGTERM at step (\d+); checkpoint saved", first_run)
+    assert stopped, first_run[-4000:]
+    assert "Traceback" not in first_run, first_run[-4000:]
+    assert not (output / "final").exists()
+
+    done = cluster.wait(job_id, lambda job: job.state in FINISHED, "finished", RUN_TIMEOUT_S)
+    whole = read(log)
+    second_run = whole[len(first_run) :]
+    assert (done.state, done.exit_code, done.restarts) == ("COMPLETED", "0:0", 1), whole[-4000:]
+    assert f"job {job_id} on mlmnode[1-2], run 2" in second_run
+    assert f"resuming from {output}/checkpoint-{stopped[1]}\n" in second_run, second_run[-4000:]
+
+    # Both runs: two nodes, one rank each, meeting at Slurm's first node on the job's port.
+    for run in (first_run, second_run):
+        assert "batch: 16 per device x 1 process x 2 nodes x 1 accumulation = 32 global" in run, run[-4000:]
+        assert f"--node-rank 1 --master-addr mlmnode1 --master-port {port} --rdzv-id {job_id}" in run, run[-4000:]
+    assert sorted(p.name for p in output.iterdir() if p.name.startswith("final")) == ["final"]
+    assert (output / "final" / "model.safetensors").exists()
+    facts = json.loads((output / "run.json").read_text())
+    assert (facts["status"], facts["world_size"], facts["hardware"]["nnodes"]) == ("finished", 2, "2")
+    assert facts["command"][facts["command"].index("--master-addr") + 1] == "mlmnode1"
+
+
+def test_plan_in_a_step_reads_slurm_and_the_batch_script_is_told_to_use_srun(cluster: Cluster, tmp_path: Path) -> None:
+    """What Slurm really sets: ``plan`` in each task of ``srun --nodes=2 --ntasks-per-node=1``, and in the batch
+    script of the same 2-node job (refused, exit 2)."""
+    log, entrypoint = tmp_path / "job.out", REPO / "entrypoint.sh"
+    script = (
+        f"{entrypoint} plan; echo batch script: exit $?; "
+        f"srun --ntasks-per-node=1 --output={tmp_path}/plan-%t.json {entrypoint} plan"
+    )
+    job_id = cluster.sbatch("--nodes=2", f"--output={log}", f"--wrap={script}", env=tiny_env(tmp_path / "output"))
+    done = cluster.wait(job_id, lambda job: job.state in FINISHED, "finished", 120)
+    assert (done.state, done.exit_code) == ("COMPLETED", "0:0"), read(log)
+    assert "SLURM_JOB_NUM_NODES=2 but this is the job's batch script, not a job step" in read(log)
+    assert "batch script: exit 2" in read(log)
+    port = 61000 + int(job_id) % 4536
+    for rank in (0, 1):
+        plan = json.loads((tmp_path / f"plan-{rank}.json").read_text())
+        assert (plan["nnodes"], plan["node_rank"], plan["world_size"]) == (2, rank, 2)
+        assert plan["rendezvous"] == {
+            "mode": "static",
+            "master_addr": "mlmnode1",
+            "master_port": port,
+            "backend": None,
+            "endpoint": None,
+            "id": job_id,
+        }
+        assert plan["topology_sources"] == {
+            "nnodes": "SLURM_STEP_NUM_NODES",
+            "node_rank": "SLURM_NODEID",
+            "master_addr": "SLURM_STEP_NODELIST",
+            "master_port": "SLURM_JOB_ID",
+            "rdzv_id": "SLURM_JOB_ID",
+        }
