@@ -68,7 +68,7 @@ def test_compressed_files_in_both_modes(tmp_path: Path, kind: str, streaming: bo
     if streaming:
         config = config_for(str(path), streaming="true", max_steps="5", max_eval_samples="5")
         stream, raw = load_stream_raw(config)
-        texts = list(raw.splits["validation"]["text"]) + [row["text"] for row in stream]
+        texts = list(raw.splits["validation"]["text"]) + list(stream.texts())
         assert texts == LINES
     else:
         raw = load_raw(config_for(str(path), validation_split_percentage="10"))

@@ -67,7 +67,7 @@ def test_an_s3_glob_streams(with_s3: dict[str, str]) -> None:
     config = config_for(f"s3://{BUCKET}/train/*.jsonl.gz", streaming="true", max_steps="5", max_eval_samples="10")
     stream, raw = load_stream_raw(config)
     assert list(raw.splits["validation"]["text"]) == LINES[:10]
-    assert [row["text"] for row in stream] == LINES[10:]
+    assert list(stream.texts()) == LINES[10:]
 
 
 def test_wrong_credentials_or_a_missing_prefix_are_one_line_without_the_secret(
