@@ -103,3 +103,15 @@ def test_a_streamed_s3_corpus_trains_through_the_entrypoint_and_the_secret_stays
         if p.is_file() and p.suffix in (".json", ".jsonl", ".html", ".txt")
     ]
     assert not any(SECRET in text for text in written)
+
+
+def test_doctor_lists_an_s3_source_as_the_job_would(with_s3: dict[str, str], tmp_path: Path) -> None:
+    from train.doctor.rows import FAIL, OK
+    from train.doctor.sources import check_files
+
+    found = check_files(f"s3://{BUCKET}/train/*.jsonl.gz", "MLM_DATASET")
+    assert (found.status, found.detail) == (OK, f"s3://{BUCKET}/train/*.jsonl.gz: 3 remote json file(s)")
+    missing = check_files("s3://no-such-bucket/x.txt", "MLM_DATASET")
+    assert missing.status == FAIL and "no such file or prefix" in missing.detail
+    (tmp_path / "a.txt.gz").write_bytes(gzip.compress(b"some text here\n"))
+    assert check_files(str(tmp_path / "*.txt.gz"), "MLM_DATASET").detail.endswith("1 local text file(s)")

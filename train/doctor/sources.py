@@ -10,7 +10,9 @@ from pathlib import Path
 
 from train import hf
 from train.config import Config
+from train.data import is_remote
 from train.doctor.rows import FAIL, OK, WARN, Check
+from train.errors import ConfigError
 
 HUB_TIMEOUT_S = 10.0
 
@@ -99,17 +101,34 @@ def check_model(config: Config, environ: Mapping[str, str], field_name: str = "m
     return check_hub(check_name, label, name, "model", environ)
 
 
+def check_files(name: str, label: str) -> Check:
+    """A local or remote path (file, directory, glob) listed the way the job lists it (train.data.source_files):
+    for a remote one that also checks the credentials and the network. A save_to_disk directory is one dataset."""
+    from train.data import shown_url, source_files
+
+    path = Path(name).expanduser()
+    if (
+        not is_remote(name)
+        and path.is_dir()
+        and any((path / f).exists() for f in ("dataset_info.json", "dataset_dict.json"))
+    ):
+        if not os.access(path, os.R_OK):
+            return Check("dataset", FAIL, f"{path}: not readable", "make it readable by the image's user")
+        return Check("dataset", OK, f"{path}: a dataset saved with save_to_disk")
+    try:
+        builder, files = source_files(name, label)
+    except ConfigError as exc:
+        return Check("dataset", FAIL, str(exc), f"mount the data there, check the credentials, or fix {label}")
+    where = "remote" if is_remote(name) else "local"
+    return Check("dataset", OK, f"{shown_url(name)}: {len(files)} {where} {builder} file(s)")
+
+
 def check_dataset(config: Config, environ: Mapping[str, str]) -> Check:
     name, label = config.job.dataset, config.source_of("dataset")
     if name == "demo":
         result = Check("dataset", OK, "demo: built in")
-    elif hf.looks_local(name):
-        path = Path(name).expanduser()
-        if not path.exists():
-            return Check("dataset", FAIL, f"{path}: no such file or directory", f"mount the data there or fix {label}")
-        if not os.access(path, os.R_OK):
-            return Check("dataset", FAIL, f"{path}: not readable", "make it readable by the image's user")
-        result = Check("dataset", OK, f"{path}: local {'directory' if path.is_dir() else 'file'}")
+    elif is_remote(name) or hf.looks_local(name):
+        result = check_files(name, label)
     else:
         result = check_hub("dataset", label, name, "dataset", environ)
     validation = config.job.validation_file
