@@ -167,6 +167,10 @@ def make_plan(
     if not environ.get("OMP_NUM_THREADS"):
         # torchrun would set 1 thread per rank; share the cores instead.
         env["OMP_NUM_THREADS"] = str(max(1, cpu_count // nproc))
+    if "MLFLOW_SUPPRESS_PRINTING_URL_TO_STDOUT" not in environ:
+        # MLflow's end_run prints a "View run ... at: URL" line on stdout, which in JSON mode is not a JSON line;
+        # the URL is in the tracking server anyway.
+        env["MLFLOW_SUPPRESS_PRINTING_URL_TO_STDOUT"] = "true"
 
     command = [*torchrun, *_torchrun_flags(topology, nproc, max_restarts, job)]
     user_flags, secret_env = withhold_secrets(user_argv)
