@@ -108,7 +108,7 @@ run: ## docker run the image on all GPUs with ./data, ./output and a cache volum
 	  --env-file <(env | grep -E '^(MLM_|HF_)' | grep -v '^MLM_CONFIG=' || true) -e MLM_CONFIG="$${MLM_CONFIG-}" $(IMAGE)
 
 .PHONY: bench
-bench: venv ## Benchmark the default recipe against the seed recipe (results in bench/results/)
+bench: venv ## Benchmark ours against the seed recipe (demo data) and run_mlm.py (real text); bench/results/
 	$(BIN)/python -m bench.run $(BENCH_ARGS)
 
 .PHONY: bench-data

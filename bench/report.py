@@ -137,3 +137,100 @@ def markdown(result: dict[str, Any]) -> str:
     if gpu:
         add(f"\n{FLOPS_NOTE}")
     return "\n".join(out) + "\n"
+
+
+# ------------------------------------------------------------------------------------------- real-corpus series
+
+REAL_NOTES = (
+    "Each recipe keeps its own defaults beyond the flags above: ours loads batches with 2 dataloader workers and "
+    "pads to a multiple of 8; run_mlm.py's TrainingArguments load them in the training process (0 workers) and "
+    "DataCollatorForLanguageModeling pads to the longest row (a multiple of 8 only with fp16). Both packed recipes "
+    "train on full 128-token blocks (real tokens per sample 128), both dropping the remainder of each map batch "
+    "of 1,000 lines. Losses differ a little between recipes: the "
+    "masks are drawn differently (ours per sample from (seed, epoch, index), the stock collator from the global "
+    "generator)."
+)
+
+
+def real_run_line(run: dict[str, Any]) -> str:
+    return (
+        f"real {run['model']} pair {run['rep']} {run['recipe']}: {run['real_tokens_per_s']:,.0f} real tokens/s, "
+        f"{run['samples_per_s']:,.1f} samples/s, first step {run['first_step_s']:.1f} s, wall {run['wall_s']:.1f} s, "
+        f"peak {run['peak_memory_bytes'] / MIB:,.0f} MiB, final loss {run['final_loss']:.3f}"
+    )
+
+
+def _ratio(s: dict[str, float]) -> str:
+    return f"{s['median']:.2f}× [{s['min']:.2f} – {s['max']:.2f}]"
+
+
+def real_markdown(result: dict[str, Any]) -> str:
+    """The real-corpus series' report: per model, the ratios per pair, the head's share, each recipe, each run."""
+    env, settings, corpus = result["environment"], result["settings"], result["corpus"]
+    out: list[str] = []
+    add = out.append
+    runs = result["runs"]
+    threads = runs[0]["probe"]["torch_threads"] if runs else "?"
+    gpu = settings["device"] == "cuda"
+    device = env["gpu"] if gpu else f"CPU, {env['cpu_count']} cores, {threads} torch thread(s) per run"
+    add(
+        f"# Benchmark: real text, ours against transformers' run_mlm.py recipe ({result['date'][:10]}, {env['host']})\n"
+    )
+    add(
+        f"{device}; torch {env['torch']}, transformers {env['transformers']}. Data: {corpus['bytes'] / MIB:.1f} MiB "
+        f"of real English from this machine ({corpus['source']}), one example per line, {corpus['lines']:,} lines; "
+        f"a {result['tokenizer_vocab']:,}-token WordPiece tokenizer trained on it. Every recipe trains the same "
+        f"model from scratch on the whole file for {settings['max_steps']} optimizer steps of "
+        f"{settings['batch_size']} samples (at most 128 tokens each); {settings['pairs']} pair(s), alternating "
+        f"{' / '.join(settings['recipes'])}, each run a fresh torchrun process. Throughput counts real "
+        "(non-padding) tokens over the steps after the first fifth; ratios are taken within each pair.\n"
+    )
+    for model, s in result["summary"].items():
+        first = next(r for r in runs if r["model"] == model)
+        add(
+            f"## {model}: `{result['models'][model]}` ({first['probe']['parameters'] / 1e6:.1f} M parameters), "
+            "real tokens/s ratios per pair: median [min – max]\n"
+        )
+        add("| comparison | ratio | per pair |")
+        add("|---|---|---|")
+        for c in s["comparisons"]:
+            add(f"| {c['label']} | **{_ratio(c)}** | {', '.join(f'{v:.2f}' for v in c['values'])} |")
+        add("")
+        for share in s["head_share"]:
+            values = ", ".join(f"{v:.0%}" for v in share["values"])
+            add(
+                f"The masked-only head's share of the speed-up ({share['padding']}, {share['label']}, on a log scale): "
+                f"**{share['median']:.0%} [{share['min']:.0%} – {share['max']:.0%}]** (per pair: {values}).\n"
+            )
+        add("| recipe | what | real tokens per sample | real tokens/s | samples/s | wall s | first step s | peak MiB |"
+            " final loss |")  # fmt: skip
+        add("|---|---|---|---|---|---|---|---|---|")
+        for name, r in s["recipes"].items():
+            memory = {k: v / MIB for k, v in r["peak_memory_bytes"].items()}
+            loss = _spread(r["final_loss"], ".3f") if r["final_loss"] else "–"
+            add(
+                f"| {name} | {result['recipes'][name]['what']} | {r['real_tokens_per_sample']:.1f} | "
+                f"{_spread(r['real_tokens_per_s'], ',.0f')} | {_spread(r['samples_per_s'], ',.1f')} | "
+                f"{_spread(r['wall_s'], '.1f')} | {_spread(r['first_step_s'], '.1f')} | {_spread(memory, ',.0f')} | "
+                f"{loss} |"
+            )
+        add("")
+
+    add("## Every run, in the order they ran\n")
+    add(
+        "| run | real tokens/s | samples/s | wall s | first step s | peak MiB | final loss | load avg (before, after) |"
+    )
+    add("|---|---|---|---|---|---|---|---|")
+    for run in runs:
+        load = ", ".join(f"{x:.1f}" for x in run["load_avg_1m"])
+        add(
+            f"| {run['label']} | {run['real_tokens_per_s']:,.0f} | {run['samples_per_s']:,.1f} | {run['wall_s']:.1f} | "
+            f"{run['first_step_s']:.1f} | {run['peak_memory_bytes'] / MIB:,.0f} | {run['final_loss']:.3f} | {load} |"
+        )
+    add("")
+
+    add("## Recipes\n")
+    for name, recipe in result["recipes"].items():
+        add(f"- **{name}** (`python -m {recipe['module']}`): {recipe['what']}; `{' '.join(recipe['flags'])}`")
+    add(f"\n{REAL_NOTES}")
+    return "\n".join(out) + "\n"

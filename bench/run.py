@@ -11,6 +11,10 @@ the first optimizer step, peak memory (RSS on CPU, ``torch.cuda.max_memory_alloc
 and on a GPU the MFU (bench/flops.py). Then the ratios ours/seed per repetition with min/median/max, the two
 loss curves side by side, and the tokenization time of the 50,000 samples cold and from the cache.
 Results: ``bench/results/<date>-<host>.json`` and ``.md``, and ``bench/results/latest.md``.
+
+The real-corpus series (``--series real``; on a CPU it runs after this one by default) compares our recipes with
+transformers' run_mlm.py recipe on real text from this machine: see bench/real.py. Its results:
+``bench/results/<date>-<host>-real.json`` and ``.md``, and ``bench/results/latest-real.md``.
 """
 
 from __future__ import annotations
@@ -32,7 +36,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from bench import report
+from bench import real, report
 from bench.stats import loss_agreement, paired_ratios, run_metrics, spread
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -212,16 +216,26 @@ class RunFailed(RuntimeError):
     pass
 
 
-def run_once(name: str, argv: list[str], settings: Settings, workdir: Path, label: str) -> dict[str, Any]:
-    """One fresh torchrun process of bench.harness (train.job plus the probe); its figures."""
+def run_once(
+    name: str,
+    argv: list[str],
+    workdir: Path,
+    label: str,
+    *,
+    device: str,
+    threads: int | None,
+    module: str = "bench.harness",
+) -> dict[str, Any]:
+    """One fresh torchrun process of ``module`` (bench.harness: train.job plus the probe; bench.run_mlm:
+    run_mlm.py's recipe plus the same probe); its figures."""
     run_dir = workdir / "runs" / label
     shutil.rmtree(run_dir, ignore_errors=True)
     run_dir.mkdir(parents=True)
     probe_file = run_dir / "probe.json"
-    backend = "nccl" if settings.device == "cuda" else "gloo"
+    backend = "nccl" if device == "cuda" else "gloo"
     command = [
         sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "1",
-        "-m", "bench.harness", *argv, "--output_dir", str(run_dir / "output"), "--ddp_backend", backend,
+        "-m", module, *argv, "--output_dir", str(run_dir / "output"), "--ddp_backend", backend,
     ]  # fmt: skip
     load_before = os.getloadavg()[0]
     with open(run_dir / "log.txt", "w", encoding="utf-8") as log:
@@ -229,7 +243,7 @@ def run_once(name: str, argv: list[str], settings: Settings, workdir: Path, labe
         code = subprocess.call(
             command,
             cwd=ROOT,
-            env=child_env(workdir, settings.threads, BENCH_PROBE_FILE=str(probe_file)),
+            env=child_env(workdir, threads, BENCH_PROBE_FILE=str(probe_file)),
             stdout=log,
             stderr=log,
         )
@@ -329,6 +343,116 @@ def write_results(
     return markdown
 
 
+# ------------------------------------------------------------------------------------------ real-corpus series
+
+CORPUS_SOURCE = (
+    "bench/corpus.py: prose lines of the documentation under /usr/share/doc and of the docstrings and comments of "
+    "the installed Python packages, in a fixed order, repeated to the size"
+)
+
+
+def prepare_real(settings: real.RealSettings, workdir: Path) -> tuple[Path, Path, dict[str, Any]]:
+    """The corpus, a 30,522-token WordPiece tokenizer trained on it, and every recipe's tokenization cache
+    filled, so no timed run pays for tokenizing (outside the timed steps either way)."""
+    os.environ["HF_HOME"] = str(workdir / "hf")  # before datasets/transformers are imported
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    from bench.corpus import write_corpus
+    from bench.data import train_tokenizer
+
+    corpus = write_corpus(workdir / f"corpus-{settings.corpus_mb:g}mb.txt", int(settings.corpus_mb * 2**20))
+    tokenizer_dir = train_tokenizer(corpus, workdir / f"tokenizer-{corpus.stem}")
+    with corpus.open("rb") as lines:
+        facts: dict[str, Any] = {
+            "file": corpus.name,
+            "bytes": corpus.stat().st_size,
+            "lines": sum(1 for _ in lines),
+            "source": CORPUS_SOURCE,
+        }
+    for name in settings.recipes:
+        argv = real.recipe_flags(name, settings, settings.models[0], str(corpus), str(tokenizer_dir))
+        if real.recipe_module(name) == "bench.run_mlm":
+            warm_run_mlm_cache(argv, workdir)
+        else:
+            warm_cache(argv)
+    return corpus, tokenizer_dir, facts
+
+
+def warm_run_mlm_cache(argv: list[str], workdir: Path) -> None:
+    """run_mlm.py's map caches, made here as its run will make them (a fresh tokenizer: calling one with
+    truncation changes its state and so the cache's fingerprint)."""
+    from transformers import AutoTokenizer
+
+    from bench.run_mlm import parse, tokenized_train
+
+    recipe, training = parse(argv + ["--output_dir", str(workdir / "runs" / "warm-run_mlm")])
+    tokenized_train(recipe, AutoTokenizer.from_pretrained(recipe.tokenizer_name), training)
+
+
+def write_real_results(
+    directory: Path, stem: str, context: dict[str, Any], runs: list[dict[str, Any]], settings: real.RealSettings
+) -> str:
+    """<stem>-real.json and .md and, untagged, latest-real.md; returns the report."""
+    result = {**context, "runs": runs, "summary": real.summarise(runs, settings)}
+    markdown = report.real_markdown(result)
+    directory.mkdir(parents=True, exist_ok=True)
+    (directory / f"{stem}-real.json").write_text(json.dumps(result, indent=1) + "\n", encoding="utf-8")
+    (directory / f"{stem}-real.md").write_text(markdown, encoding="utf-8")
+    if not context["tagged"]:
+        (directory / "latest-real.md").write_text(markdown, encoding="utf-8")
+    return markdown
+
+
+def run_real_series(settings: real.RealSettings, workdir: Path, results_dir: Path, stem: str, tagged: bool) -> str:
+    """Every model's recipes alternating, pair after pair; the results written after each complete pair, so a
+    time limit keeps what was measured."""
+    real.check(settings)
+    log = report.progress
+    log(
+        f"bench real: {settings.device}, models {'/'.join(settings.models)}, {settings.pairs} x "
+        f"{'/'.join(settings.recipes)}, {settings.max_steps} steps of {settings.batch_size}; in {workdir}"
+    )
+    corpus, tokenizer_dir, corpus_facts = prepare_real(settings, workdir)
+    from transformers import AutoTokenizer
+
+    vocab = len(AutoTokenizer.from_pretrained(str(tokenizer_dir)))
+    log(
+        f"corpus: {corpus_facts['bytes'] / 2**20:.1f} MiB, {corpus_facts['lines']:,} lines; tokenizer: {vocab:,} tokens"
+    )
+    first = settings.models[0]
+    context = {
+        "date": datetime.now(UTC).isoformat(timespec="seconds"),
+        "environment": environment(),
+        "settings": asdict(settings),
+        "corpus": corpus_facts,
+        "tokenizer_vocab": vocab,
+        "models": {m: real.MODELS[m] for m in settings.models},
+        "recipes": {
+            name: {
+                "module": real.recipe_module(name),
+                "what": real.RECIPES[name],
+                "flags": [
+                    "<model>" if f == real.MODELS[first] else f
+                    for f in real.recipe_flags(name, settings, first, "<corpus>", "<tokenizer>")
+                ],
+            }
+            for name in settings.recipes
+        },
+        "tagged": tagged,
+    }
+    runs: list[dict[str, Any]] = []
+    markdown = ""
+    for model, rep, name in real.schedule(settings):
+        argv = real.recipe_flags(name, settings, model, str(corpus), str(tokenizer_dir))
+        run = run_once(name, argv, workdir, f"real-{model}-{rep}-{name}", device=settings.device,
+                       threads=settings.threads, module=real.recipe_module(name))  # fmt: skip
+        run.update(model=model, rep=rep)
+        runs.append(run)
+        log(report.real_run_line(run))
+        if name == settings.recipes[-1]:
+            markdown = write_real_results(results_dir, stem, context, runs, settings)
+    return markdown
+
+
 def environment() -> dict[str, Any]:
     import torch
     import transformers
@@ -344,9 +468,17 @@ def environment() -> dict[str, Any]:
     }
 
 
+SERIES = ("demo", "real")
+
+
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="python -m bench.run", description=__doc__.split("\n\n")[0])
     parser.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto")
+    parser.add_argument(
+        "--series",
+        help="comma-separated: demo (seed vs ours on the demo data), real (ours vs run_mlm.py on real text, "
+        "bench/real.py); default demo,real on CPU, demo on GPU (bench/gpu.sh's budget)",
+    )
     parser.add_argument("--repeats", type=int, help="pairs of runs (seed, ours); default 3 on CPU, 2 on GPU")
     parser.add_argument("--max-steps", type=int, help="optimizer steps per run; default 10 on CPU, 400 on GPU")
     parser.add_argument(
@@ -361,32 +493,49 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     )
     parser.add_argument("--extra-steps", type=int, help="steps of each extra run (default 150)")
     parser.add_argument("--no-entrypoint", action="store_true", help="skip timing the demo config's first step")
+    real_options = parser.add_argument_group("real-corpus series (bench/real.py)")
+    real_options.add_argument(
+        "--real-models",
+        help=f"comma-separated: {', '.join(real.MODELS)} (default tiny; mid adds about 30 min on 2 cores)",
+    )
+    real_options.add_argument(
+        "--real-recipes",
+        help=f"comma-separated, alternated in this order; known: {', '.join(real.RECIPES)} "
+        f"(default {','.join(real.DEFAULT_RECIPES)})",
+    )
+    real_options.add_argument("--real-pairs", type=int, help="repetitions of the recipes (default 3 on CPU)")
+    real_options.add_argument("--real-steps", type=int, help="optimizer steps per run (default 20 on CPU)")
+    real_options.add_argument("--real-batch", type=int, help="samples per step, every recipe (default 32)")
+    real_options.add_argument("--real-corpus-mb", type=float, help="size of the real-text corpus in MiB (default 8)")
     parser.add_argument("--workdir", type=Path, help="caches and run outputs (default: a temporary directory)")
     parser.add_argument("--results-dir", type=Path, default=RESULTS)
     parser.add_argument("--tag", help="suffix of the result files: <date>-<host>-<tag>.json")
     return parser.parse_args(argv)
 
 
-def main(argv: list[str] | None = None) -> int:
-    args = parse_args(argv)
-    device = args.device
-    if device == "auto":
-        import torch
+def real_settings(args: argparse.Namespace, device: str) -> real.RealSettings:
+    """The real series' defaults for the device, with what the command line sets (--threads applies to both)."""
+    settings = real.default_real_settings(device)
+    options = {
+        "pairs": args.real_pairs, "max_steps": args.real_steps, "batch_size": args.real_batch,
+        "corpus_mb": args.real_corpus_mb, "threads": args.threads, "logging_steps": args.logging_steps,
+    }  # fmt: skip
+    for name, value in options.items():
+        if value is not None:
+            setattr(settings, name, value)
+    if args.real_models:
+        settings.models = args.real_models.split(",")
+    if args.real_recipes:
+        settings.recipes = args.real_recipes.split(",")
+    real.check(settings)
+    return settings
 
-        device = "cuda" if torch.cuda.is_available() else "cpu"
-    settings = default_settings(device)
-    for name in ("repeats", "max_steps", "logging_steps", "extra_steps", "threads"):
-        if getattr(args, name) is not None:
-            setattr(settings, name, getattr(args, name))
-    if args.recipes:
-        settings.recipes = args.recipes.split(",")
-    if args.extras is not None:
-        settings.extras = [e for e in args.extras.split(",") if e]
-    workdir = args.workdir or Path(tempfile.mkdtemp(prefix="mlm-bench-"))
-    workdir.mkdir(parents=True, exist_ok=True)
+
+def run_demo_series(args: argparse.Namespace, settings: Settings, workdir: Path, stem: str) -> str:
+    """Seed vs ours on the demo data: pairs, then the extras; the results written after the pairs and each extra."""
     log = report.progress
-    log(f"bench: {device}, {settings.repeats} x {'/'.join(settings.recipes)}, {settings.max_steps} steps; in {workdir}")
-
+    log(f"bench: {settings.device}, {settings.repeats} x {'/'.join(settings.recipes)}, {settings.max_steps} steps; "
+        f"in {workdir}")  # fmt: skip
     tokenizer_dir, tokenization = prepare(settings, workdir)
     for padding, t in tokenization.items():
         log(f"tokenization ({padding}): {t['samples']} samples in {t['cold_s']:.1f} s, cached {t['cached_s']:.2f} s")
@@ -395,7 +544,6 @@ def main(argv: list[str] | None = None) -> int:
         log(f"demo config, first optimizer step via {entry['via']}: {entry['cold_cache_s']:.1f} s cold, "
             f"{entry['warm_cache_s']:.1f} s warm")  # fmt: skip
 
-    stem = f"{datetime.now(UTC):%Y-%m-%d}-{socket.gethostname()}" + (f"-{args.tag}" if args.tag else "")
     context = {
         "date": datetime.now(UTC).isoformat(timespec="seconds"),
         "environment": environment(),
@@ -410,22 +558,56 @@ def main(argv: list[str] | None = None) -> int:
     runs: list[dict[str, Any]] = []
     for rep, name in schedule(settings):
         argv = recipe_flags(name, settings) + common_flags(settings, tokenizer_dir, settings.max_steps)
-        run = run_once(name, argv, settings, workdir, f"{rep}-{name}")
+        run = run_once(name, argv, workdir, f"{rep}-{name}", device=settings.device, threads=settings.threads)
         runs.append(run)
         log(report.run_line(rep, run))
     markdown = write_results(args.results_dir, stem, context, runs, settings)
     for name in settings.extras:  # written again after each, so a time limit there keeps what was measured
         argv = recipe_flags(name, settings) + common_flags(settings, tokenizer_dir, settings.extra_steps)
         try:
-            run = run_once(name, argv, settings, workdir, f"x-{name}")
+            run = run_once(name, argv, workdir, f"x-{name}", device=settings.device, threads=settings.threads)
         except RunFailed as exc:  # an extra must not cost the pairs' results
             log(f"extra run {name} failed: {exc}")
             continue
         runs.append(run)
         log(report.run_line(0, run))
         markdown = write_results(args.results_dir, stem, context, runs, settings)
-    print(markdown)
     log(f"bench: results in {args.results_dir / stem}.json and .md")
+    return markdown
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    device = args.device
+    if device == "auto":
+        import torch
+
+        device = "cuda" if torch.cuda.is_available() else "cpu"
+    series = args.series.split(",") if args.series else (["demo"] if device == "cuda" else list(SERIES))
+    unknown = [s for s in series if s not in SERIES]
+    if unknown:
+        raise SystemExit(f"bench: unknown series {', '.join(unknown)}; expected {', '.join(SERIES)}")
+    settings = default_settings(device)
+    for name in ("repeats", "max_steps", "logging_steps", "extra_steps", "threads"):
+        if getattr(args, name) is not None:
+            setattr(settings, name, getattr(args, name))
+    if args.recipes:
+        settings.recipes = args.recipes.split(",")
+    if args.extras is not None:
+        settings.extras = [e for e in args.extras.split(",") if e]
+    try:
+        real_config = real_settings(args, device) if "real" in series else None
+    except ValueError as exc:
+        raise SystemExit(f"bench: {exc}") from None
+    workdir = args.workdir or Path(tempfile.mkdtemp(prefix="mlm-bench-"))
+    workdir.mkdir(parents=True, exist_ok=True)
+    stem = f"{datetime.now(UTC):%Y-%m-%d}-{socket.gethostname()}" + (f"-{args.tag}" if args.tag else "")
+
+    if "demo" in series:
+        print(run_demo_series(args, settings, workdir, stem))
+    if real_config is not None:
+        print(run_real_series(real_config, workdir, args.results_dir, stem, bool(args.tag)))
+        report.progress(f"bench real: results in {args.results_dir / stem}-real.json and .md")
     if not args.workdir:
         shutil.rmtree(workdir, ignore_errors=True)
     return 0

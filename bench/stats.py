@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import statistics
 from collections.abc import Sequence
 from typing import Any
@@ -82,6 +83,15 @@ def paired_ratios(ours: Sequence[float], seed: Sequence[float]) -> list[float]:
     if len(ours) != len(seed):
         raise ValueError(f"{len(ours)} runs of ours against {len(seed)} of the seed: expected pairs")
     return [o / s for o, s in zip(ours, seed, strict=True) if s > 0]
+
+
+def log_share(part: float, whole: float, floor: float = 1.05) -> float | None:
+    """The share of a speed-up ``whole`` that a factor ``part`` of it makes, on a log scale: ``whole`` = ``part``
+    x the rest, so the share is log(part) / log(whole). None when ``whole`` is within ``floor`` of 1 either way
+    (no speed-up to share), or a ratio is not positive."""
+    if part <= 0 or whole <= 0 or abs(math.log(whole)) < math.log(floor):
+        return None
+    return math.log(part) / math.log(whole)
 
 
 def loss_agreement(a: Sequence[Sequence[float]], b: Sequence[Sequence[float]]) -> dict[str, Any]:

@@ -3,12 +3,23 @@ recipes it compares. No timing: these check formulas on made-up records."""
 
 from __future__ import annotations
 
+import math
+
 import pytest
 
-from bench import report
+from bench import real, report
 from bench.flops import PEAK_BF16_DENSE, flops_per_token, mfu, peak_flops
-from bench.run import PROPOSED_DEFAULTS, SMALL_MODEL, common_flags, default_settings, recipe_flags, schedule
-from bench.stats import loss_agreement, paired_ratios, run_metrics, spread, warmup_steps
+from bench.run import (
+    PROPOSED_DEFAULTS,
+    SMALL_MODEL,
+    common_flags,
+    default_settings,
+    parse_args,
+    real_settings,
+    recipe_flags,
+    schedule,
+)
+from bench.stats import log_share, loss_agreement, paired_ratios, run_metrics, spread, warmup_steps
 
 
 def test_flops_per_token_is_six_n_plus_the_attention_term():
@@ -202,3 +213,145 @@ def test_markdown_shows_the_ratio_and_both_loss_curves():
     assert "| step | seed | ours | difference |" in text
     assert "| 4 | 10.2000 | 10.0000 | -0.2000 |" in text
     assert "| dynamic | 50,000 | 5.00 | 0.10 | yes |" in text
+
+
+# ------------------------------------------------------------------------------------------ real-corpus series
+
+
+def flag(argv, name):
+    return argv[argv.index(name) + 1]
+
+
+def test_real_series_runs_five_recipes_of_the_tiny_model_by_default():
+    settings = real.default_real_settings("cpu")
+    assert settings.models == ["tiny"]
+    assert settings.recipes == ["ours", "ours-dense", "run_mlm", "packed", "run_mlm-group"]
+    assert real.MODELS["tiny"] == SMALL_MODEL  # the demo series' CPU model
+    assert "n_layers=6" in real.MODELS["mid"] and "dim=384" in real.MODELS["mid"]
+    assert all("vocab_size=30522" in overrides for overrides in real.MODELS.values())
+
+
+def test_every_real_recipe_trains_the_same_model_data_steps_and_batch():
+    settings = real.RealSettings("cpu", max_steps=7, batch_size=16)
+    argvs = {name: real.recipe_flags(name, settings, "mid", "/c.txt", "/tok") for name in real.RECIPES}
+    for name, argv in argvs.items():
+        assert flag(argv, "--config_overrides") == real.MODELS["mid"], name
+        assert flag(argv, "--tokenizer_name") == "/tok", name
+        assert flag(argv, "--train_file" if name.startswith("run_mlm") else "--dataset") == "/c.txt", name
+        assert flag(argv, "--max_steps") == "7" and flag(argv, "--per_device_train_batch_size") == "16", name
+        assert flag(argv, "--max_seq_length") == "128" and flag(argv, "--seed") == "42", name
+    assert flag(argvs["ours"], "--padding") == "dynamic" and flag(argvs["ours"], "--masked_only_head") == "true"
+    assert flag(argvs["ours-dense"], "--masked_only_head") == "false"
+    assert (
+        flag(argvs["packed"], "--padding") == "packed" and flag(argvs["packed-dense"], "--masked_only_head") == "false"
+    )
+    assert flag(argvs["run_mlm"], "--line_by_line") == "true" and "--line_by_line" not in argvs["run_mlm-group"]
+    assert [real.recipe_module(n) for n in ("ours", "packed", "run_mlm", "run_mlm-group")] == [
+        "bench.harness", "bench.harness", "bench.run_mlm", "bench.run_mlm"
+    ]  # fmt: skip
+    with pytest.raises(ValueError, match="unknown recipe"):
+        real.recipe_flags("seed", settings, "tiny", "/c.txt", "/tok")
+
+
+def test_both_parsers_read_the_same_training_arguments_from_the_real_flags():
+    """Our job's schema and run_mlm.py's HfArgumentParser take the flags bench.run hands them, to the same values."""
+    from bench.run_mlm import parse
+    from train.config import load_config
+
+    settings = real.RealSettings("cpu", max_steps=7, batch_size=16)
+    extra = ["--output_dir", "/tmp/unused-bench-output"]
+    ours = load_config(real.recipe_flags("ours-dense", settings, "tiny", "/c.txt", "/tok") + extra, environ={})
+    recipe, theirs = parse(real.recipe_flags("run_mlm", settings, "tiny", "/c.txt", "/tok") + extra)
+    for name in ("max_steps", "per_device_train_batch_size", "seed", "learning_rate", "optim", "eval_strategy"):
+        assert getattr(ours.training, name) == getattr(theirs, name), name
+    assert (ours.job.config_overrides, ours.job.max_seq_length) == (recipe.config_overrides, recipe.max_seq_length)
+    assert ours.job.masked_only_head is False and recipe.line_by_line is True
+
+
+def test_real_runs_alternate_within_each_model():
+    settings = real.RealSettings("cpu", models=["tiny", "mid"], recipes=["ours", "run_mlm"], pairs=2)
+    assert real.schedule(settings) == [
+        ("tiny", 1, "ours"), ("tiny", 1, "run_mlm"), ("tiny", 2, "ours"), ("tiny", 2, "run_mlm"),
+        ("mid", 1, "ours"), ("mid", 1, "run_mlm"), ("mid", 2, "ours"), ("mid", 2, "run_mlm"),
+    ]  # fmt: skip
+
+
+def test_real_settings_from_the_command_line_are_checked():
+    settings = real_settings(parse_args(["--real-models", "tiny,mid", "--real-steps", "4", "--real-pairs", "1"]), "cpu")
+    assert (settings.models, settings.max_steps, settings.pairs, settings.threads) == (["tiny", "mid"], 4, 1, 1)
+    with pytest.raises(ValueError, match="unknown model 'huge'"):
+        real_settings(parse_args(["--real-models", "huge"]), "cpu")
+    with pytest.raises(ValueError, match="unknown recipe 'seed'"):
+        real_settings(parse_args(["--real-recipes", "ours,seed"]), "cpu")
+    with pytest.raises(ValueError, match="at least 2 steps"):
+        real_settings(parse_args(["--real-steps", "1"]), "cpu")
+
+
+def test_log_share_splits_a_speed_up_into_its_factors():
+    # 8x = 4x (the head) x 2x (the rest): the head makes two thirds of it on a log scale.
+    assert log_share(4.0, 8.0) == pytest.approx(2 / 3)
+    assert log_share(8.0, 8.0) == pytest.approx(1.0)
+    assert log_share(1.5, 1.02) is None  # no speed-up to share
+    assert log_share(0.0, 8.0) is None
+
+
+def real_run(model, rep, recipe, tokens_per_s, loss=10.0):
+    metrics = run_metrics(probe(), started=0.0, ended=42.0)
+    return {
+        **metrics, "real_tokens_per_s": tokens_per_s, "final_loss": loss, "model": model, "rep": rep,
+        "recipe": recipe, "label": f"real-{model}-{rep}-{recipe}", "load_avg_1m": [1.0, 2.0], "probe": probe(),
+    }  # fmt: skip
+
+
+RUNS = [
+    real_run("tiny", 1, "ours", 800.0),
+    real_run("tiny", 1, "ours-dense", 200.0),
+    real_run("tiny", 1, "run_mlm", 100.0),
+    real_run("tiny", 2, "ours", 900.0),
+    real_run("tiny", 2, "ours-dense", 300.0),
+    real_run("tiny", 2, "run_mlm", 150.0),
+    real_run("tiny", 3, "ours", 1000.0),  # an unfinished pair: its ratios are left out, not paired across pairs
+]
+
+
+def test_real_summary_takes_ratios_within_each_pair():
+    settings = real.RealSettings("cpu", recipes=["ours", "ours-dense", "run_mlm"])
+    summary = real.summarise(RUNS, settings)["tiny"]
+    ratios = {c["label"]: c for c in summary["comparisons"]}
+    assert set(ratios) == {
+        "ours / run_mlm line_by_line",
+        "masked-only head, dynamic (ours / ours-dense)",
+        "the rest, dynamic (ours-dense / run_mlm)",
+    }  # only comparisons whose two recipes ran
+    total = ratios["ours / run_mlm line_by_line"]
+    assert total["values"] == [8.0, 6.0]
+    assert (total["min"], total["median"], total["max"]) == (6.0, 7.0, 8.0)
+    assert ratios["masked-only head, dynamic (ours / ours-dense)"]["values"] == [4.0, 3.0]
+    (share,) = summary["head_share"]
+    assert share["padding"] == "dynamic"
+    assert share["values"] == pytest.approx([2 / 3, math.log(3) / math.log(6)])
+    assert summary["recipes"]["ours"]["real_tokens_per_s"] == {"min": 800.0, "median": 900.0, "max": 1000.0}
+
+
+def test_real_report_shows_ratios_share_and_every_run():
+    settings = real.RealSettings("cpu", recipes=["ours", "ours-dense", "run_mlm"])
+    result = {
+        "date": "2026-01-01T00:00:00+00:00",
+        "environment": {"host": "h", "gpu": None, "cpu_count": 2, "torch": "t", "transformers": "x"},
+        "settings": {**settings.__dict__},
+        "corpus": {"file": "c.txt", "bytes": 4 * 2**20, "lines": 50_000, "source": "bench/corpus.py"},
+        "tokenizer_vocab": 30522,
+        "models": {"tiny": real.MODELS["tiny"]},
+        "recipes": {
+            n: {"module": real.recipe_module(n), "what": real.RECIPES[n], "flags": ["--x", n]} for n in settings.recipes
+        },
+        "tagged": False,
+        "runs": RUNS,
+        "summary": real.summarise(RUNS, settings),
+    }
+    text = report.real_markdown(result)
+    assert "| ours / run_mlm line_by_line | **7.00× [6.00 – 8.00]** | 8.00, 6.00 |" in text
+    assert "**64% [61% – 67%]** (per pair: 67%, 61%)" in text
+    assert "50,000 lines; a 30,522-token WordPiece tokenizer" in text
+    assert "| real-tiny-3-ours | 1,000 |" in text
+    assert "- **run_mlm** (`python -m bench.run_mlm`)" in text
