@@ -303,6 +303,53 @@ check_stop() {
 	passed "docker stop: exit 75 with a checkpoint in /output"
 }
 
+# A streamed corpus on S3: moto's S3-compatible server on the host's loopback (from the dev lock), the bucket
+# filled with boto3, the container on the host's network with the usual AWS_* variables: the image's s3fs reads
+# the gzipped files through fsspec, and the secret key reaches none of the logs.
+check_s3() {
+	local port secret="image-test-s3-secret-7f3a" out="$WORK/case/s3" server_log="$WORK/logs/moto.log"
+	port="$("$PYTHON" -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')"
+	"$REPO/.venv/bin/moto_server" -H 127.0.0.1 -p "$port" >"$server_log" 2>&1 &
+	local server=$!
+	local -a aws=(-e AWS_ACCESS_KEY_ID=image-test -e "AWS_SECRET_ACCESS_KEY=$secret" -e AWS_DEFAULT_REGION=us-east-1
+		-e "AWS_ENDPOINT_URL=http://127.0.0.1:$port")
+	if ! AWS_SECRET_ACCESS_KEY="$secret" "$PYTHON" - "http://127.0.0.1:$port" <<-'EOF'; then
+		import gzip, json, os, sys, time
+		import boto3, botocore.exceptions
+		client = boto3.client(
+		    "s3", endpoint_url=sys.argv[1], region_name="us-east-1",
+		    aws_access_key_id="image-test", aws_secret_access_key=os.environ["AWS_SECRET_ACCESS_KEY"],
+		)
+		for _ in range(100):  # the server takes a moment to listen
+		    try:
+		        client.create_bucket(Bucket="corpus")
+		        break
+		    except botocore.exceptions.EndpointConnectionError:
+		        time.sleep(0.2)
+		for part in range(2):
+		    rows = "".join(json.dumps({"text": f"line {i} of part {part} in the bucket"}) + "\n" for i in range(200))
+		    client.put_object(Bucket="corpus", Key=f"train/part-{part}.jsonl.gz", Body=gzip.compress(rows.encode()))
+	EOF
+		kill "$server"
+		fail "could not fill the S3 bucket on the loopback server (log: $server_log)"
+	fi
+	install -d -o "${RUN_AS%%:*}" -g "${RUN_AS#*:}" "$out"
+	local code=0
+	podman run --rm --network host --user "$RUN_AS" "${READ_ONLY[@]}" -v "$out:/output" "${aws[@]}" \
+		-e "MLM_DATASET=s3://corpus/train/*.jsonl.gz" -e MLM_STREAMING=true -e MLM_MAX_STEPS=4 \
+		-e MLM_MAX_EVAL_SAMPLES=8 -e MLM_PER_DEVICE_TRAIN_BATCH_SIZE=8 "$IMAGE" >"$WORK/logs/s3.log" 2>&1 || code=$?
+	kill "$server"
+	if ((code != 0)); then
+		show_log "$WORK/logs/s3.log"
+		fail "the streamed S3 corpus run exited $code (log: $WORK/logs/s3.log)"
+	fi
+	[[ -f "$out/final/model.safetensors" ]] || fail "the S3 run left no final/model.safetensors"
+	if grep -rqs -- "$secret" "$WORK/logs/s3.log" "$out"; then
+		fail "the S3 secret key reached the log or /output"
+	fi
+	passed "streamed a gzipped JSON-lines corpus from S3 (loopback server) through the image's s3fs"
+}
+
 # Any other UID (OpenShift-style) with no mounts at all: HOME, HF_HOME and /output (anonymous volumes) writable.
 check_any_user() {
 	# shellcheck disable=SC2016  # expanded by the container's shell
@@ -331,6 +378,7 @@ _main() {
 	check_freeze
 	check_sbom
 	check_any_user
+	check_s3
 	phase stop
 	check_stop
 	# Images left untagged by earlier builds (the layers of the current one stay: they are its parents).
