@@ -13,13 +13,12 @@ import time
 STARTED = time.time()  # this rank's Python is up; what follows until IMPORTED is importing torch and transformers
 
 import os  # noqa: E402
-import sys  # noqa: E402
 from pathlib import Path  # noqa: E402
 from typing import Any  # noqa: E402
 
 import train.job as job  # noqa: E402
 from bench.probe import PROBE_FILE_ENV, StepProbe  # noqa: E402
-from train.errors import run_main  # noqa: E402
+from train.errors import exit_process, run_main  # noqa: E402
 
 IMPORTED = time.time()
 
@@ -49,4 +48,4 @@ if __name__ == "__main__":
         code = run_main(job.main)
     finally:
         job.cleanup()
-    sys.exit(code)
+    exit_process(code)  # as train.job exits

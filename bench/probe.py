@@ -67,6 +67,7 @@ class StepProbe(TrainerCallback):
         self.imported = imported
         self.train_begin = 0.0
         self.step_ends: list[float] = []
+        self.tokens_seen: list[int] = []  # the Trainer's real-token count at each step end (0s when it is off)
 
     def on_train_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
         self.train_begin = time.time()
@@ -75,6 +76,7 @@ class StepProbe(TrainerCallback):
         if state.global_step in (1, warmup_steps(state.max_steps), state.max_steps):
             cuda_sync()
         self.step_ends.append(time.time())
+        self.tokens_seen.append(int(state.num_input_tokens_seen or 0))
 
     def on_train_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
         if not state.is_world_process_zero:
@@ -86,6 +88,7 @@ class StepProbe(TrainerCallback):
             "imports_done": self.imported,
             "train_begin": self.train_begin,
             "step_ends": self.step_ends,
+            "tokens_seen": self.tokens_seen,
             "max_steps": state.max_steps,
             "samples_per_step": args.per_device_train_batch_size * args.gradient_accumulation_steps * args.world_size,
             "real_tokens_per_sample": self.facts["train_real_tokens"] / max(self.facts["train_samples"], 1),

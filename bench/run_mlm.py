@@ -149,6 +149,10 @@ def main(argv: list[str]) -> int:
         model=model, args=training, train_dataset=train_dataset, processing_class=tokenizer, data_collator=collator
     )
     if os.environ.get(PROBE_FILE_ENV):
+        # The probe reads the Trainer's real-token count, as it does for our job (where it is the default).
+        # Set here, not as a flag: HfArgumentParser reads this ``str | bool`` field as a bool, so run_mlm.py's
+        # command line cannot say non_padding (train.config.tokens_seen_mode).
+        training.include_num_input_tokens_seen = "non_padding"
         facts = {
             "train_samples": len(train_dataset),
             "train_real_tokens": real_token_count(train_dataset, tokenizer.pad_token_id),

@@ -20,8 +20,9 @@ def run_metrics(probe: dict[str, Any], started: float, ended: float) -> dict[str
     """Throughput over the steady steps, wall time, time to the first step and peak memory of one run.
 
     ``started``/``ended`` are the parent's wall-clock times around the process; ``probe`` is bench.harness's record.
-    Samples/s = steps in the window x samples per step / the window's seconds; real tokens/s multiplies by the
-    real (non-padding) tokens per sample.
+    Samples/s = steps in the window x samples per step / the window's seconds. Real tokens/s = the real
+    (non-padding) tokens the Trainer counted in the window (``include_num_input_tokens_seen="non_padding"``, every
+    recipe) / its seconds; a record without the count falls back to samples/s x the average real tokens per sample.
     """
     ends = probe["step_ends"]
     if not ends:
@@ -32,13 +33,18 @@ def run_metrics(probe: dict[str, Any], started: float, ended: float) -> dict[str
     steps = len(ends) - warmup
     window = ends[-1] - ends[warmup - 1]
     samples_per_s = steps * probe["samples_per_step"] / window if window > 0 else 0.0
-    real_tokens_per_s = samples_per_s * probe["real_tokens_per_sample"]
+    counted = probe.get("tokens_seen") or []
+    if len(counted) == len(ends) and counted[-1] > counted[warmup - 1]:
+        real_tokens_per_s, tokens_source = (counted[-1] - counted[warmup - 1]) / window, "counted by the Trainer"
+    else:
+        real_tokens_per_s, tokens_source = samples_per_s * probe["real_tokens_per_sample"], "estimated per sample"
     peak = probe.get("cuda_peak_bytes") or probe["peak_rss_bytes"]
     metrics: dict[str, Any] = {
         "wall_s": ended - started,
         "first_step_s": ends[0] - started,
         "samples_per_s": samples_per_s,
         "real_tokens_per_s": real_tokens_per_s,
+        "real_tokens_source": tokens_source,
         "peak_memory_bytes": peak,
         "peak_memory_kind": "cuda max_memory_allocated" if probe.get("cuda_peak_bytes") else "process RSS",
         "timed_steps": steps,

@@ -116,6 +116,19 @@ def test_run_metrics_time_the_steady_steps():
     assert metrics["mfu"] is None  # no peak for a CPU
 
 
+def test_real_tokens_are_the_trainers_count_over_the_window():
+    # 100 real tokens a step for the warm-up steps, then 400: the window (steps 3..10, 9 s) saw 8 x 400
+    counted = [100, 200] + [200 + 400 * k for k in range(1, 9)]
+    metrics = run_metrics(probe(tokens_seen=counted), started=0.0, ended=42.0)
+    assert metrics["real_tokens_per_s"] == pytest.approx(8 * 400 / 9)
+    assert metrics["real_tokens_source"] == "counted by the Trainer"
+    # counting off (all zeros) or an older record: the estimate from the average tokens per sample
+    for record in (probe(tokens_seen=[0] * 10), probe()):
+        metrics = run_metrics(record, started=0.0, ended=42.0)
+        assert metrics["real_tokens_per_s"] == pytest.approx(8 * 32 * 13 / 9)
+        assert metrics["real_tokens_source"] == "estimated per sample"
+
+
 def test_startup_is_split_into_its_stages():
     record = probe(python_started=3.0, imports_done=7.0, train_begin=9.5)
     stages = run_metrics(record, started=0.0, ended=42.0)["startup_s"]

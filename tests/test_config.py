@@ -343,3 +343,22 @@ def test_stale_table_is_detected(tmp_path: Path) -> None:
     text = (REPO / "README.md").read_text().replace("`MLM_DEMO_SAMPLES`", "`MLM_DEMO_SAMPLEZ`")
     stale.write_text(text)
     assert options_main(["--check", str(stale)]) == 1
+
+
+@pytest.mark.parametrize(
+    ("given", "expected"),
+    [(None, "non_padding"), ("non_padding", "non_padding"), ("ALL", "all"), ("no", "no"), ("true", "all"),
+     ("false", "no"), ("0", "no")],
+)  # fmt: skip
+def test_real_tokens_are_counted_by_default_and_every_trainer_value_parses(given, expected, tmp_path: Path) -> None:
+    """HfArgumentParser reads ``str | bool`` as a bool and rejected non_padding; ours takes what the Trainer takes."""
+    env = {} if given is None else {"MLM_INCLUDE_NUM_INPUT_TOKENS_SEEN": given}
+    assert load_config([], env).training.include_num_input_tokens_seen == expected
+    config_file = tmp_path / "c.yaml"
+    config_file.write_text(f"include_num_input_tokens_seen: {given or 'non_padding'}\n")
+    assert load_config(["--config", str(config_file)], {}).training.include_num_input_tokens_seen == expected
+
+
+def test_a_token_count_mode_that_does_not_exist_names_the_choices() -> None:
+    with pytest.raises(ConfigError, match=r"MLM_INCLUDE_NUM_INPUT_TOKENS_SEEN='padding': expected one of all, non"):
+        load_config([], {"MLM_INCLUDE_NUM_INPUT_TOKENS_SEEN": "padding"})

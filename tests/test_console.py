@@ -58,3 +58,25 @@ def test_a_closed_pipe_ends_a_sub_command_quietly(tmp_path):
     reader.stdin.close()
     reader.wait()
     assert writer.returncode == 141 and writer.stderr == ""
+
+
+def test_exit_process_keeps_the_code_and_what_shutdown_does(tmp_path):
+    """gc.freeze() skips only the last collection: atexit handlers run, threads are joined, open files flushed."""
+    import subprocess
+    import sys
+
+    script = f"""
+import atexit, threading, time
+from pathlib import Path
+from train.errors import exit_process
+out = open({str(tmp_path / "buffered.txt")!r}, "w")
+out.write("written before exit")  # never closed: flushed when shutdown clears the module
+atexit.register(lambda: Path({str(tmp_path / "atexit.txt")!r}).write_text("ran"))
+threading.Thread(target=lambda: (time.sleep(0.3), Path({str(tmp_path / "thread.txt")!r}).write_text("done"))).start()
+exit_process(75)
+"""
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True)
+    assert done.returncode == 75, done.stderr
+    assert (tmp_path / "atexit.txt").read_text() == "ran"
+    assert (tmp_path / "thread.txt").read_text() == "done"
+    assert (tmp_path / "buffered.txt").read_text() == "written before exit"

@@ -75,3 +75,59 @@ def test_in_hub_cache(tmp_path):
     assert hf.in_hub_cache("org/model", "model", environ)
     (tmp_path / "mlm-trainer" / "raw" / "org___data").mkdir(parents=True)
     assert hf.in_hub_cache("org/data", "dataset", environ)
+
+
+@pytest.mark.parametrize(
+    "environ",
+    [
+        {},
+        {"KUBEFLOW_TRAINER_SERVER_URL": "http://trainer:8080"},
+        {"KUBEFLOW_TRAINER_SERVER_URL": ""},
+        {"KUBEFLOW_TRAINER_SERVER_URL": "http://trainer:8080", "DISABLE_KUBEFLOW_INTEGRATION": "true"},
+        {"KUBEFLOW_TRAINER_SERVER_URL": "http://trainer:8080", "DISABLE_KUBEFLOW_INTEGRATION": "0"},
+    ],
+)
+def test_the_kubeflow_rule_is_transformers_own(monkeypatch, environ):
+    from transformers.integrations.integration_utils import is_kubeflow_available
+
+    for name in ("KUBEFLOW_TRAINER_SERVER_URL", "DISABLE_KUBEFLOW_INTEGRATION"):
+        monkeypatch.delenv(name, raising=False)
+    for name, value in environ.items():
+        monkeypatch.setenv(name, value)
+    assert hf.kubeflow_trainer_progress() == is_kubeflow_available()
+    assert hf.kubeflow_trainer_progress(environ) == is_kubeflow_available()
+
+
+LAUNCHER_IMPORTS = """
+import json, sys
+from train.launch.plan import launcher_config
+config = launcher_config(["--report_to", "tensorboard"], {})
+print(json.dumps({"report_to": config.training.report_to,
+                  "modeling_utils": "transformers.modeling_utils" in sys.modules}))
+import transformers.integrations as integrations
+from transformers.integrations import is_kubeflow_available
+print(json.dumps({"module": is_kubeflow_available.__module__}))
+"""
+
+
+@pytest.mark.parametrize("url", [None, "http://trainer:8080"])
+def test_the_launcher_builds_its_arguments_without_transformers_model_code(tmp_path, url):
+    """The launcher's TrainingArguments come without modeling_utils (1.6 s), and answer the Kubeflow question as
+    transformers does; after the block the lazy module resolves the library's own function again."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("MLM_", "KUBEFLOW", "DISABLE_KUBEFLOW"))}
+    env.update(HF_HOME=str(tmp_path / "hf"), MLM_OUTPUT_DIR=str(tmp_path / "out"))
+    if url:
+        env["KUBEFLOW_TRAINER_SERVER_URL"] = url
+    done = subprocess.run(
+        [sys.executable, "-c", LAUNCHER_IMPORTS], env=env, capture_output=True, text=True, check=True,
+        cwd=Path(__file__).resolve().parent.parent,
+    )  # fmt: skip
+    first, second = (json.loads(line) for line in done.stdout.splitlines()[-2:])
+    assert first["modeling_utils"] is False
+    assert first["report_to"] == (["tensorboard", "kubeflow"] if url else ["tensorboard"])
+    assert second["module"] == "transformers.integrations.integration_utils"

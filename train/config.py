@@ -25,6 +25,7 @@ from typing import Any, Literal
 
 import yaml
 from transformers import HfArgumentParser, TrainingArguments
+from transformers.hf_argparser import string_to_bool
 
 from train.errors import ConfigError
 from train.validate import SHOWN_CHARS, shown, validate
@@ -187,6 +188,10 @@ PROJECT_DEFAULTS: dict[str, Any] = {
     "remove_unused_columns": False,
     # Masked LMs use every parameter in every step; searching for unused ones costs a graph traversal per step.
     "ddp_find_unused_parameters": False,
+    # Real (non-padding) tokens counted by the Trainer each step (attention mask, else pad ids) for the logs'
+    # tokens/s and num_input_tokens_seen: exact, where an average per sample is not (dynamic padding, streams).
+    # Costs no extra GPU wait: the Trainer already reads each step's loss back for logging_nan_inf_filter.
+    "include_num_input_tokens_seen": "non_padding",
     "seed": 42,
 }
 
@@ -247,8 +252,27 @@ class _RaisingParser(HfArgumentParser):
         raise ConfigError(message if len(message) <= 4 * SHOWN_CHARS else message[: 4 * SHOWN_CHARS] + "…")
 
 
+TOKENS_SEEN_MODES = ("all", "non_padding", "no")
+
+
+def tokens_seen_mode(value: str) -> str:
+    """``include_num_input_tokens_seen`` read as TrainingArguments.__post_init__ reads it: all, non_padding or no,
+    a boolean meaning all or no. The field is typed ``str | bool``, which HfArgumentParser turns into a bool
+    option, so ``non_padding`` could not be given at all (transformers 5.24: "Truthy value expected")."""
+    lowered = value.lower()
+    if lowered in TOKENS_SEEN_MODES:
+        return lowered
+    try:
+        return "all" if string_to_bool(lowered) else "no"
+    except argparse.ArgumentTypeError:
+        raise ValueError(value) from None
+
+
 def build_parser() -> HfArgumentParser:
     parser = _RaisingParser((JobArguments, TrainingArguments), allow_abbrev=False)
+    for action in parser._actions:
+        if action.dest == "include_num_input_tokens_seen":
+            action.type, action.const, action.choices = tokens_seen_mode, "all", TOKENS_SEEN_MODES
     parser.set_defaults(**PROJECT_DEFAULTS)
     return parser
 

@@ -28,7 +28,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from train.errors import EnvironmentProblem, run_main
+from train.errors import EnvironmentProblem, exit_process, run_main
 
 
 @dataclass(frozen=True)
@@ -401,4 +401,4 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(run_main(main))
+    exit_process(run_main(main))

@@ -29,7 +29,7 @@ from train.collator import MaskingCollator
 from train.config import Config, load_config, withhold_secrets
 from train.console import now, say, warn
 from train.data import RawData, load_raw, real_token_count, tokenize, truncation
-from train.errors import EXIT_CRASH, ConfigError, EnvironmentProblem, Preempted, UserError, run_main
+from train.errors import EXIT_CRASH, ConfigError, EnvironmentProblem, Preempted, UserError, exit_process, run_main
 from train.handoff import Handoff
 from train.lease import OutputLease
 from train.model import load_model, load_tokenizer, scratch_config, use_masked_only_head
@@ -124,7 +124,7 @@ def build_trainer(config: Config) -> tuple[Trainer, dict[str, Any]]:
             # The Trainer would resume a stream by reading every batch up to the checkpoint; StreamPosition saves
             # where each rank stands instead. Real tokens are counted as they go by (a stream has no total).
             training.ignore_data_skip = True
-            training.include_num_input_tokens_seen = "non_padding"
+            training.include_num_input_tokens_seen = "non_padding"  # even where it was turned off: no other count
         else:
             tokenized = tokenize(config, raw, tokenizer)
     model = load_model(config, arch, tokenizer)
@@ -338,12 +338,13 @@ def run(config: Config, output_dir: Path, handoff: Handoff | None, started: str,
             f"{output_dir}; run the same command again to resume"
         )
 
-    # Real (non-padding) tokens per second: counted by the Trainer for a stream, else samples per second times
-    # the real tokens of an average sample.
-    if facts["train_samples"] is None:
+    # Real (non-padding) tokens per second of this session: as the Trainer counted them (the default, and always
+    # for a stream), else, with counting turned off, samples per second times the real tokens of an average sample.
+    seen = trainer.state.num_input_tokens_seen - getattr(trainer, "_initial_num_input_tokens_seen", 0)
+    if training.include_num_input_tokens_seen != "no" and seen > 0 or facts["train_samples"] is None:
         runtime = metrics.get("train_runtime") or 0.0
-        seen = trainer.state.num_input_tokens_seen - getattr(trainer, "_initial_num_input_tokens_seen", 0)
         metrics["train_tokens_per_second"] = seen / runtime if runtime else 0.0
+        metrics["num_input_tokens_seen"] = trainer.state.num_input_tokens_seen
     else:
         tokens_per_sample = facts["train_real_tokens"] / max(facts["train_samples"], 1)
         metrics["train_tokens_per_second"] = (
@@ -387,4 +388,4 @@ if __name__ == "__main__":
         code = run_main(main)
     finally:
         cleanup()
-    sys.exit(code)
+    exit_process(code)

@@ -295,9 +295,13 @@ class TrainingLog(TrainerCallback):
         if any(key.startswith("eval_") for key in logs):
             self._emit({"event": "eval", **base, **logs})
             self._pause()
-        elif "train_runtime" in logs:
+        elif "train_loss" in logs:  # the Trainer's summary when train() ends
             self._emit({"event": "train_end", **base, **logs})
         else:
+            # While it counts tokens the Trainer adds its run-so-far averages (train_runtime, train_*_per_second)
+            # to every step's logs; this record has elapsed_s and the rates over the last interval instead.
+            for key in [k for k in logs if k.startswith("train_")]:
+                del logs[key]
             self._emit({"event": "train", **base, "max_steps": state.max_steps, **logs, **self._speed(args, state)})
 
     def on_train_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:

@@ -18,7 +18,7 @@ import time
 from train.config import load_config, withhold_secrets
 from train.console import say
 from train.data import load_raw, real_token_count, tokenize
-from train.errors import run_main
+from train.errors import exit_process, run_main
 from train.hf import cache_root
 from train.model import load_tokenizer, scratch_config
 from train.outputs import check_cache_dir
@@ -52,4 +52,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(run_main(main))
+    exit_process(run_main(main))

@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from train.console import now, say
-from train.errors import ConfigError, run_main
+from train.errors import ConfigError, exit_process, run_main
 from train.plots import gpu_figure, line_figure, loss_figure, lr_figure, number, svg, throughput_figure
 
 REPORT_NAME = "report.html"
@@ -475,4 +475,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(run_main(main))
+    exit_process(run_main(main))

@@ -76,6 +76,19 @@ def test_results_and_run_facts(finished_run: Path) -> None:
     assert "hf_canary_job_456" not in text and facts["config"]["hub_token"] == "***"
 
 
+def real_tokens_counted(output: Path) -> tuple[int, int]:
+    """(the real tokens of the training split, as the banner says; the Trainer's count after the run)."""
+    records = [json.loads(line) for line in (output / "logs" / "train.jsonl").read_text().splitlines()]
+    banner = next(r for r in records if r["event"] == "banner")
+    return banner["train_real_tokens"], json.loads((output / "all_results.json").read_text())["num_input_tokens_seen"]
+
+
+def test_real_tokens_are_the_trainers_count(finished_run: Path) -> None:
+    """One epoch: the Trainer counted every non-padding token of the training split once (no estimate)."""
+    in_data, counted = real_tokens_counted(finished_run)
+    assert counted == in_data > 0
+
+
 def test_a_finished_final_is_not_overwritten(finished_run: Path) -> None:
     before = (finished_run / "final" / "model.safetensors").read_bytes()
     env = tiny_env(finished_run)
@@ -92,6 +105,10 @@ def test_two_processes_under_torchrun(tmp_path: Path) -> None:
     assert result.returncode == 0, result.stderr[-3000:]
     assert json.loads((output / "all_results.json").read_text())["world_size"] == 2
     assert json.loads((output / "run.json").read_text())["world_size"] == 2
+    # Both ranks' batches, gathered. 320 samples are 5 batches of 64 dealt to 2 ranks: accelerate's even_batches
+    # gives rank 1 a third batch from the start of the epoch, so 6 x 64 samples are trained on (a fifth again).
+    in_data, counted = real_tokens_counted(output)
+    assert in_data < counted < 1.25 * in_data
     assert [p.name for p in output.iterdir() if p.name.startswith("final") or p.name.startswith(".final")] == ["final"]
 
 

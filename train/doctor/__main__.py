@@ -11,7 +11,7 @@ from train.config import Config
 from train.console import resolve_format
 from train.doctor import machine, network, sources, storage
 from train.doctor.rows import FAIL, Check, failed, render
-from train.errors import EXIT_ENVIRONMENT, run_main
+from train.errors import EXIT_ENVIRONMENT, exit_process, run_main
 from train.gpus import detect
 from train.launch import decide
 from train.launch.plan import Plan, launcher_config
@@ -62,4 +62,4 @@ def main(argv: Sequence[str] | None = None, environ: Mapping[str, str] | None = 
 
 
 if __name__ == "__main__":
-    sys.exit(run_main(main))
+    exit_process(run_main(main))

@@ -9,7 +9,7 @@ import sys
 from collections.abc import Mapping, Sequence
 
 from train.console import Console, resolve_format
-from train.errors import ConfigError, run_main
+from train.errors import ConfigError, exit_process, run_main
 from train.gpus import detect, torch_cuda_version
 from train.launch.decide import shm_size, usable_cpus
 from train.launch.plan import launcher_config, make_plan, plan_document, summary, torchrun_path
@@ -52,4 +52,4 @@ def main(argv: Sequence[str] | None = None, environ: Mapping[str, str] | None = 
 
 
 if __name__ == "__main__":
-    sys.exit(run_main(main))
+    exit_process(run_main(main))

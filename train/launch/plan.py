@@ -21,6 +21,7 @@ from train.config import SECRET_FIELDS, Config, env_name, load_config
 from train.errors import STOP_SIGNALS, EnvironmentProblem
 from train.gpus import Inventory, check_driver
 from train.handoff import HANDOFF_ENV, Handoff
+from train.hf import arguments_without_models
 from train.launch.decide import (
     MIN_SHM_BYTES,
     Batch,
@@ -317,13 +318,15 @@ def as_launcher() -> Iterator[None]:
 
     TrainingArguments sets up a device when built: on a GPU machine that is torch.cuda.set_device(0), a CUDA
     context the launcher would hold on GPU 0 for the whole run (and that fails rank 0 in EXCLUSIVE_PROCESS compute
-    mode); with a PyTorchJob's WORLD_SIZE/RANK in the environment it would even start a process group.
+    mode); with a PyTorchJob's WORLD_SIZE/RANK in the environment it would even start a process group. And the
+    launcher never builds a model, so it does not import transformers' model code (hf.arguments_without_models).
     """
     saved = {name: os.environ.pop(name) for name in RANK_ENV if name in os.environ}
     previous_cpu = os.environ.get("ACCELERATE_USE_CPU")
     os.environ["ACCELERATE_USE_CPU"] = "true"
     try:
-        yield
+        with arguments_without_models():
+            yield
     finally:
         os.environ.update(saved)
         if previous_cpu is None:
