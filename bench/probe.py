@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import os
 import resource
+import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -40,6 +41,15 @@ def model_shape(model: Any) -> dict[str, Any]:
         "vocab_size": int(config.vocab_size),
         "model_type": str(config.model_type),
     }
+
+
+def dynamo_counters() -> dict[str, dict[str, int]] | None:
+    """What torch.compile did in this process (frames compiled, graphs, recompiles); None when it never ran."""
+    if "torch._dynamo" not in sys.modules:
+        return None
+    from torch._dynamo.utils import counters
+
+    return {group: dict(counters[group]) for group in ("frames", "stats", "recompiles") if counters.get(group)}
 
 
 class StepProbe(TrainerCallback):
@@ -98,6 +108,7 @@ class StepProbe(TrainerCallback):
             "cuda_peak_bytes": torch.cuda.max_memory_allocated() if cuda else None,
             "device_name": torch.cuda.get_device_name() if cuda else "cpu",
             "torch_threads": torch.get_num_threads(),
+            "dynamo": dynamo_counters(),
             **self.settings,
             **self.shape,
         }

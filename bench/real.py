@@ -35,6 +35,7 @@ RECIPES: dict[str, str] = {
     "packed": "ours with padding packed (128-token blocks), masked-only head",
     "run_mlm-group": "run_mlm.py's default: group_texts 128-token blocks; dense head",
     "packed-dense": "ours packed with masked_only_head off",
+    "ours-compile": "our default with torch_compile (inductor); padded lengths are multiples of 8, so at most 16",
 }
 DEFAULT_RECIPES = ["ours", "ours-dense", "run_mlm", "packed", "run_mlm-group"]
 RUN_MLM_RECIPES = ("run_mlm", "run_mlm-group")
@@ -57,6 +58,7 @@ COMPARISONS = (
     Comparison("masked-only head, packed (packed / packed-dense)", "packed", "packed-dense"),
     Comparison("the rest, packed (packed-dense / run_mlm group_texts)", "packed-dense", "run_mlm-group"),
     Comparison("packing (packed / ours)", "packed", "ours"),
+    Comparison("torch_compile (ours-compile / ours)", "ours-compile", "ours"),
 )
 
 # The masked-only head's share of a speed-up over run_mlm.py: ours / run_mlm = (ours / ours-dense) x (ours-dense /
@@ -142,6 +144,8 @@ def recipe_flags(name: str, settings: RealSettings, model: str, corpus: str, tok
            tokenizer, "--dataset", corpus, "--validation_split_percentage", "0", "--max_seq_length", str(BLOCK),
            "--padding", "packed" if name.startswith("packed") else "dynamic",
            "--masked_only_head", "false" if name.endswith("-dense") else "true"]  # fmt: skip
+    if name == "ours-compile":
+        own += ["--torch_compile", "true"]
     return own + training_flags(settings)
 
 

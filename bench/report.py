@@ -7,6 +7,8 @@ import sys
 import time
 from typing import Any
 
+from bench.startup import IMPORTS as STARTUP_IMPORTS
+
 MIB = 1024 * 1024
 STAGES = ("process", "imports", "setup", "first_step")
 
@@ -128,6 +130,9 @@ def markdown(result: dict[str, Any]) -> str:
             f"{entry['warm_cache_s']:.1f} s on the second run.\n"
         )
 
+    if result.get("startup"):
+        out += startup_markdown(result["startup"])
+
     add("## Recipes\n")
     for name, flags in result["recipes"].items():
         add(f"- **{name}**: `{' '.join(flags) or '(the defaults)'}`")
@@ -234,3 +239,30 @@ def real_markdown(result: dict[str, Any]) -> str:
         add(f"- **{name}** (`python -m {recipe['module']}`): {recipe['what']}; `{' '.join(recipe['flags'])}`")
     add(f"\n{REAL_NOTES}")
     return "\n".join(out) + "\n"
+
+
+def startup_markdown(startup: dict[str, Any]) -> list[str]:
+    """The report's start-up section."""
+    out = ["## Start-up: imports and the demo run against the bare imports\n"]
+    out.append("| what | import s | process s | / bare import |")
+    out.append("|---|---|---|---|")
+    for name, s in startup["imports"].items():
+        out.append(
+            f"| `{STARTUP_IMPORTS[name]}` | {_spread(s['import_s'], '.2f')} | {_spread(s['process_s'], '.2f')} | "
+            f"{_spread(s['ratio_to_bare'], '.2f')} |"
+        )
+    demo = startup.get("demo")
+    if demo:
+        out.append(
+            f"\nWarm 2-step demo run via entrypoint.sh to its end: {_spread(demo['wall_s'], '.1f')} s, first step "
+            f"after {_spread(demo['first_step_s'], '.1f')} s, the steps themselves (train_runtime) "
+            f"{_spread(demo['steps_s'], '.2f')} s."
+        )
+    out.append("\n| target | measured | target | met |")
+    out.append("|---|---|---|---|")
+    for row in startup["targets"]:
+        out.append(
+            f"| {row['what']} | {row['ratio']:.2f} | ≤ {row['target']:.1f} | {'yes' if row['met'] else '**no**'} |"
+        )
+    out.append("")
+    return out

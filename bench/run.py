@@ -9,7 +9,9 @@ same tokenizer on the same data (the seed's 50,000 demo samples) for the same nu
 Per run: real (non-padding) tokens/s and samples/s over the steady steps, wall time, time from process start to
 the first optimizer step, peak memory (RSS on CPU, ``torch.cuda.max_memory_allocated`` on GPU), the loss curve,
 and on a GPU the MFU (bench/flops.py). Then the ratios ours/seed per repetition with min/median/max, the two
-loss curves side by side, and the tokenization time of the 50,000 samples cold and from the cache.
+loss curves side by side, and the tokenization time of the 50,000 samples cold and from the cache. Then the
+start-up figures (bench/startup.py): importing the job and the launcher, and whole warm 2-step demo runs, against
+a bare ``import torch, transformers, datasets`` measured alongside.
 Results: ``bench/results/<date>-<host>.json`` and ``.md``, and ``bench/results/latest.md``.
 
 The real-corpus series (``--series real``; on a CPU it runs after this one by default) compares our recipes with
@@ -36,7 +38,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from bench import real, report
+from bench import real, report, startup
 from bench.stats import loss_agreement, paired_ratios, run_metrics, spread
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -276,9 +278,7 @@ def first_step_via_entrypoint(workdir: Path, threads: int | None) -> dict[str, A
     for attempt in ("cold_cache_s", "warm_cache_s"):
         output = workdir / "runs" / f"entrypoint-{attempt}"
         shutil.rmtree(output, ignore_errors=True)
-        env = child_env(workdir, threads, MLM_CONFIG=DEMO_PRESET, MLM_MAX_STEPS="2", MLM_LOGGING_STEPS="1",
-                        MLM_LOG_FORMAT="json", MLM_MAX_EVAL_SAMPLES="64", MLM_OUTPUT_DIR=str(output),
-                        HF_HOME=str(home))  # fmt: skip
+        env = demo_env(workdir, threads, output)
         started = time.time()
         first = None
         lines: list[str] = []
@@ -300,6 +300,24 @@ def first_step_via_entrypoint(workdir: Path, threads: int | None) -> dict[str, A
             raise RunFailed(f"demo via {figures['via']}: exit {code} before a first step:\n{''.join(lines[-30:])}")
         figures[attempt] = first
     return figures
+
+
+def demo_env(workdir: Path, threads: int | None, output: Path) -> dict[str, str]:
+    """The warm 2-step demo run's environment (first_step_via_entrypoint filled its caches under hf-entrypoint)."""
+    return child_env(workdir, threads, MLM_CONFIG=DEMO_PRESET, MLM_MAX_STEPS="2", MLM_LOGGING_STEPS="1",
+                     MLM_LOG_FORMAT="json", MLM_MAX_EVAL_SAMPLES="64", MLM_OUTPUT_DIR=str(output),
+                     HF_HOME=str(workdir / "hf-entrypoint"))  # fmt: skip
+
+
+def measure_startup(workdir: Path, threads: int | None, repeats: int) -> dict[str, Any]:
+    """bench/startup.py's figures: the imports against the bare ones, then whole warm demo runs."""
+
+    def fresh_output(i: int) -> dict[str, str]:
+        output = workdir / "runs" / f"startup-{i}"
+        shutil.rmtree(output, ignore_errors=True)
+        return demo_env(workdir, threads, output)
+
+    return startup.measure(child_env(workdir, threads), ROOT, fresh_output, repeats)
 
 
 # ------------------------------------------------------------------------------------------------------ summary
@@ -492,7 +510,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         "--extras", help="single runs after the pairs: packed, ours-batch256, packed-compile (GPU default: all three)"
     )
     parser.add_argument("--extra-steps", type=int, help="steps of each extra run (default 150)")
-    parser.add_argument("--no-entrypoint", action="store_true", help="skip timing the demo config's first step")
+    parser.add_argument(
+        "--no-entrypoint", action="store_true", help="skip the demo config's first step and the start-up figures"
+    )
     real_options = parser.add_argument_group("real-corpus series (bench/real.py)")
     real_options.add_argument(
         "--real-models",
@@ -543,6 +563,10 @@ def run_demo_series(args: argparse.Namespace, settings: Settings, workdir: Path,
     if entry:
         log(f"demo config, first optimizer step via {entry['via']}: {entry['cold_cache_s']:.1f} s cold, "
             f"{entry['warm_cache_s']:.1f} s warm")  # fmt: skip
+    begins = None if args.no_entrypoint else measure_startup(workdir, settings.threads, settings.repeats)
+    if begins:
+        for row in begins["targets"]:
+            log(f"start-up: {row['what']} = {row['ratio']:.2f} (target <= {row['target']:.1f})")
 
     context = {
         "date": datetime.now(UTC).isoformat(timespec="seconds"),
@@ -553,6 +577,7 @@ def run_demo_series(args: argparse.Namespace, settings: Settings, workdir: Path,
         "proposed_defaults": PROPOSED_DEFAULTS,
         "tokenization": tokenization,
         "first_step_demo": entry,
+        "startup": begins,
         "tagged": bool(args.tag),
     }
     runs: list[dict[str, Any]] = []

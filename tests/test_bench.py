@@ -7,10 +7,11 @@ import math
 
 import pytest
 
-from bench import real, report
+from bench import real, report, startup
 from bench.flops import PEAK_BF16_DENSE, flops_per_token, mfu, peak_flops
 from bench.run import (
     PROPOSED_DEFAULTS,
+    ROOT,
     SMALL_MODEL,
     common_flags,
     default_settings,
@@ -368,3 +369,32 @@ def test_real_report_shows_ratios_share_and_every_run():
     assert "50,000 lines; a 30,522-token WordPiece tokenizer" in text
     assert "| real-tiny-3-ours | 1,000 |" in text
     assert "- **run_mlm** (`python -m bench.run_mlm`)" in text
+
+
+# ------------------------------------------------------------------------------------------------------ start-up
+
+
+def test_startup_ratios_are_taken_per_round_and_checked_against_the_targets():
+    def rounds(*seconds):
+        return [{"import_s": s, "process_s": s + 0.5} for s in seconds]
+
+    imports = {"bare": rounds(3.0, 4.0, 3.0), "trainer": rounds(4.5, 6.0, 4.5), "job": rounds(3.3, 4.4, 3.9),
+               "launcher": rounds(1.5, 2.0, 1.5)}  # fmt: skip
+    demo = [{"wall_s": 8.0, "first_step_s": 6.0, "steps_s": 1.0}, {"wall_s": 7.5, "first_step_s": 5.5, "steps_s": 0.5}]
+    summary = startup.summarise(imports, demo)
+    assert summary["imports"]["job"]["ratio_to_bare"]["median"] == pytest.approx(1.1)  # 1.1, 1.1, 1.3
+    assert summary["imports"]["job"]["ratio_to_bare"]["max"] == pytest.approx(1.3)
+    assert summary["demo"]["overhead_to_bare"]["median"] == pytest.approx(7.0 / 3.0)  # (8 - 1) / median bare 3
+    rows = {row["what"]: row for row in summary["targets"]}
+    assert rows["import train.job / bare import"]["met"] is True
+    assert rows["warm 2-step demo run less its steps / bare import"]["met"] is False
+    text = "\n".join(report.startup_markdown(summary))
+    assert "| `import train.job` | 3.90 [3.30 – 4.40] | 4.40 [3.80 – 4.90] | 1.10 [1.10 – 1.30] |" in text
+    assert "| warm 2-step demo run less its steps / bare import | 2.33 | ≤ 2.0 | **no** |" in text
+
+
+def test_a_startup_import_is_timed_inside_a_fresh_process():
+    import os
+
+    timed = startup.time_import("import json", os.environ, ROOT)
+    assert 0 < timed["import_s"] < timed["process_s"]
