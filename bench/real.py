@@ -61,6 +61,14 @@ COMPARISONS = (
     Comparison("torch_compile (ours-compile / ours)", "ours-compile", "ours"),
 )
 
+# Whole processes (torchrun start to exit, start-up and the steps): how many times faster ours finished, per pair.
+WALL_COMPARISONS = (
+    Comparison("run_mlm line_by_line / ours", "run_mlm", "ours"),
+    Comparison("run_mlm line_by_line / ours-dense (the same head)", "run_mlm", "ours-dense"),
+    Comparison("run_mlm group_texts / packed", "run_mlm-group", "packed"),
+    Comparison("run_mlm group_texts / packed-dense (the same head)", "run_mlm-group", "packed-dense"),
+)
+
 # The masked-only head's share of a speed-up over run_mlm.py: ours / run_mlm = (ours / ours-dense) x (ours-dense /
 # run_mlm), so the head's part is log(ours / ours-dense) / log(ours / run_mlm).
 SHARES: dict[str, tuple[Comparison, Comparison]] = {
@@ -191,6 +199,12 @@ def summarise(runs: list[dict[str, Any]], settings: RealSettings) -> dict[str, A
             if per_pair:
                 values = list(per_pair.values())
                 comparisons.append({"label": comparison.label, "values": values, **spread(values)})
+        walls = []
+        for comparison in WALL_COMPARISONS:
+            per_pair = paired(mine, comparison, metric="wall_s")
+            if per_pair:
+                values = list(per_pair.values())
+                walls.append({"label": comparison.label, "values": values, **spread(values)})
         shares = []
         for padding, (part, whole) in SHARES.items():
             parts, wholes = paired(mine, part), paired(mine, whole)
@@ -198,5 +212,5 @@ def summarise(runs: list[dict[str, Any]], settings: RealSettings) -> dict[str, A
             if values:
                 shares.append({"padding": padding, "label": f"{part.label} of {whole.label}", "values": values,
                                **spread(values)})  # fmt: skip
-        summary[model] = {"recipes": recipes, "comparisons": comparisons, "head_share": shares}
+        summary[model] = {"recipes": recipes, "comparisons": comparisons, "wall": walls, "head_share": shares}
     return summary

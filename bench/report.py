@@ -201,6 +201,13 @@ def real_markdown(result: dict[str, Any]) -> str:
         for c in s["comparisons"]:
             add(f"| {c['label']} | **{_ratio(c)}** | {', '.join(f'{v:.2f}' for v in c['values'])} |")
         add("")
+        if s.get("wall"):
+            add("Whole process (torchrun's start to its exit), wall clock per pair; above 1: ours finished first.\n")
+            add("| comparison | ratio | per pair |")
+            add("|---|---|---|")
+            for c in s["wall"]:
+                add(f"| {c['label']} | **{_ratio(c)}** | {', '.join(f'{v:.2f}' for v in c['values'])} |")
+            add("")
         for share in s["head_share"]:
             values = ", ".join(f"{v:.0%}" for v in share["values"])
             add(

@@ -26,6 +26,7 @@ import hashlib
 import json
 import re
 import threading
+import time
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
@@ -69,6 +70,7 @@ class HubServer:
         self.repos: dict[str, Repo] = {}
         self.requests: list[Request] = []
         self.failures: dict[str, tuple[int, str]] = {}
+        self.delays: dict[str, float] = {}
         self.lock = threading.Lock()
         self._server = ThreadingHTTPServer(("127.0.0.1", 0), _handler(self))
         self._server.daemon_threads = True
@@ -92,12 +94,17 @@ class HubServer:
         """Answer ``status`` on ``endpoint`` (create, validate-yaml, preupload, commit, info) from now on."""
         self.failures[endpoint] = (status, message)
 
+    def delay(self, endpoint: str, seconds: float) -> None:
+        """Answer ``endpoint`` only after ``seconds`` from now on (a large upload on a slow link)."""
+        self.delays[endpoint] = seconds
+
     def reset(self) -> None:
-        """Forget repos, requests and failures (the tokens stay)."""
+        """Forget repos, requests, failures and delays (the tokens stay)."""
         with self.lock:
             self.repos.clear()
             self.requests.clear()
             self.failures.clear()
+            self.delays.clear()
 
     def requests_to(self, endpoint: str) -> list[Request]:
         return [r for r in self.requests if _endpoint(r.method, r.path) == endpoint]
@@ -170,6 +177,8 @@ def _handler(hub: HubServer) -> type[BaseHTTPRequestHandler]:
             if token not in hub.tokens:
                 self._error(401, "Invalid credentials in Authorization header")
                 return
+            if endpoint in hub.delays:
+                time.sleep(hub.delays[endpoint])
             if endpoint in hub.failures:
                 self._error(*hub.failures[endpoint])
                 return

@@ -347,6 +347,17 @@ def test_real_summary_takes_ratios_within_each_pair():
     assert summary["recipes"]["ours"]["real_tokens_per_s"] == {"min": 800.0, "median": 900.0, "max": 1000.0}
 
 
+def test_real_summary_compares_whole_process_walls_within_each_pair():
+    walls = {("ours", 1): 10.0, ("ours-dense", 1): 40.0, ("run_mlm", 1): 40.0,
+             ("ours", 2): 12.0, ("ours-dense", 2): 42.0, ("run_mlm", 2): 42.0 * 0.97}  # fmt: skip
+    runs = [{**r, "wall_s": walls.get((r["recipe"], r["rep"]), 99.0)} for r in RUNS]
+    settings = real.RealSettings("cpu", recipes=["ours", "ours-dense", "run_mlm"])
+    wall = {c["label"]: c for c in real.summarise(runs, settings)["tiny"]["wall"]}
+    assert set(wall) == {"run_mlm line_by_line / ours", "run_mlm line_by_line / ours-dense (the same head)"}
+    assert wall["run_mlm line_by_line / ours"]["values"] == pytest.approx([4.0, 3.5 * 0.97])
+    assert wall["run_mlm line_by_line / ours-dense (the same head)"]["values"] == pytest.approx([1.0, 0.97])
+
+
 def test_real_report_shows_ratios_share_and_every_run():
     settings = real.RealSettings("cpu", recipes=["ours", "ours-dense", "run_mlm"])
     result = {

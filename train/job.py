@@ -216,8 +216,19 @@ def disk_full(exc: BaseException, directory: Path) -> bool:
         return False
 
 
+def apply_ddp_timeout(training: Any) -> None:
+    """Give the CPU process group ``ddp_timeout``, as a GPU one gets it.
+
+    TrainingArguments starts the process group while it is built, and passes ddp_timeout to accelerate only on
+    the GPU path (transformers 5.24, ``_setup_devices``): with ``use_cpu`` gloo keeps its 30-minute default
+    whatever MLM_DDP_TIMEOUT says. torch can change a started group's timeout (``_set_pg_timeout``)."""
+    if training.use_cpu and dist.is_available() and dist.is_initialized():
+        dist.distributed_c10d._set_pg_timeout(training.ddp_timeout_delta)
+
+
 def main(argv: list[str] | None = None) -> int:
     config = load_config(sys.argv[1:] if argv is None else argv)
+    apply_ddp_timeout(config.training)
     withhold_secrets(config, os.environ)
     output_dir = Path(config.training.output_dir)
     try:
@@ -368,13 +379,16 @@ def run(config: Config, output_dir: Path, handoff: Handoff | None, started: str,
         write_json_atomic(output_dir / "all_results.json", metrics)
         write_run_facts("finished")
         say(f"finished: model in {output_dir / 'final'}")
+    # The other ranks wait for final/ here, not for the upload: a push of a large model outlasts ddp_timeout, and
+    # a rank waiting in a collective that long would time out and fail a finished run.
+    if dist.is_available() and dist.is_initialized():
+        dist.barrier()
+    if is_zero:
         # Once final/ and run.json are written: the hub push and the trackers' final model and facts (exit 3 when
         # one fails, final/ kept). Imported here: trackers are loaded only by a run that reaches this point.
         from train.publish import publish_run
 
         publish_run(config, output_dir, step=trainer.state.global_step)
-    if dist.is_available() and dist.is_initialized():
-        dist.barrier()
     return 0
 
 

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import REPO, tiny_env
+from tests.conftest import REPO, run_torchrun, tiny_env
 from tests.hub_server import USER, HubServer, Repo, Request
 
 pytestmark = pytest.mark.slow
@@ -117,3 +117,17 @@ def test_a_failed_push_exits_3_and_keeps_final(hub: HubServer, tmp_path: Path, f
     assert {"model.safetensors", "config.json", "tokenizer.json"} <= files_of(final).keys()
     assert json.loads((output / "run.json").read_text())["status"] == "finished"
     assert not hub.repos
+
+
+def test_an_upload_longer_than_ddp_timeout_does_not_fail_the_other_ranks(hub: HubServer, tmp_path: Path) -> None:
+    """Two ranks; the hub takes longer to accept the commit than the process group's timeout. The other rank
+    must not be waiting in a collective meanwhile (it would time out, and torchrun would fail the finished run)."""
+    hub.reset()
+    hub.delay("commit", 25.0)
+    output = tmp_path / "out"
+    env = push_env(output, hub, max_steps="2", eval_strategy="no", save_strategy="no", ddp_timeout="15")
+    env.pop("HF_TOKEN_FILE")  # read by entrypoint.sh; the ranks here are started by torchrun directly
+    env["HF_TOKEN"] = TOKEN
+    result = run_torchrun(env, nproc=2)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert {"model.safetensors", "README.md"} <= hub.repos[REPO_ID].files.keys()
