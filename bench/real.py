@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from bench.stats import log_share, spread
+from train.launch.decide import decide_pad_multiple
 
 BLOCK = 128  # max_seq_length of every recipe, and the block length of both packed ones (bench.data.BLOCK)
 SEED = 42
@@ -29,7 +30,7 @@ MODELS: dict[str, str] = {
 }
 
 RECIPES: dict[str, str] = {
-    "ours": "our default: dynamic padding (multiple of 8), masked-only head",
+    "ours": "our default: dynamic padding (to the longest on a CPU, a multiple of 8 on a GPU), masked-only head",
     "ours-dense": "our default with masked_only_head off (the dense head)",
     "run_mlm": "run_mlm.py --line_by_line: DataCollatorForLanguageModeling pads each batch; dense head",
     "packed": "ours with padding packed (128-token blocks), masked-only head",
@@ -154,6 +155,8 @@ def recipe_flags(name: str, settings: RealSettings, model: str, corpus: str, tok
            "--masked_only_head", "false" if name.endswith("-dense") else "true"]  # fmt: skip
     if name == "ours-compile":
         own += ["--torch_compile", "true"]
+    # The runs start without our launcher: give our job what the launcher decides for it on this device.
+    own += list(decide_pad_multiple(8, None, cpu_mode=settings.device == "cpu"))
     return own + training_flags(settings)
 
 

@@ -148,7 +148,8 @@ def markdown(result: dict[str, Any]) -> str:
 
 REAL_NOTES = (
     "Each recipe keeps its own defaults beyond the flags above: ours loads batches with 2 dataloader workers and "
-    "pads to a multiple of 8; run_mlm.py's TrainingArguments load them in the training process (0 workers) and "
+    "pads to a multiple of 8, or to the longest with `--pad_to_multiple_of 1` in its flags above (what our launcher "
+    "decides on a CPU); run_mlm.py's TrainingArguments load them in the training process (0 workers) and "
     "DataCollatorForLanguageModeling pads to the longest row (a multiple of 8 only with fp16). Both packed recipes "
     "train on full 128-token blocks (real tokens per sample 128), both dropping the remainder of each map batch "
     "of 1,000 lines. Losses differ a little between recipes: the "

@@ -40,6 +40,7 @@ from typing import Any
 
 from bench import real, report, startup
 from bench.stats import loss_agreement, paired_ratios, run_metrics, spread
+from train.launch.decide import decide_pad_multiple
 
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "bench" / "results"
@@ -88,8 +89,9 @@ def recipe_flags(name: str, settings: Settings) -> list[str]:
     """The options that make a recipe; everything else is common to all runs."""
     gpu = settings.device == "cuda"
     # What the launcher hands the ranks: the seed preset keeps its fp16 on CUDA and loses it on CPU; our
-    # default gets bf16 + tf32 on a GPU (Ampere and newer; every GPU in the peak table is).
-    launcher = ["--bf16", "true", "--tf32", "true"] if gpu else []
+    # default gets bf16 + tf32 on a GPU (Ampere and newer; every GPU in the peak table is), and on a CPU
+    # padding to the longest sample (decide_pad_multiple).
+    launcher = ["--bf16", "true", "--tf32", "true"] if gpu else list(decide_pad_multiple(8, None, cpu_mode=True))
     proposed = [arg for key, value in PROPOSED_DEFAULTS.items() for arg in (f"--{key}", value)]
     if name == "seed":
         return ["--config", SEED_PRESET] + ([] if gpu else ["--fp16", "false"])

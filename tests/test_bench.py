@@ -173,13 +173,15 @@ def test_recipes_differ_only_in_their_own_flags():
     cpu = default_settings("cpu")
     seed, ours = recipe_flags("seed", cpu), recipe_flags("ours", cpu)
     assert seed == ["--config", "configs/seed.yaml", "--fp16", "false"]  # fp16 is off where there is no CUDA
-    assert ours == [arg for key, value in PROPOSED_DEFAULTS.items() for arg in (f"--{key}", value)]
+    proposed = [arg for key, value in PROPOSED_DEFAULTS.items() for arg in (f"--{key}", value)]
+    assert ours == [*proposed, "--pad_to_multiple_of", "1"]  # as the launcher decides on a CPU
     common = common_flags(cpu, "tok", cpu.max_steps)
     assert common[common.index("--config_overrides") + 1] == SMALL_MODEL
     assert "vocab_size=30522" in SMALL_MODEL
     gpu = default_settings("cuda")
     assert recipe_flags("seed", gpu) == ["--config", "configs/seed.yaml"]
     assert {"--bf16", "--tf32"} <= set(recipe_flags("ours", gpu))
+    assert "--pad_to_multiple_of" not in recipe_flags("ours", gpu)
     with pytest.raises(ValueError):
         recipe_flags("nonsense", cpu)
 

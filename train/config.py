@@ -95,7 +95,11 @@ class JobArguments:
         },
     )
     pad_to_multiple_of: int = field(
-        default=8, metadata={"help": "Dynamic padding rounds lengths up to this (at most max_seq_length)."}
+        default=8,
+        metadata={
+            "help": "Dynamic padding rounds lengths up to this (at most max_seq_length); for tensor cores, so "
+            "the launcher makes it 1 on CPU unless set."
+        },
     )
     preprocessing_num_workers: int | None = field(
         default=None,

@@ -114,3 +114,25 @@ def test_usable_cpus_is_capped_by_the_cgroup_quota(tmp_path):
     (v1 / "cpu" / "cpu.cfs_quota_us").write_text("-1\n")
     assert cgroup_cpu_quota(str(v1)) is None
     assert cgroup_cpu_quota(str(tmp_path / "missing")) is None
+
+
+def test_cpu_ranks_pad_to_the_longest_and_gpu_ranks_to_a_multiple_of_8(monkeypatch, capsys, base_env, no_nvml):
+    document = plan_ok(monkeypatch, capsys, base_env)
+    flags = job_flags(document)
+    assert flags[flags.index("--pad_to_multiple_of") + 1] == "1"
+    assert document["config"]["pad_to_multiple_of"] == 1  # what plan and run.json show
+    # chosen by the user: kept, on a CPU too
+    chosen = job_flags(plan_ok(monkeypatch, capsys, {**base_env, "MLM_PAD_TO_MULTIPLE_OF": "8"}))
+    assert "--pad_to_multiple_of" not in chosen
+
+
+def test_gpu_ranks_keep_the_multiple_of_8(monkeypatch, capsys, base_env):
+    install(monkeypatch, h100s(1))
+    assert "--pad_to_multiple_of" not in job_flags(plan_ok(monkeypatch, capsys, base_env))
+
+
+def test_decide_pad_multiple():
+    assert decide.decide_pad_multiple(8, None, cpu_mode=True) == ("--pad_to_multiple_of", "1")
+    assert decide.decide_pad_multiple(8, None, cpu_mode=False) == ()
+    assert decide.decide_pad_multiple(8, "MLM_PAD_TO_MULTIPLE_OF", cpu_mode=True) == ()
+    assert decide.decide_pad_multiple(1, None, cpu_mode=True) == ()

@@ -49,7 +49,8 @@ def test_cpu(monkeypatch, capsys, base_env, no_nvml):
     document = plan_ok(monkeypatch, capsys, base_env)
     assert torchrun_flags(document)[:5] == ["--nnodes", "1", "--nproc-per-node", "1", "--standalone"]
     # use_cpu: without it accelerate gives CPU ranks a process group but no DDP.
-    assert job_flags(document) == ["--use_cpu", "true", "--ddp_backend", "gloo"]
+    # pad_to_multiple_of 1: a CPU has no tensor cores to round lengths for (decide.decide_pad_multiple).
+    assert job_flags(document) == ["--use_cpu", "true", "--ddp_backend", "gloo", "--pad_to_multiple_of", "1"]
     assert (document["backend"], document["precision"], document["tf32"]) == ("gloo", "fp32", False)
     assert document["gpus"] == [] and document["cpu_mode"] is True
     assert document["env"]["CUDA_VISIBLE_DEVICES"] == ""

@@ -28,6 +28,7 @@ from train.launch.decide import (
     Precision,
     decide_batch,
     decide_nproc,
+    decide_pad_multiple,
     decide_precision,
     plural,
     shm_warning,
@@ -149,6 +150,11 @@ def make_plan(
     flags += batch.flags
     if batch.flags:
         decided["gradient_accumulation_steps"] = batch.accumulation
+
+    pad_flags = decide_pad_multiple(job.pad_to_multiple_of, sources.get("pad_to_multiple_of"), cpu_mode)
+    flags += pad_flags
+    if pad_flags:
+        decided["pad_to_multiple_of"] = int(pad_flags[1])
 
     warning = shm_warning(shm_bytes, training.dataloader_num_workers)
     if warning:
