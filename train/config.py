@@ -90,7 +90,7 @@ class JobArguments:
     padding: Literal["dynamic", "max_length", "packed"] = field(
         default="dynamic",
         metadata={
-            "help": "dynamic: pad to the longest in the batch (multiple of 8); max_length: pad all to "
+            "help": "dynamic: pad to the longest in the batch (on GPU a multiple of 8); max_length: pad all to "
             "max_seq_length (the seed's way); packed: concatenate and cut into full max_seq_length blocks."
         },
     )
