@@ -324,7 +324,7 @@ def tokenizer_fingerprint(tokenizer: Any) -> str:
     return hashlib.sha256(state.encode()).hexdigest()[:16]
 
 
-def _group_texts(examples: dict[str, list[list[int]]], block: int) -> dict[str, list[list[int]]]:
+def group_texts(examples: dict[str, list[list[int]]], block: int) -> dict[str, list[list[int]]]:
     """Concatenate and cut into full ``block``-token chunks (run_mlm.py's group_texts); the tail is dropped.
     Linear in the batch's tokens (``sum(lists, [])`` would copy the growing list once per example)."""
     grouped = {}
@@ -465,7 +465,7 @@ def tokenize(config: Config, raw: RawData, tokenizer: Any) -> dict[str, IndexedE
         )
         if job.padding == "packed":
             tokenized = tokenized.map(
-                _group_texts,
+                group_texts,
                 batched=True,
                 fn_kwargs={"block": job.max_seq_length},
                 num_proc=workers,

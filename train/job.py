@@ -7,6 +7,7 @@ it shows (``MLM_LAUNCH``, train/handoff.py).
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import math
 import os
@@ -20,7 +21,11 @@ import numpy as np
 import torch
 import torch.distributed as dist
 from datasets import DatasetDict
-from transformers import Trainer, set_seed
+
+# Importing the Trainer imports transformers' integrations, which print "[INFO] Running in WANDB offline mode" on
+# stdout when WANDB_MODE=offline (transformers 5.24): stdout carries only our JSON records, so that goes to stderr.
+with contextlib.redirect_stdout(sys.stderr):
+    from transformers import Trainer, set_seed
 
 from train import logs
 from train.callbacks import CheckpointCompleteMarker, DivergenceGuard, EpochForCollator, finite_weights

@@ -41,8 +41,8 @@ from train.data import (
     DEMO_SENTENCE,
     SAMPLE_INDEX,
     RawData,
-    _group_texts,
     encode_texts,
+    group_texts,
     is_remote,
     load_local,
     shown_url,
@@ -185,7 +185,7 @@ def tokenized_stream(config: Config, stream: TextStream, tokenizer: Any, rank: i
     def prepare(texts: list[Any]) -> dict[str, Any]:
         encoded = encode_texts(tokenizer, stream.keep(texts), job, count_cut=False)  # a stream's cuts are not counted
         if job.padding == "packed":
-            encoded = _group_texts(encoded, job.max_seq_length)
+            encoded = group_texts(encoded, job.max_seq_length)
         return {**encoded, SAMPLE_INDEX: [content_index(ids) for ids in encoded["input_ids"]]}
 
     return mine.map(prepare, batched=True, input_columns=[stream.column], remove_columns=[stream.column])

@@ -201,3 +201,11 @@ def test_tracker_credentials_reach_no_log_or_file(tracked: Tracked) -> None:
     for run in client.search_runs([experiment.experiment_id]):
         stored = json.dumps({**run.data.params, **run.data.tags})
         assert not any(canary in stored for canary in CANARIES)
+
+
+def test_stdout_stays_json_lines_with_both_trackers(tracked: Tracked) -> None:
+    """A log collector reads stdout: the trackers' own notices (MLflow's run URL, W&B's offline hints) stay off it."""
+    lines = tracked.result.stdout.splitlines()
+    assert lines
+    for line in lines:
+        assert isinstance(json.loads(line), dict), line
