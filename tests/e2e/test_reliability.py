@@ -163,8 +163,12 @@ def test_ctrl_c_and_slurms_signal_save_and_say_one_line(tmp_path: Path, stop: si
 
 def test_a_second_ctrl_c_aborts_at_once(tmp_path: Path) -> None:
     output = tmp_path / "out"
-    # Steps of 1,024 samples take long enough that the second press lands before the next step ends and saves.
-    slow_steps = {**RESUMABLE, "demo_samples": "40960", "per_device_train_batch_size": "1024"}
+    # Steps of 1,024 samples, each padded to 32 tokens, take long enough (1-2 s here) that the second
+    # press lands before the next step ends and saves. (With the 13-token demo rows padded only to the longest, a
+    # step was short enough that the ranks sometimes saved and exited 75 before the second press: a documented
+    # code the ranks reported wins, so the launcher said 75.)
+    slow_steps = {**RESUMABLE, "demo_samples": "40960", "per_device_train_batch_size": "1024",
+                  "pad_to_multiple_of": "32"}  # fmt: skip
     process = start(tiny_env(output, **slow_steps))
     wait_for(output / "checkpoint-10" / ".complete", process)
     ranks = rank_pids(process.pid)

@@ -23,6 +23,7 @@ from typing import Any
 from train.errors import (
     DOCUMENTED_EXITS,
     EXIT_DIR_ENV,
+    EXIT_PREEMPTED,
     STOP_SIGNALS,
     debug_enabled,
     documented_exit,
@@ -187,6 +188,8 @@ def run_torchrun(
     codes = read_exit_codes(exit_dir)
     relay.finish(drop_report=(bool(aborted) or documented_exit(codes, 0) != 0) and not debug)
     if aborted:
+        if EXIT_PREEMPTED in codes:  # the ranks finished saving before the second press: their 75 stands
+            log("the ranks had saved a checkpoint before the second SIGINT: running again resumes from it")
         return 128 + signal.SIGINT, codes
     # A negative status is death by that signal: report it the way a shell does.
     return (128 + -status if status < 0 else status), codes
