@@ -355,9 +355,10 @@ def run(config: Config, output_dir: Path, handoff: Handoff | None, started: str,
         )
 
     # Real (non-padding) tokens per second of this session: as the Trainer counted them (the default, and always
-    # for a stream), else, with counting turned off, samples per second times the real tokens of an average sample.
+    # for a stream), else (counting turned off: nothing counted) samples per second times the real tokens of an
+    # average sample.
     seen = trainer.state.num_input_tokens_seen - getattr(trainer, "_initial_num_input_tokens_seen", 0)
-    if training.include_num_input_tokens_seen != "no" and seen > 0 or facts["train_samples"] is None:
+    if seen > 0 or facts["train_samples"] is None:
         runtime = metrics.get("train_runtime") or 0.0
         metrics["train_tokens_per_second"] = seen / runtime if runtime else 0.0
         metrics["num_input_tokens_seen"] = trainer.state.num_input_tokens_seen
