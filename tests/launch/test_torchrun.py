@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import atexit
 import dataclasses
 import json
 import os
@@ -84,6 +85,47 @@ def test_sigterm_is_forwarded_to_torchrun(cpu_plan, tmp_path):
     assert torchrun.launch(fake_torchrun(cpu_plan, script), {}, lambda m, *a: logged.append(m), 10) == 75
     assert any("SIGTERM received: passing it to torchrun" in m for m in logged)
     assert signal.getsignal(signal.SIGTERM) == before  # the launcher's handler is gone once torchrun is
+
+
+def test_torchrun_runs_as_a_fork_set_up_like_a_new_process(tmp_path):
+    """The real torchrun, in a fork of this process: its own group, the given environment handed to its rank,
+    none of this process's atexit handlers, and torchrun's exit status (1 for a failed rank, with its report)."""
+    seen = tmp_path / "rank.json"
+    rank = (
+        "import json, os, sys; "
+        f"json.dump([os.environ.get('KEEP'), os.environ.get('DROPPED'), os.getppid()], open({str(seen)!r}, 'w')); "
+        "sys.exit(3)"
+    )
+    launcher_exit = tmp_path / "launcher-atexit"
+    atexit.register(launcher_exit.write_text, "ran")
+    os.environ["DROPPED"] = "launcher's"
+    try:
+        child = torchrun.start_torchrun(
+            [*planning.torchrun_path(), "--standalone", "--nproc-per-node", "1", "--no-python", sys.executable,
+             "-c", rank],
+            {"PATH": os.environ["PATH"], "KEEP": "1"},
+        )  # fmt: skip
+        assert isinstance(child, torchrun.ForkedTorchrun)
+        assert os.getpgid(child.pid) == child.pid
+        report = child.stderr.read()
+        assert child.wait() == 1
+    finally:
+        atexit.unregister(launcher_exit.write_text)
+        del os.environ["DROPPED"]
+    assert json.loads(seen.read_text()) == ["1", None, child.pid]
+    assert b"ChildFailedError" in report
+    assert not launcher_exit.exists()
+
+
+def test_a_forked_torchrun_exits_as_the_command_would_on_bad_arguments():
+    child = torchrun.start_torchrun([*planning.torchrun_path(), "--standalone"], {"PATH": os.environ["PATH"]})
+    assert b"the following arguments are required: training_script" in child.stderr.read()
+    assert child.wait() == 2
+
+
+def test_other_commands_run_as_they_are(cpu_plan):
+    child = torchrun.start_torchrun([sys.executable, "-c", "import sys; sys.exit(4)"], {})
+    assert isinstance(child, subprocess.Popen) and child.wait() == 4
 
 
 # ---- through the real entry points ---------------------------------------------------------------------------------

@@ -1,5 +1,7 @@
 """Running torchrun: as a child in its own process group, its stderr relayed, SIGTERM/SIGINT forwarded, and its
-exit status translated into the documented exit codes the ranks reported (errors.py).
+exit status translated into the documented exit codes the ranks reported (errors.py). torchrun's own main runs in a
+fork of the launcher, which has imported torch already (a fresh `torchrun` spends 1.5 s of every run starting Python
+and importing torch again before its agent starts a rank).
 
 What torchrun lacks for a container's PID 1: its exit status is 1 whatever a rank exited with (so the ranks record
 their code in ``MLM_EXIT_DIR``), and its agent prints a traceback and a summary table after a rank that already
@@ -8,6 +10,7 @@ said in one line what went wrong (held back and dropped, unless MLM_DEBUG=1).
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import os
 import re
@@ -16,9 +19,10 @@ import signal
 import subprocess
 import sys
 import tempfile
+import traceback
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import IO, Any, NoReturn
 
 from train.errors import (
     DOCUMENTED_EXITS,
@@ -29,7 +33,7 @@ from train.errors import (
     documented_exit,
     read_exit_codes,
 )
-from train.launch.plan import Plan
+from train.launch.plan import Plan, torchrun_path
 from train.launch.topology import wait_for_address
 
 
@@ -50,6 +54,101 @@ def _die_with_parent() -> None:
         ctypes.CDLL(None).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
     except (OSError, AttributeError):
         pass
+
+
+def _name_process(name: bytes) -> None:
+    """The forked agent's name in ps and top (its command line stays the launcher's)."""
+    with contextlib.suppress(OSError, AttributeError):
+        import ctypes
+
+        ctypes.CDLL(None).prctl(15, name)  # PR_SET_NAME
+
+
+class ForkedTorchrun:
+    """torchrun's main (``torch.distributed.run``, the code behind the ``torchrun`` command) in a fork of the
+    launcher, with what run_torchrun uses of a Popen: ``pid``, ``stderr``, ``send_signal``, ``wait``.
+
+    Why a fork rather than the command: torch is imported here already, and the agent runs nothing else; its ranks
+    are still fresh processes it starts with the same command line (each in its own session), so a rank cannot tell
+    the difference. The child is set up as Popen would set up a new `torchrun` process: its own process group,
+    SIGTERM when the launcher dies, stderr into the pipe, the ranks' environment in os.environ (the agent gives its
+    environment to the ranks), Python's initial signal handlers, none of the launcher's atexit handlers; and it
+    leaves through os._exit, so that nothing of the launcher's stack (its finally blocks) runs in it.
+    """
+
+    def __init__(self, arguments: Sequence[str], env: Mapping[str, str]) -> None:
+        read_fd, write_fd = os.pipe()
+        sys.stdout.flush()
+        sys.stderr.flush()  # or what is buffered would be written twice
+        # Stop signals are held across the fork: the child resets the launcher's handlers before it takes them,
+        # and the launcher takes them once it knows the child's pid.
+        blocked = signal.pthread_sigmask(signal.SIG_BLOCK, STOP_SIGNALS)
+        pid = os.fork()
+        if pid == 0:
+            os.close(read_fd)
+            self._agent(list(arguments), env, write_fd, blocked)
+        os.close(write_fd)
+        with contextlib.suppress(OSError):  # also here: a signal to the group must not find the child outside it
+            os.setpgid(pid, pid)
+        self.pid = pid
+        self.returncode: int | None = None
+        self.stderr: IO[bytes] = open(read_fd, "rb")  # noqa: SIM115 (closed in wait)
+        signal.pthread_sigmask(signal.SIG_SETMASK, blocked)
+
+    @staticmethod
+    def _agent(arguments: list[str], env: Mapping[str, str], stderr_fd: int, mask: set[signal.Signals]) -> NoReturn:
+        code = 1
+        try:
+            os.setpgid(0, 0)
+            _die_with_parent()
+            _name_process(b"torchrun")
+            os.dup2(stderr_fd, 2)
+            os.close(stderr_fd)
+            sys.stderr = sys.__stderr__ or sys.stderr  # fd 2, the pipe now (a harness may have replaced sys.stderr)
+            for signum in STOP_SIGNALS:
+                signal.signal(signum, signal.default_int_handler if signum == signal.SIGINT else signal.SIG_DFL)
+            signal.pthread_sigmask(signal.SIG_SETMASK, mask)
+            os.environ.clear()
+            os.environ.update(env)
+            atexit._clear()  # the launcher's; torchrun's own, registered from here on, run below
+            sys.argv = ["torchrun", *arguments]
+            from torch.distributed.run import main
+
+            main(arguments)
+            code = 0
+        except SystemExit as stop:  # its argument parser's, as the command would exit
+            code = stop.code if isinstance(stop.code, int) else (0 if stop.code is None else 1)
+            if isinstance(stop.code, str):
+                print(stop.code, file=sys.stderr)
+        except BaseException:  # as the command ends on an exception: its traceback (the relay knows it), 1
+            traceback.print_exc()
+        finally:
+            with contextlib.suppress(BaseException):
+                atexit._run_exitfuncs()
+                sys.stdout.flush()
+                sys.stderr.flush()
+            os._exit(code)
+
+    def send_signal(self, signum: int) -> None:
+        if self.returncode is None:
+            os.kill(self.pid, signum)
+
+    def wait(self) -> int:
+        if self.returncode is None:
+            _, status = os.waitpid(self.pid, 0)
+            self.returncode = os.waitstatus_to_exitcode(status)
+            self.stderr.close()
+        return self.returncode
+
+
+def start_torchrun(command: Sequence[str], env: Mapping[str, str]) -> ForkedTorchrun | subprocess.Popen[bytes]:
+    """This environment's torchrun (torchrun_path) as a fork; any other command (the tests' stand-ins) as one."""
+    program = torchrun_path()
+    if list(command[: len(program)]) == program and hasattr(os, "fork"):
+        return ForkedTorchrun(command[len(program) :], env)
+    return subprocess.Popen(
+        list(command), env=dict(env), process_group=0, preexec_fn=_die_with_parent, stderr=subprocess.PIPE
+    )
 
 
 # torchrun's agent reports a failed rank with an ERROR log line ("E1130 12:00:00.000 123 .../api.py:1002] failed
@@ -150,7 +249,7 @@ def run_torchrun(
     starts, so a signal arriving in between is held and delivered, not lost. Its stderr is relayed so that the
     agent's failure report can be dropped when a rank already said what went wrong (MLM_DEBUG=1 keeps it).
     """
-    child: subprocess.Popen[bytes] | None = None
+    child: ForkedTorchrun | subprocess.Popen[bytes] | None = None
     received: list[int] = []
     pending: list[int] = []  # received before torchrun started
     aborted: list[int] = []
@@ -173,9 +272,7 @@ def run_torchrun(
     previous = {sig: signal.signal(sig, forward) for sig in STOP_SIGNALS}
     relay = _StderrRelay(sys.stderr.buffer, keep_noise=debug)
     try:
-        child = subprocess.Popen(
-            list(command), env=dict(env), process_group=0, preexec_fn=_die_with_parent, stderr=subprocess.PIPE
-        )
+        child = start_torchrun(command, env)
         for signum in pending:  # arrived before torchrun existed
             child.send_signal(signum)
         assert child.stderr is not None
