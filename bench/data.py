@@ -12,7 +12,6 @@ Usage: python -m bench.data [--sizes 20,100,400] [--workdir DIR]
 from __future__ import annotations
 
 import argparse
-import itertools
 import json
 import os
 import resource
@@ -24,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.corpus import write_corpus
+from bench.grouping import group_texts
 
 MODES = ("ours-1", "ours-all", "run_mlm", "stream")
 BLOCK = 128
@@ -87,13 +87,7 @@ def run_mlm_recipe(corpus: Path, tokenizer: Any, hf_home: Path) -> int:
         batched=True,
         remove_columns=["text"],
     )
-
-    def group_texts(examples: dict[str, list]) -> dict[str, list]:
-        concatenated = {k: list(itertools.chain(*examples[k])) for k in examples}
-        total = (len(concatenated["input_ids"]) // BLOCK) * BLOCK
-        return {k: [t[i : i + BLOCK] for i in range(0, total, BLOCK)] for k, t in concatenated.items()}
-
-    grouped = tokenized.map(group_texts, batched=True)
+    grouped = tokenized.map(group_texts, batched=True, fn_kwargs={"block": BLOCK})
     return sum(len(split) for split in grouped.values())
 
 

@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from bench.stats import log_share, spread
+from train.config import JobArguments
 from train.launch.decide import decide_pad_multiple
 
 BLOCK = 128  # max_seq_length of every recipe, and the block length of both packed ones (bench.data.BLOCK)
@@ -156,7 +157,7 @@ def recipe_flags(name: str, settings: RealSettings, model: str, corpus: str, tok
     if name == "ours-compile":
         own += ["--torch_compile", "true"]
     # The runs start without our launcher: give our job what the launcher decides for it on this device.
-    own += list(decide_pad_multiple(8, None, cpu_mode=settings.device == "cpu"))
+    own += list(decide_pad_multiple(JobArguments.pad_to_multiple_of, None, settings.device == "cpu"))
     return own + training_flags(settings)
 
 

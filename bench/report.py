@@ -124,10 +124,12 @@ def markdown(result: dict[str, Any]) -> str:
     add("")
     entry = result.get("first_step_demo")
     if entry:
+        warm = (result.get("startup") or {}).get("demo")
+        warm_text = f"; warm, {_spread(warm['first_step_s'], '.1f')} s (the start-up runs below)" if warm else ""
         add(
             f"Time to the first optimizer step on configs/demo.yaml via {entry['via']}: "
-            f"{entry['cold_cache_s']:.1f} s with empty caches (tokenizer training and tokenization included), "
-            f"{entry['warm_cache_s']:.1f} s on the second run.\n"
+            f"{entry['cold_cache_s']:.1f} s with empty caches (tokenizer training and tokenization included)"
+            f"{warm_text}.\n"
         )
 
     if result.get("startup"):

@@ -21,7 +21,6 @@ import time
 
 STARTED = time.time()  # this rank's Python is up; what follows until IMPORTED is importing torch and transformers
 
-import itertools  # noqa: E402
 import os  # noqa: E402
 import sys  # noqa: E402
 from dataclasses import dataclass, field  # noqa: E402
@@ -41,6 +40,7 @@ from transformers import (  # noqa: E402
     set_seed,
 )
 
+from bench.grouping import group_texts  # noqa: E402
 from bench.probe import PROBE_FILE_ENV, StepProbe  # noqa: E402
 from train.data import real_token_count  # noqa: E402
 
@@ -111,13 +111,6 @@ def tokenized_train(recipe: RecipeArguments, tokenizer: Any, training: TrainingA
     def tokenize_all(examples: dict[str, list[str]]) -> Any:
         return tokenizer(examples["text"], return_special_tokens_mask=True)
 
-    def group_texts(examples: dict[str, list[list[int]]]) -> dict[str, list[list[int]]]:
-        concatenated = {k: list(itertools.chain(*examples[k])) for k in examples}
-        total = len(concatenated[next(iter(examples))])
-        if total >= block:
-            total = (total // block) * block
-        return {k: [t[i : i + block] for i in range(0, total, block)] for k, t in concatenated.items()}
-
     with training.main_process_first(desc="dataset map tokenization"):
         tokenized = raw.map(
             tokenize_all,
@@ -128,7 +121,11 @@ def tokenized_train(recipe: RecipeArguments, tokenizer: Any, training: TrainingA
         )
     with training.main_process_first(desc="grouping texts together"):
         grouped = tokenized.map(
-            group_texts, batched=True, num_proc=recipe.preprocessing_num_workers, desc=f"Grouping into {block}"
+            group_texts,
+            batched=True,
+            fn_kwargs={"block": block},
+            num_proc=recipe.preprocessing_num_workers,
+            desc=f"Grouping into {block}",
         )
     return grouped["train"]
 

@@ -372,14 +372,18 @@ def _table(dataset: Any) -> pa.Table | None:
     return base.with_format("arrow")[:] if base._indices is not None else base.data.table
 
 
-def preprocessing_workers(config: Config, rows: int) -> int:
-    """Tokenization processes: the configured number, else one per CPU this process may use (cgroup-aware, see
-    launch.decide.usable_cpus), as long as each gets MIN_ROWS_PER_WORKER rows or more."""
-    if config.job.preprocessing_num_workers is not None:
-        return config.job.preprocessing_num_workers
-    from train.launch.decide import usable_cpus
+def preprocessing_workers(config: Config, rows: int) -> int | None:
+    """Tokenization processes, as datasets' ``num_proc``: the configured number, else one per CPU this process may
+    use (cgroup-aware, see launch.decide.usable_cpus), as long as each gets MIN_ROWS_PER_WORKER rows or more.
 
-    return max(1, min(usable_cpus(), rows // MIN_ROWS_PER_WORKER))
+    One is None, the calling process, not a pool of one: datasets forks for num_proc=1, and a forked fast tokenizer
+    turns its own threads off, which made one process 4-11 % slower than run_mlm.py's."""
+    workers = config.job.preprocessing_num_workers
+    if workers is None:
+        from train.launch.decide import usable_cpus
+
+        workers = max(1, min(usable_cpus(), rows // MIN_ROWS_PER_WORKER))
+    return workers if workers > 1 else None
 
 
 class IndexedExamples:
@@ -452,9 +456,6 @@ def tokenize(config: Config, raw: RawData, tokenizer: Any) -> dict[str, IndexedE
     result = {}
     for split, dataset in raw.splits.items():
         workers = preprocessing_workers(config, len(dataset))
-        # One worker is the calling process, not a pool of one: datasets forks for num_proc=1, and a forked fast
-        # tokenizer turns its own threads off, which made one process 4-11 % slower than run_mlm.py's.
-        workers = workers if workers > 1 else None
         tokenized = dataset.map(
             encode,
             batched=True,
