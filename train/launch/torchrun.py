@@ -56,14 +56,6 @@ def _die_with_parent() -> None:
         pass
 
 
-def _name_process(name: bytes) -> None:
-    """The forked agent's name in ps and top (its command line stays the launcher's)."""
-    with contextlib.suppress(OSError, AttributeError):
-        import ctypes
-
-        ctypes.CDLL(None).prctl(15, name)  # PR_SET_NAME
-
-
 class ForkedTorchrun:
     """torchrun's main (``torch.distributed.run``, the code behind the ``torchrun`` command) in a fork of the
     launcher, with what run_torchrun uses of a Popen: ``pid``, ``stderr``, ``send_signal``, ``wait``.
@@ -73,7 +65,8 @@ class ForkedTorchrun:
     the difference. The child is set up as Popen would set up a new `torchrun` process: its own process group,
     SIGTERM when the launcher dies, stderr into the pipe, the ranks' environment in os.environ (the agent gives its
     environment to the ranks), Python's initial signal handlers, none of the launcher's atexit handlers; and it
-    leaves through os._exit, so that nothing of the launcher's stack (its finally blocks) runs in it.
+    leaves through os._exit, so that nothing of the launcher's stack (its finally blocks) runs in it. (In ps its
+    command line is the launcher's; torchrun names its main thread pt_elastic either way.)
     """
 
     def __init__(self, arguments: Sequence[str], env: Mapping[str, str]) -> None:
@@ -83,17 +76,19 @@ class ForkedTorchrun:
         # Stop signals are held across the fork: the child resets the launcher's handlers before it takes them,
         # and the launcher takes them once it knows the child's pid.
         blocked = signal.pthread_sigmask(signal.SIG_BLOCK, STOP_SIGNALS)
-        pid = os.fork()
-        if pid == 0:
-            os.close(read_fd)
-            self._agent(list(arguments), env, write_fd, blocked)
-        os.close(write_fd)
-        with contextlib.suppress(OSError):  # also here: a signal to the group must not find the child outside it
-            os.setpgid(pid, pid)
-        self.pid = pid
-        self.returncode: int | None = None
-        self.stderr: IO[bytes] = open(read_fd, "rb")  # noqa: SIM115 (closed in wait)
-        signal.pthread_sigmask(signal.SIG_SETMASK, blocked)
+        try:
+            pid = os.fork()
+            if pid == 0:
+                os.close(read_fd)
+                self._agent(list(arguments), env, write_fd, blocked)
+            os.close(write_fd)
+            with contextlib.suppress(OSError):  # here too: a signal to our group must not find it still in it
+                os.setpgid(pid, pid)
+            self.pid = pid
+            self.returncode: int | None = None
+            self.stderr: IO[bytes] = open(read_fd, "rb")  # noqa: SIM115 (closed in wait)
+        finally:
+            signal.pthread_sigmask(signal.SIG_SETMASK, blocked)
 
     @staticmethod
     def _agent(arguments: list[str], env: Mapping[str, str], stderr_fd: int, mask: set[signal.Signals]) -> NoReturn:
@@ -101,7 +96,6 @@ class ForkedTorchrun:
         try:
             os.setpgid(0, 0)
             _die_with_parent()
-            _name_process(b"torchrun")
             os.dup2(stderr_fd, 2)
             os.close(stderr_fd)
             sys.stderr = sys.__stderr__ or sys.stderr  # fd 2, the pipe now (a harness may have replaced sys.stderr)
