@@ -9,6 +9,8 @@ import torch
 
 from train.doctor import network
 from train.doctor.machine import TorchView
+from train.errors import UserError
+from train.launch.topology import wait_for_address
 
 # ---- NCCL ----------------------------------------------------------------------------------------------------------
 
@@ -79,6 +81,27 @@ def test_master_address_that_does_not_resolve_fails():
     environ = {"NNODES": "2", "MASTER_ADDR": "no-such-host.invalid", "MASTER_PORT": "29500", "NODE_RANK": "1"}
     found = network.check_master(environ)
     assert found.status == "FAIL" and "does not resolve" in found.detail
+    assert found.fix == "set MASTER_ADDR to node 0's host name or IP address as this node reaches it"
+
+
+@pytest.mark.parametrize(
+    ("environ", "fix"),
+    [
+        ({"PET_NNODES": "2", "PET_NODE_RANK": "1", "PET_MASTER_ADDR": "trainer-node-0-0.trainer"}, "Kubernetes:"),
+        ({"SLURM_JOB_ID": "7", "SLURM_STEP_ID": "0", "SLURM_STEP_NUM_NODES": "2", "SLURM_NODEID": "1",
+          "SLURM_STEP_NUM_TASKS": "2", "SLURM_STEP_NODELIST": "gpu[07-08]"}, "Slurm's name for node 0"),
+    ],
+)  # fmt: skip
+def test_an_unresolvable_master_gets_the_launchers_hint_for_where_its_name_came_from(environ, fix):
+    found = network.check_master(environ)
+    assert found.status == "FAIL" and found.fix.startswith(fix)
+    with pytest.raises(UserError) as caught:  # what the launcher says when it gives up waiting for the same name
+        wait_for_address(found.data["host"], found.data["source"], 0, lambda m: None, unresolvable, lambda s: None)
+    assert found.fix in str(caught.value)
+
+
+def unresolvable(host: str) -> None:
+    raise OSError("Name or service not known")
 
 
 def test_master_node_checks_its_port_is_free():

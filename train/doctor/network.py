@@ -15,7 +15,7 @@ from train.doctor.machine import TorchView
 from train.doctor.rows import FAIL, OK, SKIP, WARN, Check
 from train.errors import UserError
 from train.launch.plan import Plan
-from train.launch.topology import Topology, topology_from_env
+from train.launch.topology import Topology, resolve_hint, topology_from_env
 
 MIB = 1024**2
 NCCL_TIMEOUT_S = 120.0
@@ -131,11 +131,6 @@ def check_nccl(
 
 # ---- multi-node ----------------------------------------------------------------------------------------------------
 
-RESOLVE_FIX = (
-    "Kubernetes: the master is the rank-0 pod behind a headless Service (publishNotReadyAddresses: true); "
-    "check its name and that it exists"
-)
-
 
 def check_master(environ: Mapping[str, str]) -> Check:
     try:
@@ -156,7 +151,7 @@ def check_master(environ: Mapping[str, str]) -> Check:
     try:
         resolved = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0][4][0]
     except socket.gaierror as exc:
-        return Check("master", FAIL, f"{named}: does not resolve ({exc.strerror})", RESOLVE_FIX, data)
+        return Check("master", FAIL, f"{named}: does not resolve ({exc.strerror})", resolve_hint(source), data)
     try:
         with socket.create_connection((resolved, port), timeout=CONNECT_TIMEOUT_S):
             pass

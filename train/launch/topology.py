@@ -401,6 +401,19 @@ def topology_from_env(environ: Mapping[str, str]) -> Topology:
     )
 
 
+def resolve_hint(source: str) -> str:
+    """What to check when node 0's name, read from ``source``, does not resolve (the launcher's wait and doctor's
+    master check): Slurm's node names, a Kubernetes Service, or the address a user set."""
+    if source.startswith("SLURM_"):
+        return (
+            "Slurm's name for node 0 must resolve on every node; where NodeName is not the host's DNS name, set "
+            "MASTER_ADDR to node 0's address"
+        )
+    if source.startswith("PET_"):
+        return "Kubernetes: check that pod 0 of the job and its headless Service exist (the Service gives its name)"
+    return f"set {source} to node 0's host name or IP address as this node reaches it"
+
+
 def wait_for_address(
     host: str,
     source: str,
@@ -428,14 +441,8 @@ def wait_for_address(
             failures += 1
             left = deadline - clock()
             if left <= 0:
-                hint = (
-                    "Slurm's name for node 0 must resolve on every node; where NodeName is not the host's DNS name, "
-                    "set MASTER_ADDR to node 0's address"
-                    if source.startswith("SLURM_")
-                    else "check that the master pod and its headless Service exist"
-                )
                 raise UserError(
-                    f"{source}={host!r} did not resolve within {timeout_s:.0f}s ({exc}); {hint} "
+                    f"{source}={host!r} did not resolve within {timeout_s:.0f}s ({exc}); {resolve_hint(source)} "
                     "(or raise MLM_RDZV_TIMEOUT)",
                     exit_code=EXIT_CRASH,
                 ) from None
