@@ -37,18 +37,23 @@ _log() {
 	printf '%s%s [%s] mlm-trainer: %s%s\n' "$colour" "$(date -u +%Y-%m-%dT%H:%M:%SZ)" "$level" "$*" "$reset" >&2
 }
 
-# file_env VAR: fill VAR from the file named by VAR_FILE (Docker/Kubernetes secrets); both set is an error.
+# The secrets a run may read from the environment (the hub, the trackers, S3 data), each also accepted as VAR_FILE:
+# a file holding it, as Docker and Kubernetes mount secrets.
+SECRET_VARS=(HF_TOKEN WANDB_API_KEY MLFLOW_TRACKING_TOKEN MLFLOW_TRACKING_PASSWORD AWS_ACCESS_KEY_ID
+	AWS_SECRET_ACCESS_KEY AWS_SESSION_TOKEN)
+
+# file_env VAR: fill VAR from the file named by VAR_FILE (its trailing newlines dropped); both set is an error.
 file_env() {
 	local var="$1"
 	local file_var="${var}_FILE"
 	local value="${!var:-}" file="${!file_var:-}"
 	if [[ -n "$value" && -n "$file" ]]; then
-		_log ERROR "both $var and $file_var are set; set only one (the token itself, or the file holding it)"
+		_log ERROR "both $var and $file_var are set; set only one (the value itself, or the file holding it)"
 		exit 2
 	fi
 	if [[ -n "$file" ]]; then
 		if [[ ! -r "$file" ]]; then
-			_log ERROR "$file_var=$file: no such readable file; expected a file holding the token"
+			_log ERROR "$file_var=$file: no such readable file; expected a file holding $var"
 			exit 2
 		fi
 		value="$(<"$file")"
@@ -76,7 +81,10 @@ withhold_secrets() {
 
 # Sub-command dispatch: our commands go to Python modules; anything else is executed as given.
 _main() {
-	file_env HF_TOKEN
+	local var
+	for var in "${SECRET_VARS[@]}"; do
+		file_env "$var"
+	done
 	local command="${1:-train}"
 	case "$command" in
 	train | plan)

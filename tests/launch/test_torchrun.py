@@ -172,6 +172,39 @@ def test_the_entrypoint_withholds_every_secret_option():
         assert f"--{name})" in script and f"--{name}=*)" in script and f"MLM_{name.upper()}=" in script
 
 
+SECRET_VARS = ("HF_TOKEN", "WANDB_API_KEY", "MLFLOW_TRACKING_TOKEN", "MLFLOW_TRACKING_PASSWORD", "AWS_ACCESS_KEY_ID",
+               "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN")  # fmt: skip
+
+
+def test_every_secret_can_come_from_a_mounted_file(tmp_path):
+    """VAR_FILE fills VAR (the trailing newline a Secret's file often has dropped) and is itself unset; both set
+    is exit 2 naming both."""
+    files = {}
+    for name in SECRET_VARS:
+        files[f"{name}_FILE"] = str(tmp_path / name.lower())
+        Path(files[f"{name}_FILE"]).write_text(f"value of {name}\n")
+    show = "; ".join(f'printf "%s|%s\\n" "${name}" "${{{name}_FILE-unset}}"' for name in SECRET_VARS)
+    result = subprocess.run(
+        [str(REPO / "entrypoint.sh"), "bash", "-c", show], env=entry_env(tmp_path, **files), capture_output=True,
+        text=True, timeout=60, check=False,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.splitlines() == [f"value of {name}|unset" for name in SECRET_VARS]
+
+    both = entry_env(tmp_path, WANDB_API_KEY="inline", WANDB_API_KEY_FILE=files["WANDB_API_KEY_FILE"])
+    result = subprocess.run([str(REPO / "entrypoint.sh"), "true"], env=both, capture_output=True, text=True, timeout=60)
+    assert result.returncode == 2 and "both WANDB_API_KEY and WANDB_API_KEY_FILE are set" in result.stderr
+    missing = entry_env(tmp_path, AWS_SECRET_ACCESS_KEY_FILE=str(tmp_path / "absent"))
+    result = subprocess.run(
+        [str(REPO / "entrypoint.sh"), "true"], env=missing, capture_output=True, text=True, timeout=60
+    )
+    assert result.returncode == 2
+    assert (
+        "AWS_SECRET_ACCESS_KEY_FILE=" in result.stderr
+        and "expected a file holding AWS_SECRET_ACCESS_KEY" in result.stderr
+    )
+
+
 def test_the_relay_drops_c10d_hostname_warnings_unless_debugging() -> None:
     """Every connection from a peer without reverse DNS (containers, network namespaces) logs one; JSON mode's
     stderr and a person's console get none of them. MLM_DEBUG=1 keeps them."""
