@@ -13,6 +13,7 @@ import math
 import os
 import shutil
 import sys
+import uuid
 from pathlib import Path
 from typing import Any
 
@@ -36,6 +37,7 @@ from train.console import now, say, warn
 from train.data import RawData, load_raw, real_token_count, tokenize, truncation
 from train.errors import EXIT_CRASH, ConfigError, EnvironmentProblem, Preempted, UserError, exit_process, run_main
 from train.handoff import Handoff
+from train.hf import cache_root
 from train.lease import OutputLease
 from train.model import load_model, load_tokenizer, scratch_config, use_masked_only_head
 from train.outputs import (
@@ -115,8 +117,10 @@ def build_trainer(config: Config) -> tuple[Trainer, dict[str, Any]]:
     """Data, tokenizer, model, collator and Trainer for this rank."""
     training, job = config.training, config.job
     # Rank 0 reads the data, trains a tokenizer if one is needed and tokenizes; the other ranks then load the
-    # same results from the caches instead of repeating the work.
-    with training.main_process_first(desc="preparing data"):
+    # same results from the caches instead of repeating the work: each node's local rank 0 does it for its node,
+    # unless the nodes share the cache, where world rank 0 does it for all.
+    shared = cache_shared_with_rank_0(training.process_index, training.local_process_index)
+    with training.main_process_first(local=not shared, desc="preparing data"):
         stream, raw = load_stream_raw(config) if job.streaming else (None, load_raw(config))
         arch = scratch_config(config)
         tokenizer = load_tokenizer(config, raw, from_scratch=arch is not None)
@@ -255,6 +259,35 @@ def main(argv: list[str] | None = None) -> int:
                 "earlier checkpoints are intact: free space or use a larger volume, then run again to resume"
             ) from None
         raise
+
+
+def cache_shared_with_rank_0(rank: int, local_rank: int) -> bool:
+    """Whether this rank's cache (cache_root, in HF_HOME) is world rank 0's, on a node of its own: one volume the
+    nodes share (NFS, a Slurm cluster's home), found by looking. Rank 0 writes a file under a fresh random name
+    and broadcasts the name; each rank looks for it; then rank 0 removes it.
+
+    Why: transformers' main_process_first lets each node's local rank 0 do the work (right for node-local caches);
+    on a shared cache every node would tokenize into the same files at once (the work once per node, and on NFS a
+    file replaced while another node reads it goes stale). Neither transformers nor datasets tells them apart. A
+    name that is not seen (a client's stale directory cache) only means the node does the work itself, as before.
+    """
+    world = int(os.environ.get("WORLD_SIZE", "1"))
+    local_world = int(os.environ.get("LOCAL_WORLD_SIZE", str(world)))
+    if world == local_world or not (dist.is_available() and dist.is_initialized()):
+        return False  # one node: its local rank 0 is world rank 0 either way
+    cache = cache_root()
+    name = [f".shared-{uuid.uuid4().hex}" if rank == 0 else None]
+    if rank == 0:
+        cache.mkdir(parents=True, exist_ok=True)
+        (cache / name[0]).touch()
+    dist.broadcast_object_list(name, src=0)  # sent once the file exists
+    shared = (cache / str(name[0])).exists()
+    dist.barrier()
+    if rank == 0:
+        (cache / str(name[0])).unlink(missing_ok=True)
+    if shared and rank >= local_world and local_rank == 0:
+        say(f"the cache {cache} is node 0's too (a shared volume): node 0 prepares the data, this node reads it")
+    return shared
 
 
 def agreed_resume(config: Config, is_zero: bool) -> str | None:

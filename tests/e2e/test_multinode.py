@@ -26,7 +26,7 @@ def free_port() -> int:
         return sock.getsockname()[1]
 
 
-def node_env(tmp_path: Path, rank: int, port: int) -> dict[str, str]:
+def node_env(tmp_path: Path, rank: int, port: int, cache: str = "node") -> dict[str, str]:
     env = tiny_env(tmp_path / f"node{rank}" / "output", log_format="text")
     env.update(
         # What a PyTorchJob (training-operator >= 1.7) sets on the master (0) and worker (1) pods.
@@ -39,7 +39,7 @@ def node_env(tmp_path: Path, rank: int, port: int) -> dict[str, str]:
         MASTER_PORT=str(port),
         WORLD_SIZE="2",
         RANK=str(rank),
-        HF_HOME=str(tmp_path / f"node{rank}" / "hf"),
+        HF_HOME=str(tmp_path / (f"node{rank}" if cache == "node" else "shared") / "hf"),
         # entrypoint.sh runs python3: this environment's.
         PATH=f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}",
     )
@@ -47,12 +47,13 @@ def node_env(tmp_path: Path, rank: int, port: int) -> dict[str, str]:
     return env
 
 
-def test_two_nodes_train_together_and_write_one_final(tmp_path: Path) -> None:
+def train_two_nodes(tmp_path: Path, cache: str = "node") -> list[str]:
+    """Both nodes to their end; their logs (node 0's, node 1's), each checked for exit 0."""
     port = free_port()
     nodes = [
         subprocess.Popen(
             [str(REPO / "entrypoint.sh"), "train"],
-            env=node_env(tmp_path, rank, port),
+            env=node_env(tmp_path, rank, port, cache),
             cwd=tmp_path,
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
@@ -70,6 +71,17 @@ def test_two_nodes_train_together_and_write_one_final(tmp_path: Path) -> None:
                 node.kill()
     for rank, (node, log) in enumerate(zip(nodes, logs, strict=True)):
         assert node.returncode == 0, f"node {rank} exited {node.returncode}:\n{log[-4000:]}"
+    return logs
+
+
+SHARED = "is node 0's too (a shared volume): node 0 prepares the data, this node reads it"
+
+
+def test_two_nodes_train_together_and_write_one_final(tmp_path: Path) -> None:
+    logs = train_two_nodes(tmp_path)
+    # Each node's own cache: each prepares its data.
+    assert SHARED not in logs[1] and "Tokenizing train" in logs[1]
+    assert list((tmp_path / "node1/hf/mlm-trainer/tokenized").glob("*.arrow"))
 
     # The launch banner counts both nodes; torchrun met at the address the PET_* variables gave.
     assert "batch: 64 per device x 1 process x 2 nodes x 1 accumulation = 128 global" in logs[0]
@@ -92,3 +104,11 @@ def test_two_nodes_train_together_and_write_one_final(tmp_path: Path) -> None:
     banner = json.loads((tmp_path / "node0/output/logs/train.jsonl").read_text().splitlines()[0])
     assert (banner["event"], banner["nodes"], banner["launched"]) == ("banner", "2", True)
     assert not (tmp_path / "node1/output/run.json").exists()
+
+
+def test_nodes_sharing_a_cache_prepare_the_data_once(tmp_path: Path) -> None:
+    """One HF_HOME on a volume both nodes see (NFS, a cluster's home): node 0 tokenizes, node 1 waits and reads."""
+    logs = train_two_nodes(tmp_path, cache="shared")
+    assert f"the cache {tmp_path}/shared/hf/mlm-trainer {SHARED}" in logs[1], logs[1][-3000:]
+    assert "Tokenizing train" in logs[0] and "Tokenizing train" not in logs[1], logs[1][-3000:]
+    assert not list((tmp_path / "shared/hf/mlm-trainer").glob(".shared-*"))  # the probe is gone

@@ -66,6 +66,8 @@ def test_two_nodes_train_are_stopped_requeued_and_resume_to_one_final(cluster: C
     stopped = re.search(r"stopped by SIGTERM at step (\d+); checkpoint saved", first_run)
     assert stopped, first_run[-4000:]
     assert "Traceback" not in first_run, first_run[-4000:]
+    # The one HF_HOME: node 0 prepares the data, node 1 reads it (tests/e2e/test_multinode.py has both cases).
+    assert "is node 0's too (a shared volume): node 0 prepares the data, this node reads it" in first_run
     assert not (output / "final").exists()
 
     done = cluster.wait(job_id, lambda job: job.state in FINISHED, "finished", RUN_TIMEOUT_S)
