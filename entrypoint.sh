@@ -42,7 +42,8 @@ _log() {
 SECRET_VARS=(HF_TOKEN WANDB_API_KEY MLFLOW_TRACKING_TOKEN MLFLOW_TRACKING_PASSWORD AWS_ACCESS_KEY_ID
 	AWS_SECRET_ACCESS_KEY AWS_SESSION_TOKEN)
 
-# file_env VAR: fill VAR from the file named by VAR_FILE (its trailing newlines dropped); both set is an error.
+# file_env VAR: fill VAR from the file named by VAR_FILE (its trailing newlines dropped); both set, or a file that is
+# missing, a directory (the Secret's mount point instead of its key) or empty, is an error.
 file_env() {
 	local var="$1"
 	local file_var="${var}_FILE"
@@ -52,11 +53,16 @@ file_env() {
 		exit 2
 	fi
 	if [[ -n "$file" ]]; then
-		if [[ ! -r "$file" ]]; then
+		if [[ ! -f "$file" || ! -r "$file" ]]; then
 			_log ERROR "$file_var=$file: no such readable file; expected a file holding $var"
 			exit 2
 		fi
 		value="$(<"$file")"
+		value="${value%$'\r'}" # a file written on Windows
+		if [[ -z "$value" ]]; then
+			_log ERROR "$file_var=$file: the file is empty; expected it to hold $var"
+			exit 2
+		fi
 		export "$var"="$value"
 	fi
 	unset "$file_var"

@@ -270,21 +270,27 @@ def cache_shared_with_rank_0(rank: int, local_rank: int) -> bool:
     on a shared cache every node would tokenize into the same files at once (the work once per node, and on NFS a
     file replaced while another node reads it goes stale). Neither transformers nor datasets tells them apart. A
     name that is not seen (a client's stale directory cache) only means the node does the work itself, as before.
+    Only a volume shared with node 0 is found: nodes 1 and 2 sharing one that node 0 has not each do the work.
     """
     world = int(os.environ.get("WORLD_SIZE", "1"))
     local_world = int(os.environ.get("LOCAL_WORLD_SIZE", str(world)))
     if world == local_world or not (dist.is_available() and dist.is_initialized()):
         return False  # one node: its local rank 0 is world rank 0 either way
     cache = cache_root()
-    name = [f".shared-{uuid.uuid4().hex}" if rank == 0 else None]
+    name: list[str | None] = [None]
     if rank == 0:
-        cache.mkdir(parents=True, exist_ok=True)
-        (cache / name[0]).touch()
+        try:
+            cache.mkdir(parents=True, exist_ok=True)
+            (cache / (probe := f".shared-{uuid.uuid4().hex}")).touch()
+            name[0] = probe
+        except OSError:  # the other ranks wait in the broadcast: send them "no", and let tokenizing say what failed
+            pass
     dist.broadcast_object_list(name, src=0)  # sent once the file exists
-    shared = (cache / str(name[0])).exists()
+    shared = name[0] is not None and (cache / name[0]).exists()
     dist.barrier()
-    if rank == 0:
-        (cache / str(name[0])).unlink(missing_ok=True)
+    if rank == 0 and name[0] is not None:
+        with contextlib.suppress(OSError):
+            (cache / name[0]).unlink(missing_ok=True)
     if shared and rank >= local_world and local_rank == 0:
         say(f"the cache {cache} is node 0's too (a shared volume): node 0 prepares the data, this node reads it")
     return shared

@@ -88,6 +88,9 @@ def test_master_address_that_does_not_resolve_fails():
     ("environ", "fix"),
     [
         ({"PET_NNODES": "2", "PET_NODE_RANK": "1", "PET_MASTER_ADDR": "trainer-node-0-0.trainer"}, "Kubernetes:"),
+        # Our JobSet overlays set plain MASTER_ADDR; the kubelet's KUBERNETES_SERVICE_HOST says it is a pod.
+        ({"NNODES": "2", "NODE_RANK": "1", "MASTER_ADDR": "mlm-node-0-0.mlm", "KUBERNETES_SERVICE_HOST": "10.0.0.1"},
+         "Kubernetes:"),
         ({"SLURM_JOB_ID": "7", "SLURM_STEP_ID": "0", "SLURM_STEP_NUM_NODES": "2", "SLURM_NODEID": "1",
           "SLURM_STEP_NUM_TASKS": "2", "SLURM_STEP_NODELIST": "gpu[07-08]"}, "Slurm's name for node 0"),
     ],
@@ -96,7 +99,9 @@ def test_an_unresolvable_master_gets_the_launchers_hint_for_where_its_name_came_
     found = network.check_master(environ)
     assert found.status == "FAIL" and found.fix.startswith(fix)
     with pytest.raises(UserError) as caught:  # what the launcher says when it gives up waiting for the same name
-        wait_for_address(found.data["host"], found.data["source"], 0, lambda m: None, unresolvable, lambda s: None)
+        wait_for_address(
+            found.data["host"], found.data["source"], 0, lambda m: None, unresolvable, lambda s: None, environ=environ
+        )
     assert found.fix in str(caught.value)
 
 

@@ -123,6 +123,29 @@ def test_a_forked_torchrun_exits_as_the_command_would_on_bad_arguments():
     assert child.wait() == 2
 
 
+@pytest.mark.parametrize(
+    ("ending", "status", "says"),
+    [
+        (KeyboardInterrupt, -signal.SIGINT, b"KeyboardInterrupt"),  # a Ctrl-C before torchrun's handlers are in place
+        (SystemExit("no good"), 1, b"no good"),
+        (SystemExit(None), 0, b""),
+        (RuntimeError("broken"), 1, b"RuntimeError: broken"),
+    ],
+)
+def test_a_forked_torchrun_ends_as_python_would_end_the_command(monkeypatch, ending, status, says):
+    """What the torchrun command's exit status would be when its main ends this way (the forked child runs the
+    main it finds in torch.distributed.run, here one that ends so)."""
+    import torch.distributed.run
+
+    def main(arguments):
+        raise ending
+
+    monkeypatch.setattr(torch.distributed.run, "main", main)
+    child = torchrun.start_torchrun([*planning.torchrun_path(), "--standalone"], {"PATH": os.environ["PATH"]})
+    assert says in child.stderr.read()
+    assert child.wait() == status
+
+
 def test_other_commands_run_as_they_are(cpu_plan):
     child = torchrun.start_torchrun([sys.executable, "-c", "import sys; sys.exit(4)"], {})
     assert isinstance(child, subprocess.Popen) and child.wait() == 4
@@ -194,15 +217,27 @@ def test_every_secret_can_come_from_a_mounted_file(tmp_path):
     both = entry_env(tmp_path, WANDB_API_KEY="inline", WANDB_API_KEY_FILE=files["WANDB_API_KEY_FILE"])
     result = subprocess.run([str(REPO / "entrypoint.sh"), "true"], env=both, capture_output=True, text=True, timeout=60)
     assert result.returncode == 2 and "both WANDB_API_KEY and WANDB_API_KEY_FILE are set" in result.stderr
-    missing = entry_env(tmp_path, AWS_SECRET_ACCESS_KEY_FILE=str(tmp_path / "absent"))
+    for wrong, says in [
+        (tmp_path / "absent", "no such readable file; expected a file holding AWS_SECRET_ACCESS_KEY"),
+        (tmp_path, "no such readable file; expected a file holding AWS_SECRET_ACCESS_KEY"),  # the mount, not its key
+        (write(tmp_path / "empty", "\n"), "the file is empty; expected it to hold AWS_SECRET_ACCESS_KEY"),
+    ]:
+        env = entry_env(tmp_path, AWS_SECRET_ACCESS_KEY_FILE=str(wrong))
+        result = subprocess.run(
+            [str(REPO / "entrypoint.sh"), "true"], env=env, capture_output=True, text=True, timeout=60
+        )
+        assert result.returncode == 2 and f"AWS_SECRET_ACCESS_KEY_FILE={wrong}: {says}" in result.stderr, result.stderr
+    windows = entry_env(tmp_path, HF_TOKEN_FILE=str(write(tmp_path / "crlf", "hf_abc\r\n")))
     result = subprocess.run(
-        [str(REPO / "entrypoint.sh"), "true"], env=missing, capture_output=True, text=True, timeout=60
-    )
-    assert result.returncode == 2
-    assert (
-        "AWS_SECRET_ACCESS_KEY_FILE=" in result.stderr
-        and "expected a file holding AWS_SECRET_ACCESS_KEY" in result.stderr
-    )
+        [str(REPO / "entrypoint.sh"), "bash", "-c", 'printf "%s|" "$HF_TOKEN"'], env=windows, capture_output=True,
+        text=True, timeout=60, check=False,
+    )  # fmt: skip
+    assert result.stdout == "hf_abc|"
+
+
+def write(path: Path, text: str) -> Path:
+    path.write_text(text)
+    return path
 
 
 def test_the_relay_drops_c10d_hostname_warnings_unless_debugging() -> None:

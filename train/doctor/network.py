@@ -151,7 +151,7 @@ def check_master(environ: Mapping[str, str]) -> Check:
     try:
         resolved = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0][4][0]
     except socket.gaierror as exc:
-        return Check("master", FAIL, f"{named}: does not resolve ({exc.strerror})", resolve_hint(source), data)
+        return Check("master", FAIL, f"{named}: does not resolve ({exc.strerror})", resolve_hint(source, environ), data)
     try:
         with socket.create_connection((resolved, port), timeout=CONNECT_TIMEOUT_S):
             pass

@@ -25,6 +25,7 @@ alone would leave the other nodes idle.
 
 from __future__ import annotations
 
+import os
 import socket
 import time
 from collections.abc import Callable, Mapping
@@ -401,15 +402,16 @@ def topology_from_env(environ: Mapping[str, str]) -> Topology:
     )
 
 
-def resolve_hint(source: str) -> str:
+def resolve_hint(source: str, environ: Mapping[str, str]) -> str:
     """What to check when node 0's name, read from ``source``, does not resolve (the launcher's wait and doctor's
-    master check): Slurm's node names, a Kubernetes Service, or the address a user set."""
+    master check): Slurm's node names; in a Kubernetes pod (the kubelet sets KUBERNETES_SERVICE_HOST in every one,
+    and our JobSet overlays set plain MASTER_ADDR) the Service; else the address a user set."""
     if source.startswith("SLURM_"):
         return (
             "Slurm's name for node 0 must resolve on every node; where NodeName is not the host's DNS name, set "
             "MASTER_ADDR to node 0's address"
         )
-    if source.startswith("PET_"):
+    if source.startswith("PET_") or environ.get("KUBERNETES_SERVICE_HOST"):
         return "Kubernetes: check that pod 0 of the job and its headless Service exist (the Service gives its name)"
     return f"set {source} to node 0's host name or IP address as this node reaches it"
 
@@ -422,6 +424,7 @@ def wait_for_address(
     resolve: Callable[[str], object] = lambda host: socket.getaddrinfo(host, None),
     sleep: Callable[[float], None] = time.sleep,
     clock: Callable[[], float] = time.monotonic,
+    environ: Mapping[str, str] = os.environ,
 ) -> int:
     """Wait until ``host`` resolves: a Kubernetes Service name appears some seconds after the pods start.
 
@@ -441,8 +444,9 @@ def wait_for_address(
             failures += 1
             left = deadline - clock()
             if left <= 0:
+                hint = resolve_hint(source, environ)
                 raise UserError(
-                    f"{source}={host!r} did not resolve within {timeout_s:.0f}s ({exc}); {resolve_hint(source)} "
+                    f"{source}={host!r} did not resolve within {timeout_s:.0f}s ({exc}); {hint} "
                     "(or raise MLM_RDZV_TIMEOUT)",
                     exit_code=EXIT_CRASH,
                 ) from None

@@ -20,6 +20,7 @@ import subprocess
 import sys
 import tempfile
 import traceback
+import warnings
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import IO, Any, NoReturn
@@ -71,49 +72,73 @@ class ForkedTorchrun:
 
     def __init__(self, arguments: Sequence[str], env: Mapping[str, str]) -> None:
         read_fd, write_fd = os.pipe()
-        sys.stdout.flush()
-        sys.stderr.flush()  # or what is buffered would be written twice
+        for stream in (sys.stdout, sys.stderr, sys.__stdout__, sys.__stderr__):
+            if stream is not None:
+                stream.flush()  # or what is buffered would be written twice
+        launcher = os.getpid()
         # Stop signals are held across the fork: the child resets the launcher's handlers before it takes them,
         # and the launcher takes them once it knows the child's pid.
-        blocked = signal.pthread_sigmask(signal.SIG_BLOCK, STOP_SIGNALS)
+        previous_mask = signal.pthread_sigmask(signal.SIG_BLOCK, STOP_SIGNALS)
         try:
-            pid = os.fork()
+            with warnings.catch_warnings():  # Python 3.12 warns of fork with threads; the child runs no other's
+                warnings.simplefilter("ignore", DeprecationWarning)
+                pid = os.fork()
             if pid == 0:
-                os.close(read_fd)
-                self._agent(list(arguments), env, write_fd, blocked)
+                self._agent(list(arguments), env, (read_fd, write_fd), previous_mask, launcher)
             os.close(write_fd)
             with contextlib.suppress(OSError):  # here too: a signal to our group must not find it still in it
                 os.setpgid(pid, pid)
-            self.pid = pid
-            self.returncode: int | None = None
-            self.stderr: IO[bytes] = open(read_fd, "rb")  # noqa: SIM115 (closed in wait)
+        except BaseException:
+            os.close(read_fd)
+            with contextlib.suppress(OSError):
+                os.close(write_fd)
+            raise
         finally:
-            signal.pthread_sigmask(signal.SIG_SETMASK, blocked)
+            signal.pthread_sigmask(signal.SIG_SETMASK, previous_mask)
+        self.pid = pid
+        self.returncode: int | None = None
+        self.stderr: IO[bytes] = open(read_fd, "rb")  # noqa: SIM115 (closed in wait)
 
     @staticmethod
-    def _agent(arguments: list[str], env: Mapping[str, str], stderr_fd: int, mask: set[signal.Signals]) -> NoReturn:
-        code = 1
+    def _agent(
+        arguments: list[str],
+        env: Mapping[str, str],
+        pipe: tuple[int, int],
+        mask: set[signal.Signals],
+        launcher: int,
+    ) -> NoReturn:
+        """The child: everything inside one try, which ends in os._exit whatever happens."""
+        code: int | None = 1  # None: interrupted, die of SIGINT as Python does
         try:
+            os.close(pipe[0])
             os.setpgid(0, 0)
             _die_with_parent()
-            os.dup2(stderr_fd, 2)
-            os.close(stderr_fd)
+            if os.getppid() != launcher:  # it died before the line above could take effect
+                os._exit(128 + signal.SIGTERM)
+            os.dup2(pipe[1], 2)
+            os.close(pipe[1])
             sys.stderr = sys.__stderr__ or sys.stderr  # fd 2, the pipe now (a harness may have replaced sys.stderr)
             for signum in STOP_SIGNALS:
                 signal.signal(signum, signal.default_int_handler if signum == signal.SIGINT else signal.SIG_DFL)
             signal.pthread_sigmask(signal.SIG_SETMASK, mask)
             os.environ.clear()
             os.environ.update(env)
-            atexit._clear()  # the launcher's; torchrun's own, registered from here on, run below
+            # The exit handlers registered so far are the launcher's libraries' (what they clean up is the
+            # launcher's: its temporary files, its logging); those the agent registers from here on run below.
+            atexit._clear()
             sys.argv = ["torchrun", *arguments]
             from torch.distributed.run import main
 
             main(arguments)
             code = 0
-        except SystemExit as stop:  # its argument parser's, as the command would exit
-            code = stop.code if isinstance(stop.code, int) else (0 if stop.code is None else 1)
-            if isinstance(stop.code, str):
+        except SystemExit as stop:  # as Python exits on it: an int as it is, None 0, anything else printed and 1
+            if stop.code is None or isinstance(stop.code, int):
+                code = stop.code or 0
+            else:
                 print(stop.code, file=sys.stderr)
+        except KeyboardInterrupt:  # a SIGINT before torchrun's handlers: the traceback, then death by SIGINT
+            traceback.print_exc()
+            code = None
         except BaseException:  # as the command ends on an exception: its traceback (the relay knows it), 1
             traceback.print_exc()
         finally:
@@ -121,7 +146,10 @@ class ForkedTorchrun:
                 atexit._run_exitfuncs()
                 sys.stdout.flush()
                 sys.stderr.flush()
-            os._exit(code)
+            if code is None:
+                signal.signal(signal.SIGINT, signal.SIG_DFL)
+                os.kill(os.getpid(), signal.SIGINT)
+            os._exit(128 + signal.SIGINT if code is None else code)
 
     def send_signal(self, signum: int) -> None:
         if self.returncode is None:
@@ -289,7 +317,7 @@ def run_torchrun(
 def launch(plan: Plan, environ: Mapping[str, str], log: Callable[..., None], rdzv_timeout: int) -> int:
     target = plan.topology.address_to_wait_for
     if target:
-        wait_for_address(*target, timeout_s=rdzv_timeout, log=lambda m: log(m, "warning"))
+        wait_for_address(*target, timeout_s=rdzv_timeout, log=lambda m: log(m, "warning"), environ=environ)
     exit_dir = tempfile.mkdtemp(prefix="mlm-exit-")
     try:
         log("torchrun: " + " ".join(plan.command))
