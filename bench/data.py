@@ -165,6 +165,8 @@ def main(argv: list[str] | None = None) -> int:
         print(json.dumps(worker(mode, Path(corpus), Path(tokenizer_dir), Path(hf_home))))
         return 0
     sizes = [int(s) for s in args.sizes.split(",")]
+    if len(sizes) < 2 or sizes != sorted(set(sizes)):
+        parser.error(f"--sizes {args.sizes}: expected two or more sizes in MB, smallest first (it measures growth)")
     args.workdir.mkdir(parents=True, exist_ok=True)
     sample = write_corpus(args.workdir / f"corpus-{TOKENIZER_SAMPLE_MB}mb.txt", TOKENIZER_SAMPLE_MB * 2**20)
     tokenizer_dir = train_tokenizer(sample, args.workdir / "tokenizer")
