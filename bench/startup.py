@@ -61,6 +61,15 @@ def time_imports(env: Mapping[str, str], cwd: Path, repeats: int) -> dict[str, l
     return times
 
 
+def log_record(line: str) -> dict[str, Any]:
+    """A JSON log line's record (MLM_LOG_FORMAT=json), else {}: a training step's has event "train"."""
+    try:
+        record = json.loads(line) if line.startswith("{") else {}
+    except json.JSONDecodeError:
+        return {}
+    return record if isinstance(record, dict) else {}
+
+
 def demo_run(command: list[str], env: Mapping[str, str], cwd: Path) -> dict[str, float]:
     """A whole run of the demo through the front door, its JSON records read as they come: wall, first step and
     the Trainer's train_runtime."""
@@ -72,7 +81,7 @@ def demo_run(command: list[str], env: Mapping[str, str], cwd: Path) -> dict[str,
     ) as process:
         assert process.stdout is not None
         for line in process.stdout:
-            record = json.loads(line) if line.startswith("{") else {}
+            record = log_record(line)
             if record.get("event") == "train" and first_step is None:
                 first_step = time.perf_counter() - started
             if record.get("event") == "train_end":

@@ -413,6 +413,12 @@ def test_startup_ratios_are_taken_per_round_and_checked_against_the_targets():
     assert "| warm 2-step demo run less its steps / bare import | 2.33 | ≤ 2.0 | **no** |" in text
 
 
+def test_the_first_step_is_read_from_the_json_records_alike_cold_and_warm():
+    assert startup.log_record('{"event": "train", "step": 1, "loss": 4.3}\n')["event"] == "train"
+    for line in ('{"event": "launch"', "mlm-trainer: finished\n", "Tokenizing train:  50%|{bar}\n", "\n"):
+        assert startup.log_record(line).get("event") != "train"
+
+
 def test_a_startup_import_is_timed_inside_a_fresh_process():
     import os
 

@@ -164,9 +164,11 @@ class ForkedTorchrun:
 
 
 def start_torchrun(command: Sequence[str], env: Mapping[str, str]) -> ForkedTorchrun | subprocess.Popen[bytes]:
-    """This environment's torchrun (torchrun_path) as a fork; any other command (the tests' stand-ins) as one."""
+    """This environment's torchrun (torchrun_path) as a fork on Linux; any other command (the tests' stand-ins),
+    or elsewhere, as one (macOS's system frameworks are not safe to fork once loaded, as multiprocessing's spawn
+    default there says)."""
     program = torchrun_path()
-    if list(command[: len(program)]) == program and hasattr(os, "fork"):
+    if list(command[: len(program)]) == program and sys.platform == "linux":
         return ForkedTorchrun(command[len(program) :], env)
     return subprocess.Popen(
         list(command), env=dict(env), process_group=0, preexec_fn=_die_with_parent, stderr=subprocess.PIPE
