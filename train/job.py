@@ -26,7 +26,7 @@ from datasets import DatasetDict
 # Importing the Trainer imports transformers' integrations, which print "[INFO] Running in WANDB offline mode" on
 # stdout when WANDB_MODE=offline (transformers 5.24): stdout carries only our JSON records, so that goes to stderr.
 with contextlib.redirect_stdout(sys.stderr):
-    from transformers import Trainer, set_seed
+    from transformers import Trainer, TrainingArguments, set_seed
 
 from train import logs
 from train.callbacks import CheckpointCompleteMarker, DivergenceGuard, EpochForCollator, finite_weights
@@ -119,7 +119,7 @@ def build_trainer(config: Config) -> tuple[Trainer, dict[str, Any]]:
     # Rank 0 reads the data, trains a tokenizer if one is needed and tokenizes; the other ranks then load the
     # same results from the caches instead of repeating the work: each node's local rank 0 does it for its node,
     # unless the nodes share the cache, where world rank 0 does it for all.
-    shared = cache_shared_with_rank_0(training.process_index, training.local_process_index)
+    shared = cache_shared_with_rank_0(training)
     with training.main_process_first(local=not shared, desc="preparing data"):
         stream, raw = load_stream_raw(config) if job.streaming else (None, load_raw(config))
         arch = scratch_config(config)
@@ -261,7 +261,7 @@ def main(argv: list[str] | None = None) -> int:
         raise
 
 
-def cache_shared_with_rank_0(rank: int, local_rank: int) -> bool:
+def cache_shared_with_rank_0(training: TrainingArguments) -> bool:
     """Whether this rank's cache (cache_root, in HF_HOME) is world rank 0's, on a node of its own: one volume the
     nodes share (NFS, a Slurm cluster's home), found by looking. Rank 0 writes a file under a fresh random name
     and broadcasts the name; each rank looks for it; then rank 0 removes it.
@@ -272,9 +272,10 @@ def cache_shared_with_rank_0(rank: int, local_rank: int) -> bool:
     name that is not seen (a client's stale directory cache) only means the node does the work itself, as before.
     Only a volume shared with node 0 is found: nodes 1 and 2 sharing one that node 0 has not each do the work.
     """
-    world = int(os.environ.get("WORLD_SIZE", "1"))
-    local_world = int(os.environ.get("LOCAL_WORLD_SIZE", str(world)))
-    if world == local_world or not (dist.is_available() and dist.is_initialized()):
+    rank, local_rank = training.process_index, training.local_process_index
+    # torchrun's: the Trainer's arguments know the world and this rank's place on its node, not the node's size.
+    local_world = int(os.environ.get("LOCAL_WORLD_SIZE", str(training.world_size)))
+    if training.world_size == local_world or not (dist.is_available() and dist.is_initialized()):
         return False  # one node: its local rank 0 is world rank 0 either way
     cache = cache_root()
     name: list[str | None] = [None]
@@ -291,7 +292,7 @@ def cache_shared_with_rank_0(rank: int, local_rank: int) -> bool:
     if rank == 0 and name[0] is not None:
         with contextlib.suppress(OSError):
             (cache / name[0]).unlink(missing_ok=True)
-    if shared and rank >= local_world and local_rank == 0:
+    if shared and local_rank == 0 and rank != 0:  # each other node's local rank 0 says so once
         say(f"the cache {cache} is node 0's too (a shared volume): node 0 prepares the data, this node reads it")
     return shared
 

@@ -6,6 +6,7 @@ import atexit
 import dataclasses
 import json
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -202,6 +203,8 @@ SECRET_VARS = ("HF_TOKEN", "WANDB_API_KEY", "MLFLOW_TRACKING_TOKEN", "MLFLOW_TRA
 def test_every_secret_can_come_from_a_mounted_file(tmp_path):
     """VAR_FILE fills VAR (the trailing newline a Secret's file often has dropped) and is itself unset; both set
     is exit 2 naming both."""
+    listed = re.search(r"^SECRET_VARS=\(([^)]*)\)", (REPO / "entrypoint.sh").read_text(), re.M)
+    assert listed and tuple(listed[1].split()) == SECRET_VARS  # the list this test goes through is the script's
     files = {}
     for name in SECRET_VARS:
         files[f"{name}_FILE"] = str(tmp_path / name.lower())
