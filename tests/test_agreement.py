@@ -33,7 +33,7 @@ def closed_port() -> int:
 
 
 def shm_of(size: int):
-    """os.statvfs with /dev/shm of ``size`` bytes (decide.shm_size reads it for both); other paths stay real."""
+    """os.statvfs with /dev/shm of ``size`` bytes (resources.shm_size reads it for both); other paths stay real."""
     real = os.statvfs
 
     def statvfs(path):

@@ -374,13 +374,13 @@ def _table(dataset: Any) -> pa.Table | None:
 
 def preprocessing_workers(config: Config, rows: int) -> int | None:
     """Tokenization processes, as datasets' ``num_proc``: the configured number, else one per CPU this process may
-    use (cgroup-aware, see launch.decide.usable_cpus), as long as each gets MIN_ROWS_PER_WORKER rows or more.
+    use (cgroup-aware, see train.resources.usable_cpus), as long as each gets MIN_ROWS_PER_WORKER rows or more.
 
     One is None, the calling process, not a pool of one: datasets forks for num_proc=1, and a forked fast tokenizer
     turns its own threads off, which made one process 4-11 % slower than run_mlm.py's."""
     workers = config.job.preprocessing_num_workers
     if workers is None:
-        from train.launch.decide import usable_cpus
+        from train.resources import usable_cpus
 
         workers = max(1, min(usable_cpus(), rows // MIN_ROWS_PER_WORKER))
     return workers if workers > 1 else None

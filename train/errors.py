@@ -97,6 +97,12 @@ def read_exit_codes(directory: str) -> list[int]:
 
 
 # The codes a rank reports on purpose, in the order they win when ranks disagree.
+def first_line(exc: BaseException, limit: int = 200) -> str:
+    """An exception's first non-empty line, at most ``limit`` characters; its type's name when it says nothing."""
+    lines = [text for text in str(exc).strip().splitlines() if text.strip()]
+    return (lines[0].strip() if lines else type(exc).__name__)[:limit]
+
+
 DOCUMENTED_EXITS = (EXIT_CONFIG, EXIT_ENVIRONMENT, EXIT_PREEMPTED)
 
 

@@ -9,6 +9,8 @@ with the library's own semantics (``XDG_CACHE_HOME``, ``HF_HUB_CACHE``, ``TRANSF
 from __future__ import annotations
 
 import contextlib
+import hashlib
+import json
 import os
 import sys
 from collections.abc import Iterator, Mapping
@@ -48,6 +50,16 @@ def hub_cache(environ: Mapping[str, str] | None = None) -> Path:
 def cache_root(environ: Mapping[str, str] | None = None) -> Path:
     """Our cache folder inside HF_HOME (the one place besides output_dir the job writes to)."""
     return hf_home(environ) / OUR_CACHE
+
+
+CACHE_KEY_CHARS = 20  # hex digits of a cache entry's name: 80 bits, no collision among a cache's entries
+
+
+def cache_key(*parts: object) -> str:
+    """The name of a cache entry made from ``parts`` (JSON-able values; anything else by its str): the same parts
+    give the same name in every process and on every node."""
+    text = json.dumps(parts, sort_keys=True, default=str)
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()[:CACHE_KEY_CHARS]
 
 
 def offline(environ: Mapping[str, str] | None = None) -> bool:

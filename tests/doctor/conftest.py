@@ -8,7 +8,7 @@ import os
 import pytest
 
 from tests.doctor.helpers import GIB
-from train.launch import decide
+from train import resources
 
 CLUSTER = ("MASTER_", "PET_", "CUDA_VISIBLE", "NVIDIA_VISIBLE", "SLURM_")
 CLUSTER_NAMES = ("NNODES", "NODE_RANK", "GROUP_RANK", "JOB_COMPLETION_INDEX", "WORLD_SIZE", "RANK", "LOCAL_RANK")
@@ -29,5 +29,5 @@ def env(tmp_path, monkeypatch) -> dict[str, str]:
     }
     for name, value in values.items():
         monkeypatch.setenv(name, value)
-    monkeypatch.setattr(decide, "shm_size", lambda path="/dev/shm": 16 * GIB)
+    monkeypatch.setattr(resources, "shm_size", lambda path="/dev/shm": 16 * GIB)
     return values

@@ -7,9 +7,9 @@ import pytest
 
 from tests.doctor.helpers import GIB, checks, fast_nccl
 from tests.fakes import FakeDevice, FakeNvml, h100s, install, no_driver, uuid_of
+from train import resources
 from train.doctor import machine
 from train.gpus import Inventory
-from train.launch import decide
 from train.launch.plan import launcher_config
 
 # ---- gpus and driver ---------------------------------------------------------------------------------------------
@@ -127,7 +127,7 @@ def test_shm(size_mib, workers, status):
 
 def test_small_shm_reaches_the_row_and_not_twice(env, monkeypatch):
     no_driver(monkeypatch)
-    monkeypatch.setattr(decide, "shm_size", lambda path="/dev/shm": 64 * 2**20)
+    monkeypatch.setattr(resources, "shm_size", lambda path="/dev/shm": 64 * 2**20)
     found = checks(["--dataloader_num_workers", "2"])
     assert found["/dev/shm"].status == "WARN" and "only 64 MiB" in found["/dev/shm"].detail
     assert found["/dev/shm"].detail in found["processes"].data["warnings"]

@@ -95,7 +95,7 @@ def test_decide_nproc_errors():
 
 def test_usable_cpus_is_capped_by_the_cgroup_quota(tmp_path):
     """A pod limited to 1.5 CPUs gets 2 workers' worth, not the node's count; no quota leaves the affinity mask."""
-    from train.launch.decide import cgroup_cpu_quota, usable_cpus
+    from train.resources import cgroup_cpu_quota, usable_cpus
 
     mask = len(os.sched_getaffinity(0))
     v2 = tmp_path / "v2"

@@ -7,13 +7,13 @@ import os
 import sys
 from collections.abc import Callable, Mapping, Sequence
 
+from train import resources
 from train.config import Config
 from train.console import resolve_format
 from train.doctor import machine, network, sources, storage
 from train.doctor.rows import FAIL, Check, failed, render
 from train.errors import EXIT_ENVIRONMENT, exit_process, run_main
 from train.gpus import detect
-from train.launch import decide
 from train.launch.plan import Plan, launcher_config
 
 
@@ -21,7 +21,7 @@ def run_checks(config: Config, environ: Mapping[str, str], argv: Sequence[str] =
     """Every check; one that breaks unexpectedly is reported as a FAIL rather than hiding the others."""
     inventory = detect(environ)
     torch = machine.torch_view()
-    shm_bytes = decide.shm_size()
+    shm_bytes = resources.shm_size()
     outcome = machine.plan_or_refusal(config, inventory, environ, argv, torch.cuda_build, shm_bytes)
     plan = outcome if isinstance(outcome, Plan) else None
     results: list[Check] = []

@@ -17,8 +17,9 @@ from train.console import resolve_format
 from train.doctor.rows import FAIL, OK, SKIP, WARN, Check
 from train.errors import UserError
 from train.gpus import Inventory, format_cuda_version, torch_cuda_version
-from train.launch.decide import shm_warning, usable_cpus
+from train.launch.decide import shm_warning
 from train.launch.plan import Plan, make_plan, torchrun_path
+from train.resources import usable_cpus
 
 GIB = 1024**3
 MIB = 1024**2

@@ -1,0 +1,32 @@
+"""Where this process stands in the run's process group, asked one way everywhere.
+
+torch.distributed answers only once the group is started (the Trainer's arguments start it); before that, and in
+a process torchrun did not start, the environment torchrun sets (``RANK``) is the answer, and without it this is
+the only process: rank 0 of a world of one.
+"""
+
+from __future__ import annotations
+
+import os
+
+import torch.distributed as dist
+
+
+def initialized() -> bool:
+    """Whether a process group is running (collectives would block on the other ranks)."""
+    return dist.is_available() and dist.is_initialized()
+
+
+def world_rank() -> int:
+    return dist.get_rank() if initialized() else int(os.environ.get("RANK", "0"))
+
+
+def is_world_zero() -> bool:
+    """Whether this is world rank 0: the process that writes the run's files and speaks for all."""
+    return world_rank() == 0
+
+
+def barrier() -> None:
+    """Wait for every rank (nothing to wait for without a process group)."""
+    if initialized():
+        dist.barrier()
