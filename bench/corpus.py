@@ -18,6 +18,11 @@ ROOTS = [Path("/usr/share/doc"), Path(sysconfig.get_paths()["stdlib"]), Path(sys
 SUFFIXES = (".md", ".rst", ".txt", ".py")
 WORD = re.compile(r"[A-Za-z][a-z]+")
 MIN_WORDS = 6
+# What the text is, in the words of a report's description of its data (the real series writes it to its results).
+SOURCE = (
+    "bench/corpus.py: prose lines of the documentation under /usr/share/doc and of the docstrings and comments of "
+    "the installed Python packages, in a fixed order, repeated to the size"
+)
 
 
 def prose(line: str) -> str | None:

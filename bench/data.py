@@ -51,8 +51,7 @@ def worker(mode: str, corpus: Path, tokenizer_dir: Path, hf_home: Path) -> dict[
         "MLM_PREPROCESSING_NUM_WORKERS": workers,
         "MLM_MAX_STEPS": "1",
     }
-    from train.data import load_raw, tokenize
-    from train.stream import load_stream_raw, tokenized_stream
+    from train.data import load_raw, tokenize, tokenized_stream
 
     tokenizer = AutoTokenizer.from_pretrained(str(tokenizer_dir))
     streamed = {**env, "MLM_STREAMING": "true", "MLM_MAX_EVAL_SAMPLES": "100"}
@@ -64,7 +63,8 @@ def worker(mode: str, corpus: Path, tokenizer_dir: Path, hf_home: Path) -> dict[
     elif mode == "run_mlm":
         blocks = run_mlm_recipe(corpus, tokenizer, hf_home)
     else:
-        stream, _ = load_stream_raw(config)
+        stream = load_raw(config).stream
+        assert stream is not None  # MLM_STREAMING=true
         blocks = sum(1 for _ in tokenized_stream(config, stream, tokenizer, 0, 1))
     seconds = time.perf_counter() - started
     return {

@@ -9,7 +9,7 @@
 # The GPU image has torch and transformers but not datasets, and an older transformers: fetch carries the pinned
 # ones (requirements.lock) as wheels; nothing is downloaded there (that machine reaches no network).
 #
-# What it runs (python -m bench.run --device cuda, see bench/run.py): the full-size DistilBERT built from its
+# What it runs (python -m bench.run --device cuda, see bench/demo.py): the full-size DistilBERT built from its
 # config (scratch:distilbert, 66 M parameters, the real 30,522-token vocabulary; the hub is unreachable there) on
 # the seed workload (the 50,000 demo samples, 32 per step, 128 tokens): the seed recipe (fp16, every sample padded
 # to 128) and ours (dynamic padding, masked-only head, bf16 + tf32), alternating, 2 pairs of 400 steps; then

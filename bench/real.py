@@ -9,8 +9,9 @@ run_mlm.py's: ``--line_by_line`` (dynamic padding by DataCollatorForLanguageMode
 ``group_texts`` blocks, both with the dense head (bench/run_mlm.py). Reported: real tokens/s ratios per pair,
 median [min – max], and the masked-only head's share of the speed-up.
 
-This module is the pure part (tested in tests/test_bench.py): models, recipes and their flags, the run order,
-and the summary of the runs; bench.run prepares the data and runs them, bench.report renders the summary.
+This module is the pure part (tested in tests/bench/test_real.py): models, recipes and their flags, the run order,
+and the summary of the runs; bench/real_series.py prepares the data and runs them, bench/report.py renders the
+summary.
 """
 
 from __future__ import annotations
@@ -18,15 +19,15 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from bench.stats import log_share, spread
-from train.config import JobArguments
-from train.launch.decide import decide_pad_multiple
+from bench.demo import SMALL_MODEL
+from bench.launcher import padding_flags, precision_flags
+from bench.stats import METRICS, log_share, spread
 
 BLOCK = 128  # max_seq_length of every recipe, and the block length of both packed ones (bench.data.BLOCK)
 SEED = 42
 
 MODELS: dict[str, str] = {
-    "tiny": "n_layers=2,dim=128,hidden_dim=512,n_heads=2,vocab_size=30522",  # bench.run's CPU model
+    "tiny": SMALL_MODEL,  # the demo series' CPU model: 2 layers x 128, the real 30,522-token vocabulary
     "mid": "n_layers=6,dim=384,hidden_dim=1536,n_heads=6,vocab_size=30522",  # about 23 M parameters, half embeddings
 }
 
@@ -78,8 +79,6 @@ SHARES: dict[str, tuple[Comparison, Comparison]] = {
     "packed": (COMPARISONS[4], COMPARISONS[1]),
 }
 
-METRICS = ("real_tokens_per_s", "samples_per_s", "wall_s", "first_step_s", "peak_memory_bytes")
-
 
 @dataclass
 class RealSettings:
@@ -98,7 +97,7 @@ def default_real_settings(device: str) -> RealSettings:
     if device == "cuda":
         return RealSettings("cuda", models=["tiny", "mid"], pairs=2, max_steps=200, logging_steps=20,
                             corpus_mb=16.0, threads=None)  # fmt: skip
-    # On a 2-core CPU, one thread per run (see bench.run.default_settings), one pair of the five recipes takes
+    # On a 2-core CPU, one thread per run (see bench.demo.default_settings), one pair of the five recipes takes
     # about 2.5 minutes when the machine is otherwise idle: a dense-head step over 32 full 128-token blocks takes
     # about 3 s, the other recipes' steps under 1 s, and each fresh process 7-10 s to start (30-40 s under load).
     # 3 pairs of 20 steps, with the corpus and caches made once, keep the series near 10 minutes (about 20 under
@@ -133,13 +132,12 @@ def training_flags(settings: RealSettings) -> list[str]:
         "--logging_steps", str(settings.logging_steps), "--seed", str(SEED), "--report_to", "none",
         "--eval_strategy", "no", "--save_strategy", "no",
     ]  # fmt: skip
-    if settings.device == "cuda":  # what our launcher gives our default on a GPU; run_mlm.py users pass it too
-        flags += ["--bf16", "true", "--tf32", "true"]
-    return flags
+    # What our launcher gives our default on a GPU (bf16 + tf32; nothing on a CPU); run_mlm.py users pass it too.
+    return flags + precision_flags(settings.device)
 
 
 def recipe_flags(name: str, settings: RealSettings, model: str, corpus: str, tokenizer: str) -> list[str]:
-    """The full argument list of one recipe's run (bench.run adds --output_dir and --ddp_backend)."""
+    """The full argument list of one recipe's run (bench.runner.run_once adds --output_dir and --ddp_backend)."""
     overrides = MODELS[model]
     if name in RUN_MLM_RECIPES:
         own = ["--model_type", "distilbert", "--config_overrides", overrides, "--tokenizer_name", tokenizer,
@@ -157,8 +155,26 @@ def recipe_flags(name: str, settings: RealSettings, model: str, corpus: str, tok
     if name == "ours-compile":
         own += ["--torch_compile", "true"]
     # The runs start without our launcher: give our job what the launcher decides for it on this device.
-    own += list(decide_pad_multiple(JobArguments.pad_to_multiple_of, None, settings.device == "cpu"))
+    own += padding_flags(settings.device)
     return own + training_flags(settings)
+
+
+def describe_recipes(settings: RealSettings) -> dict[str, Any]:
+    """The recipes as the report lists them: each one's program, what it is, and its flags as the first model's
+    runs get them, with placeholders for the model, the corpus and the tokenizer (the report reads the same on
+    every machine)."""
+    first = settings.models[0]
+    return {
+        name: {
+            "module": recipe_module(name),
+            "what": RECIPES[name],
+            "flags": [
+                "<model>" if f == MODELS[first] else f
+                for f in recipe_flags(name, settings, first, "<corpus>", "<tokenizer>")
+            ],
+        }
+        for name in settings.recipes
+    }
 
 
 def schedule(settings: RealSettings) -> list[tuple[str, int, str]]:

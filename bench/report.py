@@ -1,4 +1,5 @@
-"""The benchmark's Markdown report and progress lines (pure formatting of bench.run's result dictionary)."""
+"""The benchmark's Markdown report and progress lines: pure formatting of the result dictionaries of the series
+(bench/demo_series.py, bench/real_series.py)."""
 
 from __future__ import annotations
 

@@ -11,8 +11,8 @@ it into max_seq_length blocks (the remainder of each batch dropped); ``DataColla
 each batch to its longest row (to a multiple of 8 only for line_by_line with fp16) and masks it; the stock
 ``Trainer`` with ``TrainingArguments`` as given, then ``trainer.save_model()`` and the train metrics.
 
-bench.run starts it under torchrun in place of bench.harness; with ``BENCH_PROBE_FILE`` set it carries the same
-probe (bench/probe.py), so both recipes are timed alike. Not a copy of the script: its steps for this case.
+bench/runner.py starts it under torchrun in place of bench.harness; with ``BENCH_PROBE_FILE`` set it carries the
+same probe (bench/probe.py), so both recipes are timed alike. Not a copy of the script: its steps for this case.
 """
 
 from __future__ import annotations

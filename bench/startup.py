@@ -10,8 +10,8 @@ the model written): its wall, its time to the first step, and the steps' own tim
 ``train_runtime``: the two steps and their data loader starting).
 
 Targets from the performance issue: importing the job costs at most 1.2x bare; the warm demo run takes at most
-2x bare plus the steps. The runners and the summary are here (the summary tested in tests/test_bench.py); the
-report's section is bench.report.startup_markdown.
+2x bare plus the steps. The runners and the summary are here (the summary tested in
+tests/bench/test_startup.py); the report's section is bench.report.startup_markdown.
 """
 
 from __future__ import annotations

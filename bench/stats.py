@@ -1,4 +1,5 @@
-"""Pure functions from what a run recorded to the figures the benchmark reports (tested in tests/test_bench.py)."""
+"""Pure functions from what a run recorded to the figures the benchmark reports (tested in
+tests/bench/test_stats.py)."""
 
 from __future__ import annotations
 
@@ -8,6 +9,9 @@ from collections.abc import Sequence
 from typing import Any
 
 from bench.flops import flops_per_token, mfu, peak_flops
+
+# The figures of a run (run_metrics) that both series summarise per recipe, min / median / max.
+METRICS = ("real_tokens_per_s", "samples_per_s", "wall_s", "first_step_s", "peak_memory_bytes")
 
 
 def warmup_steps(max_steps: int) -> int:

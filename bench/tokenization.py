@@ -1,8 +1,8 @@
 """``python -m bench.tokenization [job options]``: tokenize the configured data the way the job does; print JSON.
 
-bench.run starts this twice with the same empty cache (HF_HOME): the first process tokenizes, the second must
-find every split in the cache. Separate processes, because a second run of the job is a new process: the time
-covers ``train.data.tokenize`` alone, not imports or loading the tokenizer.
+bench/demo_series.py starts this twice with the same empty cache (HF_HOME): the first process tokenizes, the
+second must find every split in the cache. Separate processes, because a second run of the job is a new process:
+the time covers ``train.data.tokenize`` alone, not imports or loading the tokenizer.
 """
 
 from __future__ import annotations

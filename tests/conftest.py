@@ -10,6 +10,12 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parent.parent
+# The caller's shell must not change what the tests see: HF_HUB_OFFLINE=1 (which the README tells offline users to
+# set) or a stray MLM_* option would reach every run the tests start, and huggingface_hub reads its variables once,
+# when it is first imported - so they go here, before any test module imports it. Tests set what they need.
+CALLER_PREFIXES = ("MLM_", "HF_", "HUGGINGFACE_", "TRANSFORMERS_", "WANDB_", "MLFLOW_", "PET_", "SLURM_")
+for _name in [name for name in os.environ if name.startswith(CALLER_PREFIXES)]:
+    del os.environ[_name]
 
 
 @pytest.fixture(autouse=True)

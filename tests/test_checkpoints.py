@@ -12,8 +12,6 @@ import torch
 from safetensors.torch import save_file
 
 from train.checkpoints import (
-    ASIDE_PREFIX,
-    COMPLETE_MARKER,
     decide_resume,
     mark_complete,
     problem,
@@ -23,6 +21,7 @@ from train.checkpoints import (
 )
 from train.config import load_config
 from train.errors import ConfigError
+from train.runfiles import ASIDE_PREFIX, COMPLETE_MARKER, RunFiles
 
 
 def config(tmp_path: Path, **env: str):
@@ -119,7 +118,7 @@ def test_moved_aside_checkpoints_are_bounded(tmp_path):
         aside = tmp_path / f"{ASIDE_PREFIX}checkpoint-{n}-1"
         aside.mkdir()
         os.utime(aside, (1000 + n, 1000 + n))
-    tidy_aside(tmp_path, keep=2)
+    tidy_aside(RunFiles(tmp_path), keep=2)
     assert sorted(p.name for p in tmp_path.iterdir()) == [
         f"{ASIDE_PREFIX}checkpoint-3-1",
         f"{ASIDE_PREFIX}checkpoint-4-1",

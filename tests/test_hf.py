@@ -8,7 +8,6 @@ from pathlib import Path
 import pytest
 
 from train import hf
-from train.data import BUILDERS
 
 
 def test_hf_home_follows_huggingface_hub(monkeypatch, tmp_path):
@@ -65,7 +64,11 @@ def test_looks_local(tmp_path, monkeypatch):
 
 
 def test_local_suffixes_are_the_formats_data_reads():
-    assert set(hf.LOCAL_SUFFIXES) == set(BUILDERS)
+    """One list: every file the readers take is local by its name, compressed or not (tests/data/test_sources.py
+    checks that the readers take exactly these)."""
+    assert set(hf.LOCAL_SUFFIXES) == set(hf.BUILDERS) | set(hf.COMPRESSIONS)
+    assert hf.looks_local("corpus.jsonl.zst") and hf.looks_local("part-0.txt.gz") and hf.looks_local("c.CSV.BZ2")
+    assert not hf.looks_local("org/corpus") and not hf.looks_local("org/corpus-v1.5")
 
 
 def test_in_hub_cache(tmp_path):

@@ -17,8 +17,10 @@ from transformers.trainer_callback import PrinterCallback, ProgressCallback
 
 from tests.fakes import h100s, install, uuid_of
 from train import console, logs
+from train.banner import banner
 from train.config import load_config
 from train.handoff import Handoff
+from train.runfiles import RunFiles
 
 TRAIN_KEYS = {
     "event",
@@ -116,7 +118,7 @@ def test_json_mode_with_a_real_trainer(tmp_path, capsys):
     assert records[3]["eta_s"] == 0
     assert "eval_loss" in records[5]
     # the file holds the same records as stdout
-    written = [strict_json(line) for line in logs.jsonl_path(tmp_path / "out").read_text().splitlines()]
+    written = [strict_json(line) for line in RunFiles(tmp_path / "out").train_jsonl.read_text().splitlines()]
     assert written == records
     # the Trainer's own printers are gone, ours are in
     kinds = {type(cb) for cb in trainer.callback_handler.callbacks}
@@ -134,7 +136,7 @@ def test_text_mode_prints_lines_and_still_writes_jsonl(tmp_path, capsys):
     assert step_lines and "loss " in step_lines[0] and "tok/s" in step_lines[0] and "eta " in step_lines[0]
     assert not any(line.startswith("{") for line in out.splitlines())
     assert "{'loss'" not in out
-    records = [strict_json(line) for line in logs.jsonl_path(tmp_path / "out").read_text().splitlines()]
+    records = [strict_json(line) for line in RunFiles(tmp_path / "out").train_jsonl.read_text().splitlines()]
     assert [r["event"] for r in records].count("train") == 3
     # report_to given by the user: no TensorBoard added
     assert not list((tmp_path / "out" / "logs").glob("events.out.tfevents.*"))
@@ -191,14 +193,14 @@ def test_banner_json_and_text(tmp_path):
         "--image_revision",
         "abc",
     )
-    record = strict_json(logs.banner(config, facts, EIGHT_H100S))
+    record = strict_json(banner(config, facts, EIGHT_H100S))
     assert record["event"] == "banner" and record["image_revision"] == "abc"
     # the precision the launcher decided, handed over; not re-derived from the flags
     assert record["global_batch_size"] == 4 * 16 * 2 and record["precision"] == "bf16 + tf32"
     assert record["versions"]["torch"] == torch.__version__
-    text = logs.banner(config_for(tmp_path, "--log_format", "text", "--image_revision", "abc"), facts, EIGHT_H100S)
+    text = banner(config_for(tmp_path, "--log_format", "text", "--image_revision", "abc"), facts, EIGHT_H100S)
     assert "image abc" in text and "8 GPU(s) on this node (NVIDIA H100 80GB HBM3), 2 node(s)" in text
-    unlaunched = logs.banner(config_for(tmp_path, "--log_format", "text"), facts)
+    unlaunched = banner(config_for(tmp_path, "--log_format", "text"), facts)
     assert "started without the launcher" in unlaunched and "precision  fp32" in unlaunched
     assert "steps      100" in text and str(tmp_path / "out" / "report.html") in text
 
@@ -260,7 +262,7 @@ def test_nan_loss_stays_visible_and_valid_json(tmp_path, monkeypatch):
     stream = io.StringIO()
     drive(logs.TrainingLog(tmp_path, "json", stream=stream), loss=float("nan"))
     assert strict_json(stream.getvalue().splitlines()[-1])["loss"] == "nan"
-    assert strict_json(logs.jsonl_path(tmp_path).read_text().splitlines()[-1])["loss"] == "nan"
+    assert strict_json(RunFiles(tmp_path).train_jsonl.read_text().splitlines()[-1])["loss"] == "nan"
 
 
 def test_other_ranks_write_nothing(tmp_path):
@@ -268,7 +270,7 @@ def test_other_ranks_write_nothing(tmp_path):
     callback = logs.TrainingLog(tmp_path, "json", stream=stream)
     callback.on_train_begin(ARGS, fake_state(0, zero=False), None)
     callback.on_log(ARGS, fake_state(2, zero=False), None, logs={"loss": 1.0})
-    assert stream.getvalue() == "" and not logs.jsonl_path(tmp_path).exists()
+    assert stream.getvalue() == "" and not RunFiles(tmp_path).train_jsonl.exists()
 
 
 def test_exact_token_count_wins_over_the_estimate(tmp_path, monkeypatch):

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import errno
+import shutil
 import subprocess
 from pathlib import Path
 
@@ -9,7 +11,8 @@ import pytest
 
 from train.config import load_config
 from train.errors import EXIT_CONFIG, EXIT_ENVIRONMENT, ConfigError, EnvironmentProblem
-from train.outputs import check_output_dir, publish_final
+from train.outputs import LOW_SPACE_BYTES, check_output_dir, disk_full, publish_final
+from train.runfiles import RunFiles
 
 
 def config(tmp_path: Path, **env: str):
@@ -22,15 +25,15 @@ def test_final_appears_whole_or_not_at_all(tmp_path: Path) -> None:
         raise OSError("disk went away")
 
     with pytest.raises(OSError):
-        publish_final(tmp_path, crash)
+        publish_final(RunFiles(tmp_path), crash)
     assert not (tmp_path / "final").exists()
 
-    publish_final(tmp_path, lambda d: (d / "model.safetensors").write_text("v1"))
+    publish_final(RunFiles(tmp_path), lambda d: (d / "model.safetensors").write_text("v1"))
     with pytest.raises(OSError):
-        publish_final(tmp_path, crash)
+        publish_final(RunFiles(tmp_path), crash)
     assert (tmp_path / "final" / "model.safetensors").read_text() == "v1"  # the earlier model is intact
 
-    publish_final(tmp_path, lambda d: (d / "model.safetensors").write_text("v2"))
+    publish_final(RunFiles(tmp_path), lambda d: (d / "model.safetensors").write_text("v2"))
     assert (tmp_path / "final" / "model.safetensors").read_text() == "v2"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["final"]
 
@@ -42,7 +45,7 @@ def test_finished_final_is_kept_unless_overwrite(tmp_path: Path) -> None:
     ) as info:
         check_output_dir(config(tmp_path))
     assert info.value.exit_code == EXIT_CONFIG
-    assert check_output_dir(config(tmp_path, overwrite_output_dir="true")) == tmp_path
+    assert check_output_dir(config(tmp_path, overwrite_output_dir="true")) == RunFiles(tmp_path)
 
 
 def test_output_dir_that_cannot_be_created_is_an_environment_error(tmp_path: Path) -> None:
@@ -68,7 +71,9 @@ def test_full_output_device_is_reported(tmp_path: Path) -> None:
 
 def test_overwrite_starts_a_finished_run_over_and_a_restart_then_resumes(tmp_path: Path) -> None:
     from train.checkpoints import decide_resume
-    from train.outputs import PREVIOUS, start_over
+    from train.outputs import start_over
+
+    PREVIOUS = RunFiles(tmp_path).final_previous.name
 
     (tmp_path / "final").mkdir()
     (tmp_path / "final" / "model.safetensors").write_text("old model")
@@ -83,6 +88,44 @@ def test_overwrite_starts_a_finished_run_over_and_a_restart_then_resumes(tmp_pat
     # preempted, restarted with the same options: no final/ now, so nothing is removed again
     (tmp_path / "checkpoint-10").mkdir()
     assert not start_over(overwrite, warnings.append) and (tmp_path / "checkpoint-10").exists()
-    publish_final(tmp_path, lambda d: (d / "model.safetensors").write_text("new model"))
+    publish_final(RunFiles(tmp_path), lambda d: (d / "model.safetensors").write_text("new model"))
     assert not (tmp_path / PREVIOUS).exists() and (tmp_path / "final" / "model.safetensors").read_text() == "new model"
     assert not start_over(config(tmp_path), warnings.append)  # without the option a finished run is never touched
+
+
+# ---- disk_full: how a failed write is told apart from a full device ---------------------------------------------
+
+
+def _raised_from(outer: BaseException, inner: BaseException) -> BaseException:
+    try:
+        try:
+            raise inner
+        except BaseException as cause:
+            raise outer from cause
+    except BaseException as caught:
+        return caught
+
+
+@pytest.mark.parametrize(
+    "exc",
+    [
+        OSError(errno.ENOSPC, "No space left on device"),
+        _raised_from(RuntimeError("saving failed"), OSError(errno.ENOSPC, "nope")),  # the errno in the chain
+        RuntimeError("No space left on device (os error 28)"),  # safetensors' Rust error
+        RuntimeError("Error while serializing: StorageFull"),
+    ],
+)
+def test_a_full_device_is_recognised_by_errno_or_words(exc: BaseException, tmp_path: Path) -> None:
+    assert disk_full(exc, tmp_path)
+
+
+def test_a_failed_write_counts_as_full_only_when_the_device_is_nearly_full(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    exc = RuntimeError("[enforce fail at inline_container.cc:603] . unexpected pos 4160 vs 4053")  # torch.save
+    assert not disk_full(exc, tmp_path)  # plenty of space here: some other failure
+    assert not disk_full(exc, tmp_path / "gone")  # the device cannot be asked: not called full
+    usage = shutil.disk_usage(tmp_path)
+    monkeypatch.setattr(shutil, "disk_usage", lambda path: usage._replace(free=LOW_SPACE_BYTES - 1))
+    assert disk_full(exc, tmp_path)
+    assert not disk_full(ValueError("shapes do not match"), tmp_path)  # not a write at all

@@ -16,6 +16,7 @@ from train.config import Config, load_config
 from train.errors import EXIT_CONFIG, EXIT_ENVIRONMENT, ConfigError, EnvironmentProblem
 from train.outputs import run_facts
 from train.publish import final_metrics, model_card, publish_run, push_final, tracker_params
+from train.runfiles import RunFiles
 
 TOKEN = "hf_canary_unit_789"
 RESULTS = {
@@ -173,7 +174,7 @@ def test_publish_run_without_a_destination_leaves_final_alone(tmp_path: Path) ->
     config = load_config([], {"MLM_OUTPUT_DIR": str(tmp_path), "MLM_REPORT_TO": "none"})
     final = fake_final(tmp_path)
     before = files_of(final)
-    publish_run(config, tmp_path, step=5)
+    publish_run(config, RunFiles(tmp_path), step=5)
     assert files_of(final) == before
 
 

@@ -3,14 +3,14 @@
 from __future__ import annotations
 
 import math
-from pathlib import Path
 from typing import Any
 
 import torch
 from transformers import TrainerCallback
 
-from train.checkpoints import PREFIX, mark_complete
+from train.checkpoints import mark_complete
 from train.collator import MaskingCollator
+from train.runfiles import RunFiles
 
 
 class EpochForCollator(TrainerCallback):
@@ -32,7 +32,7 @@ class CheckpointCompleteMarker(TrainerCallback):
 
     def on_save(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
         if state.is_world_process_zero:
-            checkpoint = Path(args.output_dir) / f"{PREFIX}{state.global_step}"
+            checkpoint = RunFiles(args.output_dir).checkpoint(state.global_step)
             if checkpoint.is_dir():
                 mark_complete(checkpoint, self.options)
 

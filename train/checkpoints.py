@@ -25,12 +25,9 @@ from typing import Any
 from train.config import Config
 from train.console import now
 from train.errors import ConfigError
+from train.runfiles import COMPLETE_MARKER, OPTIONS_NAME, TRAINER_STATE, RunFiles, is_checkpoint_name, step_of
 
-PREFIX = "checkpoint-"
-COMPLETE_MARKER = ".complete"
-ASIDE_PREFIX = ".invalid-"  # a checkpoint moved aside: .invalid-checkpoint-15-<pid>
 KEEP_ASIDE = 2  # the newest checkpoints moved aside are kept for a post-mortem; older ones are removed
-OPTIONS_NAME = "mlm_options.json"  # the resolved options (redacted) of the run that wrote the checkpoint
 # Options a resumed run takes from the checkpoint, whatever it is given now: the optimizer's state carries them.
 KEPT_BY_RESUME = ("learning_rate", "weight_decay", "adam_beta1", "adam_beta2", "adam_epsilon", "optim")
 # Options whose change makes a resumed run see its data in another order than an uninterrupted one would.
@@ -45,16 +42,6 @@ REORDER_DATA = (
     "max_train_samples",
 )
 TORCH_SUFFIXES = (".pt", ".pth", ".bin")
-
-
-def checkpoints(output_dir: Path) -> list[Path]:
-    """Checkpoint directories, oldest first."""
-    found = [p for p in Path(output_dir).glob(f"{PREFIX}*") if p.is_dir() and p.name[len(PREFIX) :].isdigit()]
-    return sorted(found, key=step_of)
-
-
-def step_of(checkpoint: Path) -> int:
-    return int(checkpoint.name.rsplit("-", 1)[1])
 
 
 def mark_complete(checkpoint: Path, options: dict[str, Any] | None = None) -> None:
@@ -114,15 +101,15 @@ def _torch_file_problem(path: Path) -> str | None:
 
 def problem(checkpoint: Path) -> str | None:
     """Why ``checkpoint`` cannot be resumed from, or None when it can."""
-    state_file = checkpoint / "trainer_state.json"
+    state_file = checkpoint / TRAINER_STATE
     if not state_file.is_file():
-        return "no trainer_state.json: cut off while being written"
+        return f"no {TRAINER_STATE}: cut off while being written"
     try:
         state = json.loads(state_file.read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError, ValueError):
-        return "trainer_state.json does not parse"
+        return f"{TRAINER_STATE} does not parse"
     if not isinstance(state, dict) or state.get("global_step") != step_of(checkpoint):
-        return f"trainer_state.json does not hold step {step_of(checkpoint)}"
+        return f"{TRAINER_STATE} does not hold step {step_of(checkpoint)}"
     try:
         for path in sorted(checkpoint.iterdir()):
             if path.suffix == ".safetensors":
@@ -154,19 +141,19 @@ def resume_choice(config: Config) -> tuple[Path | None, list[tuple[Path, str]]]:
         return None, []
     if resume != "auto":
         path = Path(resume)
-        reason = problem(path) if path.is_dir() and path.name.startswith(PREFIX) else "not a checkpoint directory"
-        if reason is None and not (path / "trainer_state.json").exists():
+        reason = problem(path) if path.is_dir() and is_checkpoint_name(path.name) else "not a checkpoint directory"
+        if reason is None and not (path / TRAINER_STATE).exists():
             reason = "not a checkpoint directory"
         if reason:
             raise ConfigError(f"{config.source_of('resume')}={resume!r}: {reason}")
         return path, []
-    return newest_resumable(Path(config.training.output_dir))
+    return newest_resumable(RunFiles(config.training.output_dir))
 
 
-def newest_resumable(output_dir: Path) -> tuple[Path | None, list[tuple[Path, str]]]:
-    """(the newest checkpoint in ``output_dir`` that can be resumed from, the newer ones that cannot and why)."""
+def newest_resumable(files: RunFiles) -> tuple[Path | None, list[tuple[Path, str]]]:
+    """(the newest checkpoint in output_dir that can be resumed from, the newer ones that cannot and why)."""
     skipped = []
-    for candidate in reversed(checkpoints(output_dir)):
+    for candidate in reversed(files.checkpoints()):
         reason = problem(candidate)
         if reason is None:
             return candidate, skipped
@@ -186,14 +173,15 @@ def decide_resume(config: Config, warn: Callable[[str], None]) -> str | None:
     renaming the same directories would race.
     """
     chosen, skipped = resume_choice(config)
+    files = RunFiles(config.training.output_dir)
     for candidate, reason in skipped:
         # Moved aside, not deleted: the Trainer would otherwise write into it again, or keep it while rotating
         # away the checkpoint this run resumes from; and a person may want to look at it.
-        aside = candidate.with_name(f"{ASIDE_PREFIX}{candidate.name}-{os.getpid()}")
+        aside = files.aside(candidate, os.getpid())
         os.replace(candidate, aside)
         fallback = f"resuming from {chosen.name} instead" if chosen else "no resumable checkpoint left: starting over"
         warn(f"cannot resume from {candidate.name} ({reason}); {fallback}; it was moved to {aside.name}")
-    tidy_aside(Path(config.training.output_dir))
+    tidy_aside(files)
     if chosen is None:
         return None
     for note in changed_options(chosen, resumed_options(config)):
@@ -201,8 +189,7 @@ def decide_resume(config: Config, warn: Callable[[str], None]) -> str | None:
     return str(chosen)
 
 
-def tidy_aside(output_dir: Path, keep: int = KEEP_ASIDE) -> None:
+def tidy_aside(files: RunFiles, keep: int = KEEP_ASIDE) -> None:
     """Keep only the newest ``keep`` checkpoints moved aside: each can be as large as the model and its optimizer."""
-    aside = sorted(output_dir.glob(f"{ASIDE_PREFIX}{PREFIX}*"), key=lambda p: p.stat().st_mtime, reverse=True)
-    for old in aside[keep:]:
+    for old in files.asides()[keep:]:
         shutil.rmtree(old, ignore_errors=True)

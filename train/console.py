@@ -8,9 +8,10 @@ the ranks as ``--log_format text|json``: a rank's stdout is a pipe whenever torc
 from __future__ import annotations
 
 import json
+import math
 import sys
 from datetime import UTC, datetime
-from typing import TextIO
+from typing import Any, TextIO
 
 PREFIX = "mlm-trainer"
 
@@ -18,6 +19,21 @@ PREFIX = "mlm-trainer"
 def now() -> str:
     """The timestamp every record and file carries: UTC, ISO 8601, whole seconds."""
     return datetime.now(UTC).isoformat(timespec="seconds")
+
+
+def jsonable(value: Any) -> Any:
+    """JSON has no NaN or infinity; a diverged loss must still be visible, so they are kept as strings."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return str(value)
+    if isinstance(value, dict):
+        return {str(k): jsonable(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [jsonable(v) for v in value]
+    if isinstance(value, (str, int, float, bool)) or value is None:
+        return value
+    if hasattr(value, "item"):  # a 0-d tensor or numpy scalar
+        return jsonable(value.item())
+    return str(value)
 
 
 def resolve_format(log_format: str, stream: TextIO | None = None) -> str:

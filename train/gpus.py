@@ -349,8 +349,9 @@ class Sampler:
         self._nvml = None
 
 
-def _gib(num_bytes: int) -> str:
-    return f"{num_bytes / 2**30:.1f} GiB"
+def _row(position: int, gpu: Gpu) -> tuple[str, ...]:
+    memory, capability = f"{gpu.memory_total_bytes / 2**30:.1f} GiB", "{}.{}".format(*gpu.compute_capability)
+    return (str(position), str(gpu.index), gpu.name, memory, capability, "yes" if gpu.mig_mode else "no", gpu.uuid)
 
 
 def format_table(inventory: Inventory) -> str:
@@ -358,18 +359,7 @@ def format_table(inventory: Inventory) -> str:
     lines = []
     if inventory.gpus:
         rows = [("cuda", "nvml", "name", "memory", "cc", "mig", "uuid")]
-        for position, gpu in enumerate(inventory.gpus):
-            rows.append(
-                (
-                    str(position),
-                    str(gpu.index),
-                    gpu.name,
-                    _gib(gpu.memory_total_bytes),
-                    "{}.{}".format(*gpu.compute_capability),
-                    "yes" if gpu.mig_mode else "no",
-                    gpu.uuid,
-                )
-            )
+        rows += [_row(position, gpu) for position, gpu in enumerate(inventory.gpus)]
         widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
         lines += [
             "  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True)).rstrip() for row in rows

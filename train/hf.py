@@ -18,8 +18,13 @@ from pathlib import Path
 
 # huggingface_hub.constants.ENV_VARS_TRUE_VALUES
 TRUE_VALUES = {"1", "ON", "YES", "TRUE"}
-# The file types train.data reads; a name ending in one of them is a local file even before it exists.
-LOCAL_SUFFIXES = (".txt", ".json", ".jsonl", ".csv", ".parquet")
+# The one list of data files train.data reads: each suffix and the datasets builder that parses it, and the
+# compressions datasets (and fsspec) see through by extension (zstandard: .zst). Here rather than in train.data
+# because "is this name a local file or a hub id" is decided here, by the same list.
+BUILDERS = {".txt": "text", ".jsonl": "json", ".json": "json", ".csv": "csv", ".parquet": "parquet"}
+COMPRESSIONS = (".gz", ".bz2", ".xz", ".zst")
+# A name ending in one of these is a local file even before it exists (corpus.jsonl.zst ends in .zst).
+LOCAL_SUFFIXES = (*BUILDERS, *COMPRESSIONS)
 OUR_CACHE = "mlm-trainer"
 
 

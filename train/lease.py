@@ -26,8 +26,8 @@ from typing import Any
 
 from train.console import now
 from train.errors import EnvironmentProblem
+from train.runfiles import RunFiles
 
-LEASE_NAME = ".lease"
 HEARTBEAT_S = 10.0
 EXPIRY_S = 60.0
 
@@ -45,8 +45,8 @@ def _describe(holder: dict[str, Any]) -> str:
 
 
 class OutputLease:
-    def __init__(self, output_dir: Path, label: str, clock: Callable[[], float] = time.time) -> None:
-        self.path = Path(output_dir) / LEASE_NAME
+    def __init__(self, files: RunFiles, label: str, clock: Callable[[], float] = time.time) -> None:
+        self.path = files.lease
         self.label = label  # the option that named the directory, for messages
         self.clock = clock
         self.token = uuid.uuid4().hex
@@ -100,7 +100,7 @@ class OutputLease:
 
     def _take_over(self) -> bool:
         """Replace a stale lease; of several jobs doing so at once, the one whose record stays wins."""
-        tmp = self.path.with_name(f"{LEASE_NAME}.{self.token}")
+        tmp = self.path.with_name(f"{self.path.name}.{self.token}")
         tmp.write_text(json.dumps(self.record), encoding="utf-8")
         os.replace(tmp, self.path)
         time.sleep(0.2)  # let a concurrent taker's replace land before judging who won

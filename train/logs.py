@@ -21,48 +21,26 @@ from typing import TYPE_CHECKING, Any, TextIO
 
 from transformers.trainer_callback import PrinterCallback, ProgressCallback, TrainerCallback
 
+from train.banner import banner, banner_record
 from train.config import Config
-from train.console import now, resolve_format
+from train.console import jsonable, now, resolve_format
 from train.gpus import Sampler
-from train.handoff import Handoff, global_batch, precision_label, precision_name
+from train.handoff import Handoff, global_batch
+from train.outcome import real_tokens_per_second
+from train.runfiles import RunFiles
 
 if TYPE_CHECKING:
     from transformers import Trainer
 
-LOGS_DIR = "logs"
-JSONL_NAME = "train.jsonl"
 MIB = 1024 * 1024
-
-
-def log_dir(output_dir: str | Path) -> Path:
-    return Path(output_dir) / LOGS_DIR
-
-
-def jsonl_path(output_dir: str | Path) -> Path:
-    return log_dir(output_dir) / JSONL_NAME
-
-
-def _jsonable(value: Any) -> Any:
-    """JSON has no NaN or infinity; a diverged loss must still be visible, so they are kept as strings."""
-    if isinstance(value, float) and not math.isfinite(value):
-        return str(value)
-    if isinstance(value, dict):
-        return {str(k): _jsonable(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_jsonable(v) for v in value]
-    if isinstance(value, (str, int, float, bool)) or value is None:
-        return value
-    if hasattr(value, "item"):  # a 0-d tensor or numpy scalar
-        return _jsonable(value.item())
-    return str(value)
 
 
 def append_record(output_dir: str | Path, record: dict[str, Any]) -> None:
     """Append one JSON line; opened per record so a crash leaves every earlier line intact."""
-    path = jsonl_path(output_dir)
+    path = RunFiles(output_dir).train_jsonl
     path.parent.mkdir(parents=True, exist_ok=True)
     with path.open("a", encoding="utf-8") as handle:
-        handle.write(json.dumps(_jsonable(record), sort_keys=False) + "\n")
+        handle.write(json.dumps(jsonable(record), sort_keys=False) + "\n")
 
 
 def _duration(seconds: float | None) -> str:
@@ -76,103 +54,6 @@ def _duration(seconds: float | None) -> str:
     if minutes:
         return f"{minutes}m{secs:02d}s"
     return f"{secs}s"
-
-
-# ---- banner ------------------------------------------------------------------------------------------------------
-
-
-def banner_record(config: Config, facts: dict[str, Any], handoff: Handoff | None = None) -> dict[str, Any]:
-    """The launch facts as one record: the launcher's decisions (``handoff``; None when the job was started
-    without the launcher) and what only the running job knows (``facts``: data size, steps)."""
-    from train.outputs import package_versions
-
-    training, job = config.training, config.job
-    world_size = int(facts.get("world_size") or training.world_size or 1)
-    output_dir = Path(training.output_dir)
-    record: dict[str, Any] = {
-        "event": "banner",
-        "time": now(),
-        "image_revision": job.image_revision,
-        "versions": facts.get("versions") or package_versions(),
-        "launched": handoff is not None,
-        "gpus": handoff.gpus if handoff else [],
-        "nodes": handoff.nnodes if handoff else None,
-        "world_size": world_size,
-        # What the ranks run with: the launcher's decision, arrived as the bf16/fp16/tf32 flags.
-        "precision": handoff.precision
-        if handoff
-        else precision_label(precision_name(training.fp16, training.bf16), bool(training.tf32)),
-        "global_batch_size": global_batch(
-            training.per_device_train_batch_size, world_size, training.gradient_accumulation_steps
-        ),
-        "per_device_train_batch_size": int(training.per_device_train_batch_size),
-        "gradient_accumulation_steps": int(training.gradient_accumulation_steps),
-        "model": job.model_name_or_path,
-        "dataset": job.dataset,
-        "train_samples": facts.get("train_samples"),
-        "eval_samples": facts.get("eval_samples"),
-        "train_real_tokens": facts.get("train_real_tokens"),
-        "truncation": facts.get("truncation"),
-        "max_steps": facts.get("max_steps") or (training.max_steps if training.max_steps > 0 else None),
-        "num_train_epochs": training.num_train_epochs,
-        "start_step": facts.get("start_step", 0),
-        "output_dir": str(output_dir),
-        "logs": str(log_dir(output_dir)),
-    }
-    return record
-
-
-def _cut_text(cut: dict[str, int] | None) -> str:
-    if not cut or not cut.get("examples_cut"):
-        return ""
-    return f" ({cut['examples_cut']:,} examples cut to max_seq_length, {cut['tokens_cut']:,} tokens dropped)"
-
-
-def _count(value: Any) -> str:
-    return f"{value:,}" if isinstance(value, int) else "?"
-
-
-def banner(config: Config, facts: dict[str, Any], handoff: Handoff | None = None) -> str:
-    """The launch banner: one JSON line in json format, a short block of aligned lines in text format."""
-    record = banner_record(config, facts, handoff)
-    if resolve_format(config.job.log_format) == "json":
-        return json.dumps(_jsonable(record))
-    versions = record["versions"]
-    shown = [name for name in ("torch", "transformers", "python") if name in versions]
-    version_text = " · ".join(f"{name} {versions[name]}" for name in shown)
-    gpus = record["gpus"]
-    if gpus:
-        names = sorted(set(gpus))
-        hardware = f"{len(gpus)} GPU(s) on this node ({', '.join(names)})"
-    elif record["launched"]:
-        hardware = "CPU (no GPU)"
-    else:
-        hardware = "as torchrun gave it (started without the launcher)"
-    if record["nodes"]:
-        hardware += f", {record['nodes']} node(s)"
-    steps = record["max_steps"]
-    span = "max_steps" if config.training.max_steps > 0 else f"{record['num_train_epochs']:g} epoch(s)"
-    resumed = f", resuming at step {record['start_step']}" if record["start_step"] else ""
-    output = record["output_dir"]
-    lines = [
-        f"mlm-trainer  image {record['image_revision'] or 'unknown'} · {version_text}",
-        f"  hardware   {hardware}, world size {record['world_size']}",
-        f"  precision  {record['precision']}",
-        f"  batch      global {record['global_batch_size']} = {record['world_size']} rank(s) × "
-        f"{record['per_device_train_batch_size']} per device × {record['gradient_accumulation_steps']} accumulation",
-        f"  model      {record['model']}",
-        (
-            f"  data       {record['dataset']}: {_count(record['train_samples'])} train / "
-            f"{_count(record['eval_samples'])} eval samples, {_count(record['train_real_tokens'])} real tokens"
-            + _cut_text(record.get("truncation"))
-            if record["train_samples"] is not None
-            else f"  data       {record['dataset']}: streamed (size unknown until read) / "
-            f"{_count(record['eval_samples'])} eval samples"
-        ),
-        f"  steps      {_count(steps)} ({span}){resumed}",
-        f"  outputs    {output} (logs in {record['logs']}, report {Path(output) / 'report.html'})",
-    ]
-    return "\n".join(lines)
 
 
 # ---- per-step records ----------------------------------------------------------------------------------------------
@@ -251,7 +132,7 @@ class TrainingLog(TrainerCallback):
         append_record(self.output_dir, record)
         stream = self.stream or sys.stdout
         if self.log_format == "json":
-            print(json.dumps(_jsonable(record)), file=stream, flush=True)
+            print(json.dumps(jsonable(record)), file=stream, flush=True)
         else:
             _write_line(_text_line(record), stream)
 
@@ -316,10 +197,10 @@ class TrainingLog(TrainerCallback):
             samples_per_second = self._steps_timed * batch / self._busy
             out["samples_per_second"] = round(samples_per_second, 3)
             tokens_seen = state.num_input_tokens_seen or 0
-            if tokens_seen > self._tokens_at_mark:
-                out["tokens_per_second"] = round((tokens_seen - self._tokens_at_mark) / self._busy, 1)
-            elif self.tokens_per_sample:
-                out["tokens_per_second"] = round(samples_per_second * self.tokens_per_sample, 1)
+            counted = max(tokens_seen - self._tokens_at_mark, 0)
+            rate = real_tokens_per_second(counted, self._busy, samples_per_second, self.tokens_per_sample)
+            if rate is not None:
+                out["tokens_per_second"] = round(rate, 1)
             self._tokens_at_mark = tokens_seen
         self._busy, self._steps_timed = 0.0, 0
         if self._started is not None:
@@ -418,4 +299,4 @@ def attach(
     for callback in trainer.callback_handler.callbacks:
         # TENSORBOARD_LOGGING_DIR, when set, already chose the directory; otherwise the Trainer would pick runs/<date>
         if isinstance(callback, TensorBoardCallback) and callback.logging_dir is None:
-            callback.logging_dir = str(log_dir(config.training.output_dir))
+            callback.logging_dir = str(RunFiles(config.training.output_dir).logs)

@@ -8,7 +8,6 @@ The masked-only head computes the vocabulary projection at masked positions alon
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import sys
@@ -23,8 +22,8 @@ from transformers.modeling_outputs import MaskedLMOutput
 
 from train.config import Config
 from train.data import RawData
-from train.errors import ConfigError
-from train.hf import cache_root, offline_hint
+from train.errors import ConfigError, first_line
+from train.hf import cache_key, cache_root, offline_hint
 
 WEIGHT_FILES = (
     "model.safetensors",
@@ -85,8 +84,7 @@ def train_wordpiece(raw: RawData, config: Config) -> PreTrainedTokenizerFast:
     from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, processors, trainers
 
     job = config.job
-    key = hashlib.sha256(json.dumps([raw.fingerprint, job.tokenizer_vocab_size, job.text_column]).encode())
-    directory = cache_root() / "tokenizers" / key.hexdigest()[:20]
+    directory = cache_root() / "tokenizers" / cache_key(raw.fingerprint, job.tokenizer_vocab_size, job.text_column)
     if (directory / "tokenizer.json").exists():
         return PreTrainedTokenizerFast.from_pretrained(str(directory))
 
@@ -130,7 +128,7 @@ def load_tokenizer(config: Config, raw: RawData, from_scratch: bool) -> Any:
         tokenizer = AutoTokenizer.from_pretrained(name, trust_remote_code=job.trust_remote_code)
     except (OSError, ValueError) as exc:
         if Path(name).expanduser().exists():
-            raise ConfigError(f"{source}={name!r}: no tokenizer found there ({str(exc).splitlines()[0]})") from None
+            raise ConfigError(f"{source}={name!r}: no tokenizer found there ({first_line(exc)})") from None
         hint = offline_hint("tokenizer", source)
         raise ConfigError(f"{source}={name!r}: cannot load the tokenizer ({hint})") from None
     if tokenizer.mask_token is None:
@@ -139,7 +137,8 @@ def load_tokenizer(config: Config, raw: RawData, from_scratch: bool) -> Any:
 
 
 def load_model(config: Config, arch: Any | None, tokenizer: Any) -> Any:
-    """The masked-LM model, with its positions checked against max_seq_length."""
+    """The masked-LM model, with its positions checked against max_seq_length (again: :func:`check_before_data`
+    may not have been able to read a pretrained model's config)."""
     job = config.job
     if arch is not None:
         overrides = job.config_overrides or ""
@@ -161,16 +160,35 @@ def load_model(config: Config, arch: Any | None, tokenizer: Any) -> Any:
         except (OSError, ValueError) as exc:
             source = config.source_of("model_name_or_path")
             if Path(name).expanduser().exists():
-                raise ConfigError(f"{source}={name!r}: cannot load the model ({str(exc).splitlines()[0]})") from None
+                raise ConfigError(f"{source}={name!r}: cannot load the model ({first_line(exc)})") from None
             hint = offline_hint("model", source)
             raise ConfigError(f"{source}={name!r}: cannot load the model ({hint})") from None
-    positions = getattr(model.config, "max_position_embeddings", None)
-    if positions is not None and job.max_seq_length > positions:
+    check_positions(config, model.config)
+    return model
+
+
+def check_positions(config: Config, model_config: Any) -> None:
+    """max_seq_length must fit the model's position embeddings (ConfigError naming both otherwise)."""
+    positions = getattr(model_config, "max_position_embeddings", None)
+    if positions is not None and config.job.max_seq_length > positions:
         raise ConfigError(
-            f"{config.source_of('max_seq_length')}={job.max_seq_length}: expected at most {positions}, "
+            f"{config.source_of('max_seq_length')}={config.job.max_seq_length}: expected at most {positions}, "
             "the model's max_position_embeddings"
         )
-    return model
+
+
+def check_before_data(config: Config, arch: Any | None) -> None:
+    """What can be checked of the model before any data is read or tokenized (minutes on a large corpus): the
+    architecture's positions against max_seq_length. A pretrained model's config.json is read for it (a small
+    file); when it cannot be read here, :func:`load_model` says why after the data, as before."""
+    if arch is None:
+        try:
+            arch = AutoConfig.from_pretrained(
+                config.job.model_name_or_path, trust_remote_code=config.job.trust_remote_code
+            )
+        except (OSError, ValueError):
+            return
+    check_positions(config, arch)
 
 
 def _masked_only_parts(model: Any) -> tuple[Any, Any] | None:

@@ -1,6 +1,6 @@
-"""Everything the job leaves in output_dir: an atomic ``final/``, ``all_results.json``, ``run.json``, and the
-checks that keep earlier work safe (a finished ``final/`` is never replaced unless asked). Which checkpoint a run
-resumes from is train/checkpoints.py."""
+"""What the job does to output_dir: an atomic ``final/``, atomic JSON files, ``run.json``'s facts, the checks that
+keep earlier work safe (a finished ``final/`` is never replaced unless asked), and telling a full disk from other
+write failures. The names are train/runfiles.py's; which checkpoint a run resumes from is train/checkpoints.py."""
 
 from __future__ import annotations
 
@@ -15,16 +15,17 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
-from train.checkpoints import checkpoints, resume_choice
+from train.checkpoints import resume_choice
 from train.config import Config
-from train.console import now
+from train.console import now, warn
+from train.distributed import is_world_zero
 from train.errors import ConfigError, EnvironmentProblem
 from train.handoff import Handoff
 from train.hf import cache_root, hf_home
+from train.runfiles import RunFiles
 
-FINAL = "final"
-PREVIOUS = "final.previous"  # a finished model being replaced by a run started over (MLM_OVERWRITE_OUTPUT_DIR)
 WRITE_PROBE_BYTES = 1 << 20
+LOW_SPACE_BYTES = 16 * 2**20  # a write that failed with less free than this failed for want of space
 
 
 def probe_write(directory: Path) -> None:
@@ -43,42 +44,42 @@ def write_failure(exc: OSError) -> str:
 
 def refuse_finished(config: Config) -> None:
     """A finished ``final/`` is replaced only when asked (ConfigError otherwise)."""
-    output = Path(config.training.output_dir)
-    if (output / FINAL).exists() and not config.job.overwrite_output_dir:
+    files = RunFiles(config.training.output_dir)
+    if files.final.exists() and not config.job.overwrite_output_dir:
         raise ConfigError(
-            f"{config.source_of('output_dir')}={str(output)!r}: holds a finished model in {FINAL}/; set "
+            f"{config.source_of('output_dir')}={str(files.root)!r}: holds a finished model in {files.final.name}/; set "
             "MLM_OVERWRITE_OUTPUT_DIR=true to replace it, or choose another output_dir"
         )
 
 
-def check_output_dir(config: Config, dry_run: bool = False) -> Path:
+def check_output_dir(config: Config, dry_run: bool = False) -> RunFiles:
     """Fail early, before any work: output_dir must be writable and must not hold a finished run to overwrite
     (a dry run, ``plan``, reports a finished run as a fact instead: see :func:`output_facts`)."""
-    output = Path(config.training.output_dir)
+    files = RunFiles(config.training.output_dir)
     try:
-        output.mkdir(parents=True, exist_ok=True)
-        probe_write(output)
+        files.root.mkdir(parents=True, exist_ok=True)
+        probe_write(files.root)
     except OSError as exc:
-        message = f"{config.source_of('output_dir')}={str(output)!r}: not writable ({write_failure(exc)}); "
+        message = f"{config.source_of('output_dir')}={str(files.root)!r}: not writable ({write_failure(exc)}); "
         raise EnvironmentProblem(message + "expected a writable directory") from None
     if not dry_run:
         refuse_finished(config)
-    return output
+    return files
 
 
 def output_facts(config: Config) -> dict[str, Any]:
     """What a run would find in output_dir: a finished model (which it refuses to replace unless asked) and the
     checkpoint it would resume from, with the newer ones it would skip and why."""
-    output = Path(config.training.output_dir)
+    files = RunFiles(config.training.output_dir)
     chosen, skipped = resume_choice(config)
-    finished = (output / FINAL).exists()
+    finished = files.final.exists()
     try:
         refuse_finished(config)
         refusal = None
     except ConfigError:
         refusal = "refuse: it holds a finished model (MLM_OVERWRITE_OUTPUT_DIR=true replaces it)"
     return {
-        "dir": str(output),
+        "dir": str(files.root),
         "finished_model": finished,
         "a run would": (
             refusal
@@ -109,24 +110,23 @@ def write_json_atomic(path: Path, data: dict[str, Any]) -> None:
     os.replace(tmp, path)
 
 
-def publish_final(output_dir: Path, write: Callable[[Path], None]) -> Path:
+def publish_final(files: RunFiles, write: Callable[[Path], None]) -> Path:
     """Write the final model into a temporary directory, then rename it into place.
 
     A crash at any point leaves either no ``final/`` or the previous one whole, never a partial one.
     """
-    final = output_dir / FINAL
-    staging = output_dir / f".{FINAL}.tmp"
+    final, staging = files.final, files.final_staging
     shutil.rmtree(staging, ignore_errors=True)  # left over by a crashed run
     staging.mkdir(parents=True)
     write(staging)
     if final.exists():
-        retired = output_dir / f".{FINAL}.old-{os.getpid()}"
+        retired = files.final_retired(os.getpid())
         os.replace(final, retired)
         os.replace(staging, final)
         shutil.rmtree(retired, ignore_errors=True)
     else:
         os.replace(staging, final)
-    shutil.rmtree(output_dir / PREVIOUS, ignore_errors=True)  # a replaced run's model, kept until now
+    shutil.rmtree(files.final_previous, ignore_errors=True)  # a replaced run's model, kept until now
     return final
 
 
@@ -138,17 +138,18 @@ def start_over(config: Config, warn: Callable[[str], None]) -> bool:
     ``final/``: a preempted restart with the same options resumes its own checkpoints instead of starting again.
     Call it in one process only (world rank 0), before the resume decision.
     """
-    output = Path(config.training.output_dir)
-    if not (config.job.overwrite_output_dir and (output / FINAL).exists()):
+    files = RunFiles(config.training.output_dir)
+    if not (config.job.overwrite_output_dir and files.final.exists()):
         return False
-    shutil.rmtree(output / PREVIOUS, ignore_errors=True)
-    os.replace(output / FINAL, output / PREVIOUS)
-    old = checkpoints(output) if config.job.resume in ("auto", "never") else []  # an explicit path is kept
+    shutil.rmtree(files.final_previous, ignore_errors=True)
+    os.replace(files.final, files.final_previous)
+    old = files.checkpoints() if config.job.resume in ("auto", "never") else []  # an explicit path is kept
     for checkpoint in old:
         shutil.rmtree(checkpoint)
     warn(
         f"{config.source_of('overwrite_output_dir')}=true: starting over; the finished model is kept in "
-        f"{PREVIOUS}/ until this run's final/ replaces it, and its {len(old)} checkpoint(s) were removed"
+        f"{files.final_previous.name}/ until this run's final/ replaces it, and its {len(old)} checkpoint(s) were "
+        "removed"
     )
     return True
 
@@ -202,3 +203,60 @@ def run_facts(
         # The command the launcher ran (secrets never are in it); absent when the job was started without it.
         "command": handoff.command if handoff is not None else None,
     }
+
+
+def disk_full(exc: BaseException, directory: Path) -> bool:
+    """Whether ``exc`` (or what caused it) is a full device. The writers lose the errno on the way: torch.save
+    says "file write failed" or "unexpected pos", safetensors names Rust's StorageFull; so for a failed write
+    the device's free space decides."""
+    chain: list[BaseException] = []
+    while exc is not None and exc not in chain:
+        chain.append(exc)
+        exc = exc.__cause__ or exc.__context__  # type: ignore[assignment]
+    if any(isinstance(e, OSError) and e.errno == errno.ENOSPC for e in chain):
+        return True
+    text = " ".join(str(e) for e in chain)
+    if any(marker in text for marker in ("No space left on device", "os error 28", "StorageFull")):
+        return True
+    try:
+        writing = any(word in text for word in ("write", "inline_container", "serializ"))
+        return writing and shutil.disk_usage(directory).free < LOW_SPACE_BYTES
+    except OSError:
+        return False
+
+
+class RunRecord:
+    """run.json and the report, written by world rank 0 whenever the run ends (finished, stopped, diverged)."""
+
+    def __init__(
+        self, config: Config, files: RunFiles, facts: dict[str, Any], handoff: Handoff | None, started: str
+    ) -> None:
+        self.config, self.files, self.facts, self.handoff, self.started = config, files, facts, handoff, started
+
+    def write(self, status: str) -> None:
+        if not is_world_zero():
+            return
+        facts = self.facts
+        document = run_facts(
+            self.config,
+            world_size=self.config.training.world_size,
+            dataset_fingerprint=facts["dataset_fingerprint"],
+            truncation=facts["truncation"],
+            started=self.started,
+            status=status,
+            handoff=self.handoff,
+        )
+        write_json_atomic(self.files.run_json, document)
+        write_report_safely(self.files)
+
+
+def write_report_safely(files: RunFiles) -> None:
+    """The report is a convenience: failing to draw it must not fail a finished or preempted run."""
+    try:
+        from train.report import write_report  # plotting is imported only when a run ends
+
+        write_report(files.root)
+    except ConfigError:
+        return  # stopped before its first log step: nothing to draw yet
+    except Exception as exc:  # noqa: BLE001 - any drawing failure is only a warning
+        warn(f"no report ({type(exc).__name__}: {exc}); try: entrypoint.sh report {files.root}")

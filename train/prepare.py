@@ -15,9 +15,9 @@ import os
 import sys
 import time
 
-from train.config import load_config, withhold_secrets
+from train.config import load_config, move_hub_token_to_env
 from train.console import say
-from train.data import load_raw, real_token_count, tokenize
+from train.data import build_corpus, load_raw, real_token_count
 from train.errors import exit_process, run_main
 from train.hf import cache_root
 from train.model import load_tokenizer, scratch_config
@@ -30,7 +30,7 @@ def directory_bytes(path: os.PathLike[str] | str) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     config = load_config(sys.argv[1:] if argv is None else argv)
-    withhold_secrets(config, os.environ)
+    move_hub_token_to_env(config, os.environ)
     check_cache_dir()
     if config.job.streaming:
         say("streaming: nothing to prepare; a stream is read and tokenized while training")
@@ -38,12 +38,13 @@ def main(argv: list[str] | None = None) -> int:
     started = time.monotonic()
     raw = load_raw(config)
     tokenizer = load_tokenizer(config, raw, from_scratch=scratch_config(config) is not None)
-    splits = tokenize(config, raw, tokenizer)
+    # One process tokenizing for every rank of the later job: the cache key does not depend on the rank.
+    corpus = build_corpus(config, raw, tokenizer, rank=0, world_size=1)
     cache = cache_root() / "tokenized"
-    counts = ", ".join(
-        f"{name} {len(split):,} examples ({real_token_count(split, tokenizer.pad_token_id):,} tokens)"
-        for name, split in splits.items()
-    )
+    counts = f"train {corpus.train_samples:,} examples ({corpus.train_real_tokens:,} tokens)"
+    if corpus.validation is not None:
+        tokens = real_token_count(corpus.validation, tokenizer.pad_token_id)
+        counts += f", validation {corpus.eval_samples:,} examples ({tokens:,} tokens)"
     say(
         f"prepared in {time.monotonic() - started:.1f} s: {counts}; cache {cache} "
         f"({directory_bytes(cache) / 2**20:,.1f} MiB in all)"

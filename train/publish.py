@@ -25,8 +25,8 @@ from typing import Any
 
 from train.config import SECRET_FIELDS, Config, JobArguments
 from train.console import say, warn
-from train.errors import EnvironmentProblem
-from train.outputs import FINAL
+from train.errors import EnvironmentProblem, first_line
+from train.runfiles import RunFiles
 
 CARD = "README.md"
 # all_results.json entries that are counts, not measurements: trackers get them as parameters
@@ -34,13 +34,13 @@ COUNTS = ("world_size", "train_samples", "eval_samples")
 CARD_TAGS = ["fill-mask", "masked-lm", "mlm-trainer"]
 
 
-def publish_run(config: Config, output_dir: Path, step: int) -> None:
+def publish_run(config: Config, files: RunFiles, step: int) -> None:
     """Push final/ (MLM_PUSH_TO_HUB) and complete the tracker runs; call on world rank 0 after run.json is written.
 
     Each destination is tried even when another failed; the failures are then raised together as one line."""
-    final = output_dir / FINAL
-    run = _read_json(output_dir / "run.json")
-    results = _read_json(output_dir / "all_results.json")
+    final = files.final
+    run = _read_json(files.run_json)
+    results = _read_json(files.all_results)
     trackers = set(config.training.report_to or ())
     problems: list[str] = []
     if config.push_to_hub:
@@ -245,8 +245,8 @@ def _why(exc: BaseException) -> str:
         reason = getattr(response, "reason_phrase", "") or ""
         said = (getattr(exc, "server_message", None) or "").strip().splitlines()
         return f"{status} {reason}".strip() + (f": {said[0][:200]}" if said else "")
-    first = (str(exc).strip().splitlines() or [""])[0][:200]
-    return f"{type(exc).__name__}: {first}" if first else type(exc).__name__
+    first = first_line(exc)
+    return type(exc).__name__ if first == type(exc).__name__ else f"{type(exc).__name__}: {first}"
 
 
 def push_final(config: Config, final: Path, run: dict[str, Any], results: dict[str, Any], step: int) -> str:
@@ -315,12 +315,12 @@ def log_to_mlflow(final: Path, params: dict[str, Any], metrics: dict[str, float]
             client.log_batch(run_id, params=fresh[start : start + MAX_PARAMS_TAGS_PER_BATCH])
         stamp = int(time.time() * 1000)
         client.log_batch(run_id, metrics=[Metric(k, v, stamp, step) for k, v in metrics.items()])
-        client.log_artifacts(run_id, str(final), artifact_path=FINAL)
+        client.log_artifacts(run_id, str(final), artifact_path=final.name)
     except Exception as exc:  # noqa: BLE001 - a tracker that fails must not lose final/
         raise EnvironmentProblem(
             f"report_to mlflow: logging final/ to MLflow run {run_id} at {uri} failed ({_why(exc)}); the model is "
             f"kept in {final}: log it with: mlflow artifacts log-artifacts --run-id {run_id} --local-dir {final} "
-            f"--artifact-path {FINAL}"
+            f"--artifact-path {final.name}"
         ) from exc
     say(f"logged final/ to MLflow run {run_id} ({uri})")
 

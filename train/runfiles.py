@@ -12,6 +12,7 @@ which lists the checkpoint directories (their validation and the resume choice a
       logs/train.jsonl      one JSON record per log step
       report.html, loss.png the report
       .lease                the one-job-per-output-dir lease
+      .invalid-checkpoint-N-PID/  a checkpoint a resume could not use, moved aside for a post-mortem
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 CHECKPOINT_PREFIX = "checkpoint-"
+ASIDE_PREFIX = ".invalid-"  # a checkpoint moved aside: .invalid-checkpoint-15-<pid>
 # Inside a checkpoint (the Trainer's own files besides):
 COMPLETE_MARKER = ".complete"  # written once the Trainer's on_save has run
 OPTIONS_NAME = "mlm_options.json"  # the resolved options (redacted) of the run that wrote the checkpoint
@@ -88,6 +90,15 @@ class RunFiles:
         """Checkpoint directories, oldest first (whatever their state: train/checkpoints.py judges them)."""
         found = [p for p in self.root.glob(f"{CHECKPOINT_PREFIX}*") if p.is_dir() and is_checkpoint_name(p.name)]
         return sorted(found, key=step_of)
+
+    def aside(self, checkpoint: Path, pid: int) -> Path:
+        """Where an unusable checkpoint is moved (not deleted: the Trainer would write into it again)."""
+        return self.root / f"{ASIDE_PREFIX}{checkpoint.name}-{pid}"
+
+    def asides(self) -> list[Path]:
+        """The checkpoints moved aside, newest first."""
+        found = self.root.glob(f"{ASIDE_PREFIX}{CHECKPOINT_PREFIX}*")
+        return sorted(found, key=lambda p: p.stat().st_mtime, reverse=True)
 
 
 def is_checkpoint_name(name: str) -> bool:

@@ -1,4 +1,5 @@
-"""NCCL result handling, and the rendezvous as train.launch.topology reads it (PET_* first)."""
+"""NCCL result handling, and the rendezvous as train.launch.topology reads it (PET_* first), with the hint
+train.launch.rendezvous gives when its address does not resolve."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ import torch
 from train.doctor import network
 from train.doctor.machine import TorchView
 from train.errors import UserError
-from train.launch.topology import wait_for_address
+from train.launch.rendezvous import wait_for_address
 
 # ---- NCCL ----------------------------------------------------------------------------------------------------------
 

@@ -11,11 +11,9 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import REPO, tiny_env
-from tests.test_data import config_for
-from tests.test_stream import corpus_line
+from tests.data.helpers import config_for, corpus_line
 from train.data import load_raw
 from train.errors import ConfigError
-from train.stream import load_stream_raw
 
 pytestmark = pytest.mark.slow
 
@@ -65,9 +63,10 @@ def test_an_s3_glob_or_prefix_reads_in_memory(with_s3: dict[str, str], source: s
 
 def test_an_s3_glob_streams(with_s3: dict[str, str]) -> None:
     config = config_for(f"s3://{BUCKET}/train/*.jsonl.gz", streaming="true", max_steps="5", max_eval_samples="10")
-    stream, raw = load_stream_raw(config)
+    raw = load_raw(config)
+    assert raw.stream is not None
     assert list(raw.splits["validation"]["text"]) == LINES[:10]
-    assert list(stream.texts()) == LINES[10:]
+    assert list(raw.stream.texts()) == LINES[10:]
 
 
 def test_wrong_credentials_or_a_missing_prefix_are_one_line_without_the_secret(

@@ -11,9 +11,9 @@ import pytest
 import torch
 
 from tests.conftest import REPO, tiny_env
+from tests.data.helpers import write_shards
 from tests.e2e.test_reliability import start, wait_for
-from tests.test_stream import write_shards
-from train.stream import STATE_FILE
+from train.runfiles import STREAM_STATE
 
 pytestmark = pytest.mark.slow
 
@@ -50,7 +50,7 @@ def test_a_preempted_stream_resumes_where_it_stopped_and_ends_with_identical_wei
     process.send_signal(signal.SIGTERM)
     _, stderr = process.communicate(timeout=60)
     assert process.returncode == 75, stderr[-3000:]
-    saved = torch.load(output / "checkpoint-10" / STATE_FILE, weights_only=False)
+    saved = torch.load(output / "checkpoint-10" / STREAM_STATE, weights_only=False)
     assert saved["world_size"] == 2 and all(saved["ranks"])
 
     time.sleep(0.1)

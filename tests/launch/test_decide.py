@@ -8,6 +8,7 @@ import pytest
 
 from tests.fakes import FakeDevice, FakeNvml, h100s, install, uuid_of
 from tests.launch.common import gpus_of, job_flags, plan_ok, run_plan
+from train.config import MAX_PROCESSES, shown
 from train.errors import ConfigError, EnvironmentProblem
 from train.launch import decide
 
@@ -91,6 +92,29 @@ def test_decide_nproc_errors():
         decide.decide_nproc(None, "x", "gpu", 0, 4)
     with pytest.raises(ConfigError, match="PET_NPROC_PER_NODE='many'"):
         decide.decide_nproc(None, "x", "many", 0, 4)
+
+
+@pytest.mark.parametrize("value", ["5000", "1025", "0", "²", "-1", "1" * 100])
+def test_pet_nproc_per_node_is_bounded_as_the_option_is(value):
+    """MLM_NPROC_PER_NODE stops at MAX_PROCESSES (train.config); PET_NPROC_PER_NODE did not (5000 on a CPU reached
+    torchrun), and a superscript digit passed str.isdigit to crash in int()."""
+    expected = f"PET_NPROC_PER_NODE={shown(value)}: expected a positive integer up to {MAX_PROCESSES}, auto, gpu or cpu"
+    with pytest.raises(ConfigError) as caught:
+        decide.decide_nproc(None, "x", value, 0, 4)
+    assert str(caught.value) == expected
+
+
+def test_pet_nproc_per_node_up_to_the_bound_is_taken():
+    assert decide.decide_nproc(None, "x", str(MAX_PROCESSES), 0, 4) == (MAX_PROCESSES, "PET_NPROC_PER_NODE")
+    assert decide.decide_nproc("2", "MLM_NPROC_PER_NODE", "5000", 0, 4)[0] == 2  # the option wins, as before
+
+
+def test_a_huge_pet_nproc_per_node_exits_2_in_one_line(monkeypatch, capsys, base_env, no_nvml):
+    code, _, err = run_plan(monkeypatch, capsys, {**base_env, "PET_NPROC_PER_NODE": "5000"})
+    assert code == 2
+    assert err.strip().splitlines() == [
+        "mlm-trainer: error: PET_NPROC_PER_NODE='5000': expected a positive integer up to 1024, auto, gpu or cpu"
+    ]
 
 
 def test_usable_cpus_is_capped_by_the_cgroup_quota(tmp_path):

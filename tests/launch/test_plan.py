@@ -12,12 +12,11 @@ from tests.fakes import h100s, install, uuid_of
 from tests.launch.common import PYTORCHJOB, STOP, job_flags, plan_ok, run_plan, torchrun_flags
 from train import gpus
 from train.config import load_config
-from train.errors import UserError, run_main
+from train.errors import run_main
 from train.handoff import Handoff
 from train.launch import __main__ as launcher
 from train.launch import decide, torchrun
 from train.launch import plan as planning
-from train.launch import topology as cluster
 
 
 def test_single_gpu(monkeypatch, capsys, base_env):
@@ -232,6 +231,13 @@ def test_secret_flags_leave_the_command_for_the_ranks_environment(monkeypatch, c
     assert env["MLM_HUB_TOKEN"] == "hf_canary_2" and not any("hf_canary" in arg for arg in plan.command)
 
 
+def test_split_secret_flags_takes_both_spellings_and_keeps_the_rest_in_order():
+    kept, secrets = planning.split_secret_flags(["--seed", "7", "--hub_token", "a", "--x=1", "--hub_token=b", "y"])
+    assert kept == ["--seed", "7", "--x=1", "y"]
+    assert secrets == {"MLM_HUB_TOKEN": "b"}  # the last one wins, as argparse would take it
+    assert planning.split_secret_flags(["--hub_token"]) == ([], {"MLM_HUB_TOKEN": ""})  # no value: an empty token
+
+
 @pytest.mark.parametrize(
     ("shm", "workers", "warns"),
     [(64 * 2**20, 2, True), (None, 1, True), (64 * 2**20, 0, False), (2 * 2**30, 4, False)],
@@ -247,36 +253,6 @@ def test_small_shm_reaches_the_plan_warnings(no_nvml):
     config = load_config([], {"MLM_DATALOADER_NUM_WORKERS": "2"})
     plan = planning.make_plan(config, gpus.detect({}), {}, [], shm_bytes=64 * 2**20)
     assert any("/dev/shm is only 64 MiB" in w for w in plan.warnings)
-
-
-def test_wait_for_address_retries_then_resolves():
-    answers = [OSError("Name or service not known")] * 2 + [None]
-    slept, logged = [], []
-
-    def resolve(host):
-        answer = answers.pop(0)
-        if answer:
-            raise answer
-
-    failures = cluster.wait_for_address("mlm-master-0", "MASTER_ADDR", 60, logged.append, resolve, slept.append)
-    assert failures == 2 and slept == [1.0, 2.0]
-    assert "waiting for MASTER_ADDR=mlm-master-0 to resolve (attempt 1" in logged[0]
-    assert "resolves now" in logged[-1]
-
-
-def test_wait_for_address_is_bounded():
-    now = [0.0]
-
-    def sleep(seconds):
-        now[0] += seconds
-
-    def resolve(host):
-        raise OSError("Name or service not known")
-
-    with pytest.raises(UserError, match=r"MASTER_ADDR='nowhere' did not resolve within 30s") as caught:
-        cluster.wait_for_address("nowhere", "MASTER_ADDR", 30, lambda m: None, resolve, sleep, lambda: now[0])
-    assert caught.value.exit_code == 1  # retried by the Job controller, unlike exit 3
-    assert now[0] == 30
 
 
 def test_the_ranks_are_handed_the_decisions(monkeypatch, capsys, base_env):

@@ -1,4 +1,4 @@
-"""The cluster environment read into a Topology, and the wait for the rendezvous address."""
+"""The cluster environment (PET_*, torch's variables, an Indexed Job) read into a Topology, and its mode."""
 
 from __future__ import annotations
 
@@ -56,11 +56,71 @@ def test_elastic_range_without_endpoint_meets_at_the_master():
         ),
         ({"PET_RDZV_ENDPOINT": "[::1]:0"}, r"PET_RDZV_ENDPOINT='\[::1\]:0': expected host:port"),
         ({"PET_MAX_RESTARTS": "100000"}, "PET_MAX_RESTARTS='100000': expected an integer from 0 to 1000"),
+        # a static endpoint without a node count is one node (this was a KeyError traceback)
+        (
+            {"NODE_RANK": "1", "PET_RDZV_BACKEND": "static", "PET_RDZV_ENDPOINT": "h:1"},
+            r"NODE_RANK=1: expected 0\.\.0 for one node \(PET_NNODES, NNODES unset\)",
+        ),
+        # the first error in reading order wins: the restarts are read before the rendezvous is checked
+        ({"NNODES": "2", "PET_MAX_RESTARTS": "2000"}, "PET_MAX_RESTARTS='2000'"),
     ],
 )
 def test_topology_errors(env, message):
     with pytest.raises(ConfigError, match=message):
         cluster.topology_from_env(env)
+
+
+@pytest.mark.parametrize(
+    ("env", "mode"),
+    [
+        ({}, "standalone"),
+        ({"NNODES": "1", "PET_RDZV_ID": "x"}, "standalone"),
+        ({"NNODES": "2", "MASTER_ADDR": "m"}, "static"),
+        ({"PET_RDZV_BACKEND": "static", "PET_RDZV_ENDPOINT": "h:1"}, "static"),
+        ({"PET_NNODES": "1:2", "MASTER_ADDR": "m", "PET_RDZV_BACKEND": "static"}, "static"),
+        ({"PET_RDZV_ENDPOINT": "h:1"}, "dynamic"),
+        ({"PET_NNODES": "2", "PET_RDZV_ENDPOINT": "h:1", "PET_RDZV_BACKEND": "etcd"}, "dynamic"),
+        ({"PET_NNODES": "1:2", "MASTER_ADDR": "m"}, "dynamic"),
+    ],
+)
+def test_each_mode_has_one_predicate(env, mode):
+    topology = cluster.topology_from_env(env)
+    assert topology.mode == mode
+    predicates = {"standalone": topology.is_standalone, "static": topology.is_static, "dynamic": topology.is_dynamic}
+    assert [name for name, holds in predicates.items() if holds] == [mode]
+
+
+def test_one_node_has_no_rendezvous():
+    topology = cluster.topology_from_env({"MASTER_ADDR": "m", "NODE_RANK": "0"})
+    assert topology.is_standalone and topology.rdzv_endpoint is None and topology.node_rank == 0
+    assert topology.rendezvous_address is None and topology.address_to_wait_for is None
+    assert not topology.hosts_rendezvous
+
+
+def test_a_dynamic_rendezvous_gets_torchruns_defaults_and_an_elastic_one_meets_at_the_master():
+    given = cluster.topology_from_env({"PET_NNODES": "2", "PET_RDZV_ENDPOINT": "h:5"})
+    assert (given.rdzv_backend, given.rdzv_id, given.rendezvous_address) == ("c10d", "mlm-trainer", ("h", 5))
+    assert not given.hosts_rendezvous and given.address_to_wait_for == ("h", "PET_RDZV_ENDPOINT")
+    at_master = cluster.topology_from_env({"PET_NNODES": "1:3", "PET_MASTER_ADDR": "pm", "PET_RDZV_ID": "mine"})
+    assert (at_master.rdzv_endpoint, at_master.rdzv_id) == ("pm:29500", "mine")
+    assert at_master.sources["rdzv_endpoint"] == "PET_MASTER_ADDR"
+
+
+def test_rdzv_conf_pairs_are_read_and_malformed_items_skipped():
+    topology = cluster.topology_from_env({"PET_RDZV_CONF": " a = 1 ,b,=x,c=2,"})
+    assert topology.rdzv_conf == {"a": "1", "c": "2"}
+
+
+def test_split_endpoint():
+    assert cluster.split_endpoint("h:29400") == ("h", 29400)
+    assert cluster.split_endpoint("[fe80::1]:5") == ("fe80::1", 5)
+    assert cluster.split_endpoint("h") == ("h", None)
+    assert cluster.split_endpoint("h:http") == ("h:http", None)
+
+
+def test_blank_variables_count_as_unset():
+    topology = cluster.topology_from_env({"PET_NNODES": "  ", "NNODES": "2", "MASTER_ADDR": "m", "NODE_RANK": ""})
+    assert (topology.nnodes, topology.node_rank, topology.sources["nnodes"]) == ("2", 0, "NNODES")
 
 
 def test_a_huge_value_is_echoed_short():

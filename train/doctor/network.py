@@ -15,7 +15,8 @@ from train.doctor.machine import TorchView
 from train.doctor.rows import FAIL, OK, SKIP, WARN, Check
 from train.errors import UserError
 from train.launch.plan import Plan
-from train.launch.topology import Topology, resolve_hint, topology_from_env
+from train.launch.rendezvous import resolve_hint
+from train.launch.topology import Topology, topology_from_env
 
 MIB = 1024**2
 NCCL_TIMEOUT_S = 120.0
@@ -138,7 +139,7 @@ def check_master(environ: Mapping[str, str]) -> Check:
     except UserError as exc:
         return Check("master", FAIL, str(exc), "fix the cluster variables (PET_NNODES, PET_NODE_RANK, PET_MASTER_ADDR)")
     address = topology.rendezvous_address
-    if topology.mode == "standalone" or address is None:
+    if topology.is_standalone or address is None:
         return Check("master", SKIP, "single node (no PET_NNODES / NNODES above 1, no PET_RDZV_ENDPOINT)")
     port = address[1]
     data = {"host": address[0], "port": port, "mode": topology.mode, "node_rank": topology.node_rank}
@@ -166,7 +167,7 @@ def check_master(environ: Mapping[str, str]) -> Check:
     except OSError as exc:
         start = (
             "start the master node (node rank 0) first: its torchrun listens there"
-            if topology.mode == "static"
+            if topology.is_static
             else "start the node that hosts the rendezvous first"
         )
         return Check(

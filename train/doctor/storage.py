@@ -13,6 +13,7 @@ from train import checkpoints, hf, outputs
 from train.config import Config
 from train.doctor.rows import FAIL, OK, WARN, Check
 from train.errors import ConfigError
+from train.runfiles import RunFiles
 
 GIB = 1024**3
 # Free space below which a run is likely to die writing checkpoints (FAIL) or may (WARN).
@@ -48,7 +49,7 @@ def check_writable(name: str, path: Path, fix: str) -> Check:
 
 
 def check_output(config: Config) -> Check:
-    output = Path(config.training.output_dir)
+    output = RunFiles(config.training.output_dir).root
     label = config.source_of("output_dir")
     check = check_writable(
         "output_dir", output, f"mount a writable volume there (owned by the image's user) or set {label}"

@@ -8,6 +8,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from train.config import MAX_PROCESSES, shown
 from train.errors import ConfigError, EnvironmentProblem
 from train.handoff import global_batch, precision_label, precision_name
 from train.launch.topology import Topology
@@ -37,8 +38,12 @@ def decide_nproc(
         return 1, f"{source}: one process on CPU" if source != "auto" else "auto: one process on CPU"
     if value == "cpu":
         return cpu_count, f"{source}=cpu: one process per CPU core (torchrun's meaning)"
-    if not value.isdigit() or int(value) < 1:
-        raise ConfigError(f"{source}={value!r}: expected a positive integer, auto, gpu or cpu")
+    # Bounded as MLM_NPROC_PER_NODE is (train.config), whichever variable gave it: torchrun would otherwise be
+    # asked for thousands of processes. isdecimal + isascii: int() refuses a superscript digit isdigit() accepts.
+    if not (value.isdecimal() and value.isascii()) or not 1 <= int(value) <= MAX_PROCESSES:
+        raise ConfigError(
+            f"{source}={shown(value)}: expected a positive integer up to {MAX_PROCESSES}, auto, gpu or cpu"
+        )
     count = int(value)
     if gpu_count and count > gpu_count:
         raise ConfigError(

@@ -180,7 +180,7 @@ def make_plan(
         env["MLFLOW_SUPPRESS_PRINTING_URL_TO_STDOUT"] = "true"
 
     command = [*torchrun, *_torchrun_flags(topology, nproc, max_restarts, job)]
-    user_flags, secret_env = withhold_secrets(user_argv)
+    user_flags, secret_env = split_secret_flags(user_argv)
     command += ["-m", JOB_MODULE, *user_flags, *flags]
     env[HANDOFF_ENV] = Handoff(
         precision=precision.label,
@@ -219,9 +219,9 @@ def _torchrun_flags(topology: Topology, nproc: int, max_restarts: int, job: Any)
     rdzv_timeout, log_ranks = job.rdzv_timeout, job.log_ranks
     flags = ["--nnodes", topology.nnodes, "--nproc-per-node", str(nproc)]
     conf: dict[str, str] = {}
-    if topology.mode == "standalone":
+    if topology.is_standalone:
         flags.append("--standalone")
-    elif topology.mode == "static":
+    elif topology.is_static:
         flags += ["--node-rank", str(topology.node_rank)]
         if topology.rdzv_endpoint:
             flags += ["--rdzv-backend", "static", "--rdzv-endpoint", topology.rdzv_endpoint]
@@ -230,11 +230,11 @@ def _torchrun_flags(topology: Topology, nproc: int, max_restarts: int, job: Any)
         if topology.rdzv_id:  # a Slurm job id, or PET_RDZV_ID: torchrun's logs name the run by it
             flags += ["--rdzv-id", topology.rdzv_id]
         conf["timeout"] = str(rdzv_timeout)  # how long node 0's store waits for the others
-    else:
+    else:  # dynamic
         flags += ["--rdzv-backend", str(topology.rdzv_backend), "--rdzv-endpoint", str(topology.rdzv_endpoint)]
         flags += ["--rdzv-id", str(topology.rdzv_id)]
         conf["join_timeout"] = str(rdzv_timeout)
-    if topology.mode != "standalone":
+    if not topology.is_standalone:
         conf.update(topology.rdzv_conf)
         flags += ["--rdzv-conf", ",".join(f"{k}={v}" for k, v in conf.items())]
     flags += ["--max-restarts", str(max_restarts)]
@@ -245,7 +245,7 @@ def _torchrun_flags(topology: Topology, nproc: int, max_restarts: int, job: Any)
     return flags
 
 
-def withhold_secrets(argv: Sequence[str]) -> tuple[list[str], dict[str, str]]:
+def split_secret_flags(argv: Sequence[str]) -> tuple[list[str], dict[str, str]]:
     """The user's flags without the secret options (``--hub_token X``), and those as environment variables for the
     ranks (``MLM_HUB_TOKEN``): a flag is readable by every process on the machine in /proc/PID/cmdline."""
     flags = {f"--{name}": env_name(name) for name in SECRET_FIELDS}

@@ -35,7 +35,7 @@ from train.errors import (
     read_exit_codes,
 )
 from train.launch.plan import Plan, torchrun_path
-from train.launch.topology import wait_for_address
+from train.launch.rendezvous import wait_for_address
 
 
 def _child_env(environ: Mapping[str, str], plan: Plan, exit_dir: str) -> dict[str, str]:

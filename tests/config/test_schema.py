@@ -1,0 +1,95 @@
+"""The schema: our defaults, each field's bound kept with it, and help texts that say the bound in its own words."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+from transformers import TrainingArguments
+
+from train.config import (
+    BOUNDS,
+    JOB_FIELDS,
+    MAX_PROCESSES,
+    MAX_RESTARTS,
+    PROJECT_DEFAULTS,
+    TRAINING_BOUNDS,
+    JobArguments,
+    build_parser,
+    env_name,
+    load_config,
+    option_actions,
+)
+from train.config.schema import BOUND
+
+
+def test_defaults_are_ours() -> None:
+    config = load_config([], {})
+    assert config.job.model_name_or_path == "distilbert-base-uncased"
+    assert config.job.padding == "dynamic"
+    assert config.job.max_seq_length == 128
+    assert config.job.mlm_probability == 0.15
+    assert config.job.demo_samples == 50000
+    assert config.training.output_dir == "./output"
+    assert config.training.per_device_train_batch_size == 32
+    assert config.sources == {}
+
+
+def test_every_project_default_is_a_trainer_field_and_applies() -> None:
+    trainer_fields = {f.name for f in dataclasses.fields(TrainingArguments)}
+    assert set(PROJECT_DEFAULTS) <= trainer_fields
+    training = load_config([], {}).training
+    assert (training.seed, training.logging_steps, training.dataloader_num_workers) == (42, 50, 2)
+
+
+def test_every_trainer_bound_names_a_trainer_field() -> None:
+    """A bound on a name the Trainer no longer has would silently check nothing."""
+    assert set(TRAINING_BOUNDS) <= {f.name for f in dataclasses.fields(TrainingArguments)}
+    assert not set(TRAINING_BOUNDS) & set(JOB_FIELDS)
+
+
+def test_job_bounds_live_on_their_fields() -> None:
+    fields = {f.name: f for f in dataclasses.fields(JobArguments)}
+    assert fields["max_seq_length"].metadata[BOUND] is BOUNDS["max_seq_length"]
+    assert BOUNDS["max_seq_length"].accepts(8) and not BOUNDS["max_seq_length"].accepts(7)
+    assert fields["tokenizer_name"].metadata[BOUND] is None and "tokenizer_name" not in BOUNDS
+    assert JOB_FIELDS == tuple(fields)
+
+
+def test_every_bound_is_said_once_at_the_end_of_its_help() -> None:
+    """The help's range phrase is the bound's own words, so the two cannot disagree (it said 'at least 8')."""
+    actions = option_actions(build_parser())
+    shown_in_help = [name for name, bound in BOUNDS.items() if bound.in_help]
+    assert {"max_seq_length", "mlm_probability", "nproc_per_node", "seed", "num_train_epochs"} <= set(shown_in_help)
+    for name in shown_in_help:
+        text, sep, said = actions[name].help.rpartition(" Accepts ")
+        assert sep and said == f"{BOUNDS[name].expected}.", name
+        assert " Accepts " not in text, name
+    assert (
+        actions["max_seq_length"].help
+        == "Longest sequence in tokens (longer text is cut). Accepts an integer from 8 to 1048576."
+    )
+    assert actions["tokenizer_name"].help.endswith("trained on the training text.")  # unbounded: as written
+
+
+def test_a_bound_that_only_refuses_blanks_is_not_restated() -> None:
+    actions = option_actions(build_parser())
+    assert not BOUNDS["dataset"].in_help and "Accepts" not in actions["dataset"].help
+
+
+def test_the_dataclass_keeps_plain_defaults() -> None:
+    """Other modules and tests read defaults off the class (JobArguments.stop_timeout)."""
+    assert JobArguments.stop_timeout == 270 and JobArguments().max_seq_length == 128
+
+
+@pytest.mark.parametrize(("name", "var"), [("seed", "MLM_SEED"), ("max_seq_length", "MLM_MAX_SEQ_LENGTH")])
+def test_env_names_are_derived_from_field_names(name: str, var: str) -> None:
+    assert env_name(name) == var
+
+
+def test_limits_are_importable_from_the_package() -> None:
+    """The launcher bounds PET_NPROC_PER_NODE and PET_MAX_RESTARTS with the same limits as MLM_*."""
+    assert MAX_PROCESSES == 1024 and MAX_RESTARTS == 1000
+    assert BOUNDS["max_restarts"].accepts(MAX_RESTARTS) and not BOUNDS["max_restarts"].accepts(MAX_RESTARTS + 1)
+    assert BOUNDS["nproc_per_node"].accepts(str(MAX_PROCESSES))
+    assert not BOUNDS["nproc_per_node"].accepts(str(MAX_PROCESSES + 1))

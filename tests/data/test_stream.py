@@ -1,0 +1,126 @@
+"""train.data.stream: a stream split across ranks, resumed exactly, and its position saved with each checkpoint."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+import torch
+from torchdata.stateful_dataloader import StatefulDataLoader
+
+from tests.data.helpers import config_for, write_shards
+from train.data import (
+    SAMPLE_INDEX,
+    StreamPosition,
+    content_index,
+    load_raw,
+    stream_training_overrides,
+    tokenized_stream,
+)
+from train.errors import ConfigError
+from train.model import train_wordpiece
+from train.runfiles import STREAM_STATE, RunFiles
+
+
+def prepared(source: Path, **env: str):
+    """A streaming config for ``source``, its stream and a tokenizer trained on the stream's sample."""
+    config = config_for(str(source), streaming="true", max_steps="10", max_eval_samples="4", max_seq_length="32", **env)
+    raw = load_raw(config)
+    assert raw.stream is not None
+    return config, raw.stream, train_wordpiece(raw, config)
+
+
+def examples_of(source: Path, rank: int, world: int) -> list[list[int]]:
+    config, stream, tokenizer = prepared(source)
+    return [row["input_ids"] for row in tokenized_stream(config, stream, tokenizer, rank, world)]
+
+
+@pytest.mark.parametrize("shards", [4, 3])  # whole files per rank; every other example when they do not divide
+def test_ranks_read_disjoint_parts_that_cover_the_stream(tmp_path: Path, shards: int) -> None:
+    write_shards(tmp_path / "corpus", shards=shards, per_shard=12)
+    everything = examples_of(tmp_path / "corpus", 0, 1)
+    parts = [examples_of(tmp_path / "corpus", rank, 2) for rank in (0, 1)]
+    assert sorted(map(tuple, parts[0] + parts[1])) == sorted(map(tuple, everything))
+    assert not set(map(tuple, parts[0])) & set(map(tuple, parts[1]))
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+@pytest.mark.parametrize("padding", ["dynamic", "packed"])
+def test_a_resumed_stream_sees_exactly_the_examples_an_uninterrupted_one_sees(
+    tmp_path: Path, workers: int, padding: str
+) -> None:
+    """The position a checkpoint saves (StatefulDataLoader.state_dict) continues the stream with no example
+    repeated or skipped, DataLoader workers included."""
+    write_shards(tmp_path / "corpus", shards=2, per_shard=40)
+
+    def loader(state=None):
+        config, stream, tokenizer = prepared(tmp_path / "corpus", padding=padding)
+        data = tokenized_stream(config, stream, tokenizer, 0, 1)
+        made = StatefulDataLoader(data, batch_size=4, collate_fn=lambda rows: rows, num_workers=workers)
+        if state is not None:
+            made.load_state_dict(state)
+        return made
+
+    def indices(batches) -> list[int]:
+        return [row[SAMPLE_INDEX] for batch in batches for row in batch]
+
+    straight = indices(loader())
+    assert len(straight) > 12 and len(set(straight)) == len(straight)
+    first = loader()
+    seen = []
+    for n, batch in enumerate(first):
+        seen.append(batch)
+        if n == 2:
+            break
+    state = first.state_dict()
+    assert indices(seen) + indices(loader(state)) == straight
+
+
+def test_a_stream_examples_index_is_its_content() -> None:
+    assert content_index([1, 2, 3]) == content_index([1, 2, 3]) != content_index([1, 2, 4])
+    assert 0 <= content_index(list(range(512))) < 2**63
+
+
+class Positioned:
+    """A data loader that says where it stands, as StatefulDataLoader does."""
+
+    def state_dict(self) -> dict[str, int]:
+        return {"read": 7}
+
+
+def test_the_position_is_saved_into_the_checkpoint_and_read_back(tmp_path: Path) -> None:
+    files = RunFiles(tmp_path)
+    files.checkpoint(10).mkdir()
+    args, state = SimpleNamespace(output_dir=str(tmp_path)), SimpleNamespace(global_step=10)
+    StreamPosition().on_save(args, state, None, train_dataloader=Positioned())
+    saved = files.checkpoint(10) / STREAM_STATE
+    assert torch.load(saved, weights_only=False) == {"world_size": 1, "ranks": [{"read": 7}]}
+    assert not list(files.checkpoint(10).glob("*.tmp"))  # written whole, then renamed into place
+    assert StreamPosition.load(str(files.checkpoint(10)), 0, 1, "MLM_STREAMING") == {"read": 7}
+    with pytest.raises(ConfigError, match=r"MLM_STREAMING=true: checkpoint-10 holds the stream positions of 1 rank"):
+        StreamPosition.load(str(files.checkpoint(10)), 0, 2, "MLM_STREAMING")
+    StreamPosition().on_save(args, SimpleNamespace(global_step=20), None, train_dataloader=Positioned())
+    assert not files.checkpoint(20).exists()  # no checkpoint at that step: nothing is created
+    files.checkpoint(30).mkdir()
+    assert StreamPosition.load(str(files.checkpoint(30)), 0, 1, "MLM_STREAMING") is None  # saved before streaming
+
+
+def test_only_world_rank_0_writes_the_positions(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    RunFiles(tmp_path).checkpoint(5).mkdir()
+    monkeypatch.setenv("RANK", "1")
+    StreamPosition().on_save(
+        SimpleNamespace(output_dir=str(tmp_path)), SimpleNamespace(global_step=5), None, train_dataloader=Positioned()
+    )
+    assert not (RunFiles(tmp_path).checkpoint(5) / STREAM_STATE).exists()
+
+
+def test_a_stream_resumes_by_its_position_and_counts_its_tokens() -> None:
+    """What the caller applies to its TrainingArguments (data/ leaves the parsed config alone)."""
+    from transformers import TrainingArguments
+
+    overrides = stream_training_overrides()
+    assert overrides == {"ignore_data_skip": True, "include_num_input_tokens_seen": "non_padding"}
+    assert set(overrides) <= set(TrainingArguments.__dataclass_fields__)
+    training = config_for("demo", streaming="true", max_steps="3").training
+    assert training.ignore_data_skip is False  # building a streamed corpus does not change it

@@ -1,0 +1,111 @@
+"""train.data.tokenization: the padding modes, the cache, packing, truncation counts and the tokenization workers."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import datasets
+import pytest
+
+from tests.data.helpers import config_for, jsonl, write_formats
+from train.data import SAMPLE_INDEX, load_raw, real_token_count, tokenization, tokenize, truncation
+from train.data.tokenization import (
+    CUT_TOKENS,
+    MIN_ROWS_PER_WORKER,
+    IndexedExamples,
+    group_texts,
+    preprocessing_workers,
+    tokenizer_fingerprint,
+)
+from train.errors import ConfigError
+from train.model import train_wordpiece
+
+
+def test_padding_modes_keep_the_same_real_tokens(tmp_path: Path) -> None:
+    path = write_formats(tmp_path)["txt"]
+    results = {}
+    for padding in ("dynamic", "max_length", "packed"):
+        config = config_for(str(path), padding=padding, max_seq_length="32", tokenizer_vocab_size="200")
+        raw = load_raw(config)
+        tokenizer = train_wordpiece(raw, config)
+        results[padding] = (tokenize(config, raw, tokenizer)["train"], tokenizer.pad_token_id)
+    dynamic, pad = results["dynamic"]
+    padded, _ = results["max_length"]
+    packed, _ = results["packed"]
+    assert {len(ids) for ids in padded["input_ids"]} == {32}
+    assert len({len(ids) for ids in dynamic["input_ids"]}) > 1 and max(len(i) for i in dynamic["input_ids"]) < 32
+    assert real_token_count(dynamic, pad) == real_token_count(padded, pad)
+    assert {len(ids) for ids in packed["input_ids"]} == {32}
+    # packing drops only the last incomplete block
+    assert 0 <= real_token_count(dynamic, pad) - real_token_count(packed, pad) < 32
+    for split in (dynamic, padded, packed):
+        assert list(split[SAMPLE_INDEX]) == list(range(len(split)))
+
+
+def test_tokenization_is_cached(hf_home: Path) -> None:
+    config = config_for("demo", demo_samples="300", tokenizer_vocab_size="100")
+    raw = load_raw(config)
+    tokenizer = train_wordpiece(raw, config)
+    first = tokenize(config, raw, tokenizer)["train"]
+    second = tokenize(config, load_raw(config), train_wordpiece(load_raw(config), config))["train"]
+    assert first.cache_files and first.cache_files[0]["filename"] == second.cache_files[0]["filename"]
+    assert str(hf_home) in first.cache_files[0]["filename"]
+    other = config_for("demo", demo_samples="300", tokenizer_vocab_size="100", max_seq_length="64")
+    assert tokenize(other, raw, tokenizer)["train"].cache_files[0]["filename"] != first.cache_files[0]["filename"]
+
+
+def test_the_tokenizer_fingerprint_ignores_its_truncation_state() -> None:
+    config = config_for("demo", demo_samples="50", tokenizer_vocab_size="100")
+    tokenizer = train_wordpiece(load_raw(config), config)
+    before = tokenizer_fingerprint(tokenizer)
+    tokenizer(["a sentence"], truncation=True, max_length=4, padding="max_length")  # stored in the backend's state
+    assert tokenizer_fingerprint(tokenizer) == before and len(before) == 20
+
+
+def test_a_packed_split_without_a_whole_block_is_a_config_error() -> None:
+    config = config_for("demo", demo_samples="10", padding="packed", max_seq_length="512", tokenizer_vocab_size="100")
+    raw = load_raw(config)
+    with pytest.raises(ConfigError, match=r"MLM_PADDING|no complete 512-token block to pack"):
+        tokenize(config, raw, train_wordpiece(raw, config))
+
+
+def test_truncation_is_counted_per_example(tmp_path: Path) -> None:
+    texts = ["one two three four five six seven eight nine ten eleven twelve", "short one", "a b c d e f g h i j k"]
+    path = jsonl(tmp_path, "long.jsonl", texts * 4)
+    config = config_for(path, max_seq_length="8", validation_split_percentage="0", eval_strategy="no")
+    raw = load_raw(config)
+    tokenizer = train_wordpiece(raw, config)
+    train = tokenize(config, raw, tokenizer)["train"]
+    assert len(train) == 12 and max(len(ids) for ids in train["input_ids"]) == 8  # one row per example, cut
+    full = [len(tokenizer(t)["input_ids"]) - 2 for t in texts * 4]  # text tokens without [CLS] [SEP]
+    expected = sum(max(n - 6, 0) for n in full)
+    assert truncation(train) == {"examples_cut": sum(1 for n in full if n > 6), "tokens_cut": expected}
+    assert expected > 0
+
+
+def test_group_texts_cuts_whole_blocks_and_drops_the_tail() -> None:
+    examples = {"input_ids": [[1, 2, 3], [4, 5], [6, 7, 8, 9]], CUT_TOKENS: [0, 0, 0]}
+    assert group_texts(examples, 4) == {"input_ids": [[1, 2, 3, 4], [5, 6, 7, 8]]}  # 9 is the dropped tail
+    assert group_texts({"input_ids": [[1]]}, 4) == {"input_ids": []}
+
+
+def test_indexed_examples_carry_their_position() -> None:
+    indexed = IndexedExamples(datasets.Dataset.from_dict({"input_ids": [[1], [2], [3]]}))
+    assert len(indexed) == 3 and indexed.column_names == ["input_ids", SAMPLE_INDEX]
+    assert indexed[1] == {"input_ids": [2], SAMPLE_INDEX: 1}
+    assert indexed.__getitems__([2, 0]) == [{"input_ids": [3], SAMPLE_INDEX: 2}, {"input_ids": [1], SAMPLE_INDEX: 0}]
+    assert list(indexed[SAMPLE_INDEX]) == [0, 1, 2] and indexed.num_rows == 3  # the split's own attributes
+
+
+def test_workers_follow_the_usable_cpus_and_the_rows(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(tokenization, "usable_cpus", lambda: 8)
+    config = config_for("demo")
+    assert preprocessing_workers(config, 3 * MIN_ROWS_PER_WORKER) == 3  # each worker gets enough rows
+    assert preprocessing_workers(config, 100 * MIN_ROWS_PER_WORKER) == 8  # no more than the CPUs
+    assert preprocessing_workers(config, MIN_ROWS_PER_WORKER) is None  # one: this process, not a pool of one
+    assert preprocessing_workers(config_for("demo", preprocessing_num_workers="5"), 10) == 5
+
+
+def test_a_stream_has_no_table_to_count() -> None:
+    stream = datasets.Dataset.from_dict({"input_ids": [[1, 0]]}).to_iterable_dataset()
+    assert real_token_count(stream, 0) == 0 and truncation(stream) == {"examples_cut": 0, "tokens_cut": 0}

@@ -1,0 +1,169 @@
+"""From the resolved configuration to a ready Trainer: the data (a Corpus), the tokenizer, the model, the
+collator and the callbacks, as one typed :class:`Prepared`. The parsed configuration is not changed: what the
+Trainer must run with differently (a stream's arguments) goes to a copy of its arguments."""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+import os
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+import torch.distributed as dist
+from transformers import TrainingArguments
+
+from train import distributed
+from train.callbacks import CheckpointCompleteMarker, DivergenceGuard, EpochForCollator
+from train.checkpoints import resumed_options
+from train.collator import MaskingCollator
+from train.config import Config
+from train.console import say, warn
+from train.data import Corpus, StreamPosition, build_corpus, load_raw, stream_training_overrides
+from train.errors import ConfigError
+from train.hf import cache_root
+from train.model import check_before_data, load_model, load_tokenizer, scratch_config, use_masked_only_head
+from train.preemption import StopOnSignal
+from train.trainer import MLMTrainer, losses_are_batch_means
+
+
+@dataclass(frozen=True)
+class Prepared:
+    """Everything a rank trains with."""
+
+    trainer: MLMTrainer
+    tokenizer: Any
+    corpus: Corpus
+    stopper: StopOnSignal  # the stop signals' agreement (train/preemption.py)
+    guard: DivergenceGuard  # a non-finite loss, gradient or weight stops the run
+
+    def write_model(self, directory: Path) -> None:
+        """The trained model and its tokenizer, as AutoModelForMaskedLM / AutoTokenizer load them."""
+        self.trainer.save_model(str(directory))
+        self.tokenizer.save_pretrained(str(directory))
+
+    def facts(self) -> dict[str, Any]:
+        """What the banner, the logs and the final metrics say about the data."""
+        corpus = self.corpus
+        return {
+            "dataset_fingerprint": corpus.fingerprint,
+            "train_samples": corpus.train_samples,
+            "eval_samples": corpus.eval_samples,
+            "train_real_tokens": corpus.train_real_tokens,
+            "truncation": corpus.truncation,
+        }
+
+
+def masked_accuracy(eval_pred: Any) -> dict[str, float]:
+    predictions, labels = eval_pred
+    predictions, labels = np.asarray(predictions), np.asarray(labels)
+    masked = labels != -100
+    return {"accuracy": float((predictions[masked] == labels[masked]).mean()) if masked.any() else 0.0}
+
+
+def argmax_logits(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+    """Keep predicted ids, not [batch, length, vocab] logits, across evaluation batches."""
+    return logits.argmax(dim=-1)
+
+
+def prepare(config: Config) -> Prepared:
+    """Data, tokenizer, model, collator and Trainer for this rank.
+
+    Rank 0 reads the data, trains a tokenizer if one is needed and tokenizes; the other ranks then load the same
+    results from the caches instead of repeating the work: each node's local rank 0 does it for its node, unless
+    the nodes share the cache, where world rank 0 does it for all."""
+    training, job = config.training, config.job
+    stopper = StopOnSignal()  # first: a stop while the data is prepared is still a stop with exit 75
+    arch = scratch_config(config)
+    check_before_data(config, arch)
+    shared = cache_shared_with_rank_0(training)
+    with training.main_process_first(local=not shared, desc="preparing data"):
+        raw = load_raw(config)
+        tokenizer = load_tokenizer(config, raw, from_scratch=arch is not None)
+        corpus = build_corpus(config, raw, tokenizer, training.process_index, training.world_size)
+    model = load_model(config, arch, tokenizer)
+    if job.masked_only_head:
+        try:
+            use_masked_only_head(model)
+        except ConfigError:
+            if "masked_only_head" in config.sources:  # asked for explicitly: say it cannot be done
+                raise
+            warn(f"masked_only_head: not supported for {type(model).__name__}; training with the dense head")
+    collator = MaskingCollator(
+        pad_token_id=tokenizer.pad_token_id,
+        mask_token_id=tokenizer.mask_token_id,
+        vocab_size=len(tokenizer),
+        mlm_probability=job.mlm_probability,
+        seed=training.seed,
+        pad_to_multiple_of=job.pad_to_multiple_of if job.padding == "dynamic" else None,
+    )
+    evaluating = corpus.validation is not None and training.eval_strategy != "no"
+    guard = DivergenceGuard()
+    trainer = MLMTrainer(
+        model=model,
+        args=trainer_arguments(training, corpus),
+        train_dataset=corpus.train,
+        eval_dataset=corpus.validation,
+        data_collator=collator,
+        processing_class=tokenizer,
+        compute_metrics=masked_accuracy if evaluating else None,
+        preprocess_logits_for_metrics=argmax_logits if evaluating else None,
+        # StreamPosition before the marker: a checkpoint is complete once the streams' positions are in it.
+        callbacks=[
+            EpochForCollator(collator),
+            *([StreamPosition()] if corpus.streaming else []),
+            CheckpointCompleteMarker(resumed_options(config)),
+        ],
+    )
+    losses_are_batch_means(trainer)
+    return Prepared(trainer=trainer, tokenizer=tokenizer, corpus=corpus, stopper=stopper, guard=guard)
+
+
+def trainer_arguments(training: TrainingArguments, corpus: Corpus) -> TrainingArguments:
+    """The Trainer's arguments for this corpus: the parsed ones, or for a stream a copy with what it needs."""
+    if not corpus.streaming:
+        return training
+    changed = copy.copy(training)  # shallow: the process group and device the parsed arguments set up stay shared
+    for name, value in stream_training_overrides().items():
+        setattr(changed, name, value)
+    return changed
+
+
+def cache_shared_with_rank_0(training: TrainingArguments) -> bool:
+    """Whether this rank's cache (cache_root, in HF_HOME) is world rank 0's, on a node of its own: one volume the
+    nodes share (NFS, a Slurm cluster's home), found by looking. Rank 0 writes a file under a fresh random name
+    and broadcasts the name; each rank looks for it; then rank 0 removes it.
+
+    Why: transformers' main_process_first lets each node's local rank 0 do the work (right for node-local caches);
+    on a shared cache every node would tokenize into the same files at once (the work once per node, and on NFS a
+    file replaced while another node reads it goes stale). Neither transformers nor datasets tells them apart. A
+    name that is not seen (a client's stale directory cache) only means the node does the work itself, as before.
+    Only a volume shared with node 0 is found: nodes 1 and 2 sharing one that node 0 has not each do the work.
+    """
+    rank, local_rank = training.process_index, training.local_process_index
+    # torchrun's: the Trainer's arguments know the world and this rank's place on its node, not the node's size.
+    local_world = int(os.environ.get("LOCAL_WORLD_SIZE", str(training.world_size)))
+    if training.world_size == local_world or not distributed.initialized():
+        return False  # one node: its local rank 0 is world rank 0 either way
+    cache = cache_root()
+    name: list[str | None] = [None]
+    if rank == 0:
+        try:
+            cache.mkdir(parents=True, exist_ok=True)
+            (cache / (probe := f".shared-{uuid.uuid4().hex}")).touch()
+            name[0] = probe
+        except OSError:  # the other ranks wait in the broadcast: send them "no", and let tokenizing say what failed
+            pass
+    dist.broadcast_object_list(name, src=0)  # sent once the file exists
+    shared = name[0] is not None and (cache / name[0]).exists()
+    dist.barrier()
+    if rank == 0 and name[0] is not None:
+        with contextlib.suppress(OSError):
+            (cache / name[0]).unlink(missing_ok=True)
+    if shared and local_rank == 0 and rank != 0:  # each other node's local rank 0 says so once
+        say(f"the cache {cache} is node 0's too (a shared volume): node 0 prepares the data, this node reads it")
+    return shared

@@ -1,0 +1,87 @@
+"""The one configuration schema and its precedence.
+
+Every option is a typed dataclass field: :class:`JobArguments` (ours) plus every field of
+``transformers.TrainingArguments``. Each is settable four ways, later ones winning:
+
+    defaults  <  YAML file (MLM_CONFIG=path or --config path)  <  environment (MLM_<FIELD>)  <  CLI (--field)
+
+- ``schema``: the fields, each with its type, default, help and bound; our defaults for the Trainer's fields.
+- ``bounds``: what a bound is, the limits (``MAX_PROCESSES``, ...), and how a value shows in an error.
+- ``parser``: the schema as one HfArgumentParser, which converts every layer's strings.
+- ``layers``: the four layers read by one loop (unknown keys name the nearest option), the resolved
+  :class:`Config` and its redaction; ``yaml_file`` reads the YAML layer's file.
+- ``validate``: the bounds and the rules between options, checked before TrainingArguments is built.
+
+Other modules import from here, not from the modules inside.
+"""
+
+from train.config.bounds import (
+    INT64,
+    MAX_DEMO_SAMPLES,
+    MAX_PROCESSES,
+    MAX_RESTARTS,
+    MAX_SEQ_LENGTH,
+    MAX_TIMEOUT_S,
+    MIN_SEQ_LENGTH,
+    NPROC_WORDS,
+    SEED_MAX,
+    SHOWN_CHARS,
+    Bound,
+    help_with,
+    shown,
+)
+from train.config.layers import REDACTED, Config, load_config, move_hub_token_to_env, split_trackers, take_over_push
+from train.config.parser import TOKENS_SEEN_MODES, build_parser, expected_type, option_actions, tokens_seen_mode
+from train.config.schema import (
+    BOUNDS,
+    ENV_PREFIX,
+    JOB_FIELDS,
+    MIN_ROWS_PER_WORKER,
+    NON_OPTION_ENV,
+    PROJECT_DEFAULTS,
+    SECRET_FIELDS,
+    TRAINING_BOUNDS,
+    JobArguments,
+    env_name,
+)
+from train.config.validate import validate
+from train.config.yaml_file import read_yaml
+
+__all__ = [
+    "BOUNDS",
+    "ENV_PREFIX",
+    "INT64",
+    "JOB_FIELDS",
+    "MAX_DEMO_SAMPLES",
+    "MAX_PROCESSES",
+    "MAX_RESTARTS",
+    "MAX_SEQ_LENGTH",
+    "MAX_TIMEOUT_S",
+    "MIN_ROWS_PER_WORKER",
+    "MIN_SEQ_LENGTH",
+    "NON_OPTION_ENV",
+    "NPROC_WORDS",
+    "PROJECT_DEFAULTS",
+    "REDACTED",
+    "SECRET_FIELDS",
+    "SEED_MAX",
+    "SHOWN_CHARS",
+    "TOKENS_SEEN_MODES",
+    "TRAINING_BOUNDS",
+    "Bound",
+    "Config",
+    "JobArguments",
+    "build_parser",
+    "env_name",
+    "expected_type",
+    "help_with",
+    "load_config",
+    "move_hub_token_to_env",
+    "option_actions",
+    "read_yaml",
+    "shown",
+    "split_trackers",
+    "take_over_push",
+    "tokens_seen_mode",
+    "validate",
+]

@@ -1,0 +1,88 @@
+"""The schema as one ``HfArgumentParser``: every option's flag, type, choices, default and help.
+
+argparse does every string-to-type conversion for every layer (``parse_dict`` would convert nothing), so the
+YAML and environment layers are turned into flags and read by this parser too (train.config.layers).
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import dataclasses
+from types import MappingProxyType
+from typing import Any
+
+from transformers import HfArgumentParser, TrainingArguments
+from transformers.hf_argparser import string_to_bool
+
+from train.config.bounds import SHOWN_CHARS, help_with
+from train.config.schema import BOUND, PROJECT_DEFAULTS, TRAINING_BOUNDS, JobArguments
+from train.errors import ConfigError
+
+TOKENS_SEEN_MODES = ("all", "non_padding", "no")
+
+
+class _SchemaParser(HfArgumentParser):
+    """HfArgumentParser that raises instead of exiting, and reads our fields' bounds out of their metadata."""
+
+    def error(self, message: str) -> None:  # type: ignore[override]
+        # argparse exits on errors; we raise so the message can name its source and main() decides.
+        raise ConfigError(message if len(message) <= 4 * SHOWN_CHARS else message[: 4 * SHOWN_CHARS] + "…")
+
+    @staticmethod
+    def _parse_dataclass_field(parser: argparse.ArgumentParser, field: dataclasses.Field[Any]) -> None:
+        # transformers 5.24 passes every metadata key to add_argument, which refuses a "bound": hand it a copy of
+        # the field without one (the class keeps its own, for validation).
+        if BOUND in field.metadata:
+            field = copy.copy(field)
+            field.metadata = MappingProxyType({k: v for k, v in field.metadata.items() if k != BOUND})
+        HfArgumentParser._parse_dataclass_field(parser, field)
+
+
+def tokens_seen_mode(value: str) -> str:
+    """``include_num_input_tokens_seen`` read as TrainingArguments.__post_init__ reads it: all, non_padding or no,
+    a boolean meaning all or no. The field is typed ``str | bool``, which HfArgumentParser turns into a bool
+    option, so ``non_padding`` could not be given at all (transformers 5.24: "Truthy value expected")."""
+    lowered = value.lower()
+    if lowered in TOKENS_SEEN_MODES:
+        return lowered
+    try:
+        return "all" if string_to_bool(lowered) else "no"
+    except argparse.ArgumentTypeError:
+        raise ValueError(value) from None
+
+
+def build_parser() -> HfArgumentParser:
+    """The parser of every option, our defaults set, each TrainingArguments bound said in its help."""
+    parser = _SchemaParser((JobArguments, TrainingArguments), allow_abbrev=False)
+    for action in parser._actions:
+        if action.dest == "include_num_input_tokens_seen":
+            action.type, action.const, action.choices = tokens_seen_mode, "all", TOKENS_SEEN_MODES
+        if action.dest in TRAINING_BOUNDS and action.help:
+            action.help = help_with(action.help, TRAINING_BOUNDS[action.dest])
+    parser.set_defaults(**PROJECT_DEFAULTS)
+    return parser
+
+
+def option_actions(parser: argparse.ArgumentParser) -> dict[str, argparse.Action]:
+    """Every option by field name (the ``--no_*`` negations argparse adds for bools are left out)."""
+    actions = {}
+    for action in parser._actions:
+        if action.dest == "help" or not action.option_strings:
+            continue
+        if any(s.startswith("--no_") for s in action.option_strings) and action.dest in actions:
+            continue
+        actions.setdefault(action.dest, action)
+    return actions
+
+
+def expected_type(action: argparse.Action) -> str:
+    """What an option's type accepts, as an error says it: ``expected an integer``."""
+    if action.choices:
+        return "one of " + ", ".join(str(c) for c in action.choices)
+    kind = getattr(action.type, "__name__", "")
+    return {
+        "int": "an integer",
+        "float": "a number",
+        "string_to_bool": "true or false",
+    }.get(kind, f"a value of type {kind or 'string'}")

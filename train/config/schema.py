@@ -1,0 +1,243 @@
+"""The schema: every option a user can set, each with its type, default, help and bound in one place.
+
+Our options are the fields of :class:`JobArguments`; every field of ``transformers.TrainingArguments`` follows
+them, with our defaults where they differ (:data:`PROJECT_DEFAULTS`) and our bounds (:data:`TRAINING_BOUNDS`:
+the Trainer's class is not ours to annotate, and the Trainer pickles it into every checkpoint, so it stays the
+Trainer's own). An option's help ends with its bound's words (:func:`train.config.bounds.help_with`); the
+environment variable, YAML key, CLI flag and README row are all derived from the field's name.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import Any, Literal
+
+from train.config.bounds import (
+    FRACTION,
+    LOCAL_RANKS,
+    MAX_DEMO_SAMPLES,
+    MAX_PROCESSES,
+    MAX_RESTARTS,
+    MAX_SEQ_LENGTH,
+    MAX_TIMEOUT_S,
+    MIN_SEQ_LENGTH,
+    NON_NEGATIVE,
+    OPEN_FRACTION,
+    OVERRIDES,
+    POSITIVE,
+    PROCESSES,
+    SEED,
+    Bound,
+    help_with,
+    integers,
+    non_blank,
+    steps,
+)
+
+ENV_PREFIX = "MLM_"
+# MLM_* variables that are not options: read by entrypoint.sh / the launcher / logging, documented in the README.
+NON_OPTION_ENV = {"MLM_CONFIG", "MLM_DEBUG", "MLM_EXIT_DIR", "MLM_LAUNCH", "MLM_PYTHON"}
+SECRET_FIELDS = {"hub_token"}
+BOUND = "bound"  # the metadata key of a field's Bound (the parser takes it out: argparse would refuse it)
+# Below this many rows a tokenization process costs more to start than it saves (train.data's rule, stated here
+# once so that preprocessing_num_workers' help says the number the data layer uses).
+MIN_ROWS_PER_WORKER = 20_000
+
+
+def env_name(name: str) -> str:
+    """The environment variable of an option: ``MLM_`` + its name in upper case."""
+    return ENV_PREFIX + name.upper()
+
+
+def option(default: Any, help: str, bound: Bound | None = None) -> Any:
+    """A field's default, help and bound together; the help it shows ends with the bound's words."""
+    return field(default=default, metadata={"help": help_with(help, bound), BOUND: bound})
+
+
+@dataclass
+class JobArguments:
+    """The job's own options (the TrainingArguments fields follow them in the schema)."""
+
+    model_name_or_path: str = option(
+        "distilbert-base-uncased",
+        "Hub id or local directory of a pretrained model; or an architecture to train from scratch: "
+        "a config.json path or scratch:<model_type> (e.g. scratch:distilbert).",
+        non_blank("a hub id, a local directory or scratch:<model_type>"),
+    )
+    config_overrides: str | None = option(None, "Model config overrides when training from scratch.", OVERRIDES)
+    tokenizer_name: str | None = option(
+        None,
+        "Hub id or local directory of the tokenizer. Default: the model's; from scratch without one, "
+        "a WordPiece tokenizer is trained on the training text.",
+    )
+    tokenizer_vocab_size: int = option(
+        30522, "Vocabulary size of a tokenizer trained on the training text.", integers(1)
+    )
+    dataset: str = option(
+        "demo",
+        "demo (the seed's data); a .txt/.jsonl/.json/.csv/.parquet file (text formats also .gz, .bz2, "
+        ".xz, .zst), a directory or glob of them, local or remote (s3://, gs://, hf://, https://), or a local "
+        "directory written by datasets.save_to_disk; or a hub dataset id.",
+        non_blank("demo, a local path or a hub dataset id"),
+    )
+    dataset_config_name: str | None = option(None, "Config name of a hub dataset.")
+    text_column: str = option("text", "Column holding the text.")
+    validation_file: str | None = option(
+        None,
+        "Evaluation data (a file, directory or glob, local or remote); default: a split of the training data.",
+    )
+    validation_split_percentage: int = option(
+        20,
+        "Percent of the training data held out for evaluation when there is no validation data.",
+        integers(0, 99),
+    )
+    max_seq_length: int = option(
+        128, "Longest sequence in tokens (longer text is cut).", integers(MIN_SEQ_LENGTH, MAX_SEQ_LENGTH)
+    )
+    mlm_probability: float = option(0.15, "Fraction of tokens masked.", OPEN_FRACTION)
+    padding: Literal["dynamic", "max_length", "packed"] = option(
+        "dynamic",
+        "dynamic: pad to the longest in the batch (on GPU a multiple of 8); max_length: pad all to "
+        "max_seq_length (the seed's way); packed: concatenate and cut into full max_seq_length blocks.",
+    )
+    pad_to_multiple_of: int = option(
+        8,
+        "Dynamic padding rounds lengths up to this (at most max_seq_length); for tensor cores, so the launcher "
+        "makes it 1 on CPU unless set.",
+        integers(1),
+    )
+    preprocessing_num_workers: int | None = option(
+        None,
+        "Processes for tokenization (default: one per CPU this container may use, cgroup quota included, when "
+        f"each gets {MIN_ROWS_PER_WORKER:,} rows or more; else one).",
+        integers(1, MAX_PROCESSES),
+    )
+    streaming: bool = option(
+        False,
+        "Read, tokenize and pack the corpus on the fly while training, each rank its own part, with no cache "
+        "(corpora too large for the disk or to tokenize first); needs max_steps, and max_eval_samples or "
+        "validation_file to evaluate.",
+    )
+    demo_samples: int = option(50000, "Number of samples of the demo dataset.", integers(1, MAX_DEMO_SAMPLES))
+    max_train_samples: int | None = option(None, "Use at most this many training samples.", integers(1))
+    max_eval_samples: int | None = option(None, "Use at most this many evaluation samples.", integers(1))
+    masked_only_head: bool = option(
+        True,
+        "Compute the vocabulary projection only at masked positions while training (same loss, less compute; "
+        "DistilBERT and BERT, other models keep the dense head); the saved model is unchanged.",
+    )
+    trust_remote_code: bool = option(False, "Allow model/tokenizer code from the hub to run. Off unless set.")
+    resume: str = option(
+        "auto",
+        "auto: continue from the newest complete checkpoint in output_dir; never; or a path.",
+        non_blank("auto, never or a checkpoint path"),
+    )
+    overwrite_output_dir: bool = option(
+        False,
+        "Start over on an output_dir holding a finished final/ (otherwise the job refuses): its checkpoints are "
+        "removed and final/ is replaced when this run ends (kept as final.previous/ until then).",
+    )
+    global_batch_size: int | None = option(
+        None,
+        "Samples per optimizer step across all ranks; gradient accumulation is derived from it and the world size.",
+        integers(1),
+    )
+    nproc_per_node: str | None = option(
+        None,
+        "Processes per node: auto (the default) the visible GPUs, or 1 on CPU; gpu the visible GPUs (an error "
+        "without one); cpu one per CPU core; or a number.",
+        PROCESSES,
+    )
+    require_gpu: bool = option(False, "Fail (exit 3) instead of falling back to the CPU.")
+    log_ranks: str = option("0", "Local ranks whose output is shown.", LOCAL_RANKS)
+    log_format: Literal["auto", "text", "json"] = option("auto", "auto: text on a terminal, JSON lines otherwise.")
+    max_restarts: int = option(0, "torchrun restarts of a failed rank group.", integers(0, MAX_RESTARTS))
+    rdzv_timeout: int = option(
+        900, "Seconds to wait for all nodes at rendezvous.", integers(1, MAX_TIMEOUT_S, " seconds")
+    )
+    stop_timeout: int = option(
+        270,
+        "Seconds the ranks get, after SIGTERM/SIGINT/SIGUSR1/SIGUSR2, to save a checkpoint before torchrun kills "
+        "them; keep it below the grace period (Kubernetes terminationGracePeriodSeconds 300, compose "
+        "stop_grace_period 300s) and above the time a checkpoint takes to write.",
+        integers(1, MAX_TIMEOUT_S, " seconds"),
+    )
+    image_revision: str | None = option(None, "Source revision of the image (set by it).")
+
+
+# Our defaults for TrainingArguments fields where the Trainer's own differ. Both presets state their values
+# explicitly; these apply when nothing else is given.
+PROJECT_DEFAULTS: dict[str, Any] = {
+    "output_dir": "./output",
+    "num_train_epochs": 2.0,
+    "per_device_train_batch_size": 32,
+    "per_device_eval_batch_size": 32,
+    "eval_strategy": "epoch",
+    "save_strategy": "epoch",
+    "logging_steps": 50,
+    "save_total_limit": 2,
+    # TensorBoard events under output_dir/logs (the package is in the lock); none turns them off, naming other
+    # integrations replaces them.
+    "report_to": ["tensorboard"],
+    "optim": "adamw_torch_fused",
+    "dataloader_num_workers": 2,
+    # The collator needs each sample's index to make masking a pure function of (seed, epoch, index).
+    "remove_unused_columns": False,
+    # Masked LMs use every parameter in every step; searching for unused ones costs a graph traversal per step.
+    "ddp_find_unused_parameters": False,
+    # Real (non-padding) tokens counted by the Trainer each step (attention mask, else pad ids) for the logs'
+    # tokens/s and num_input_tokens_seen: exact, where an average per sample is not (dynamic padding, streams).
+    # Costs no extra GPU wait: the Trainer already reads each step's loss back for logging_nan_inf_filter.
+    "include_num_input_tokens_seen": "non_padding",
+    "seed": 42,
+}
+
+# 0 epochs is what TrainingArguments reads when max_steps decides the length (validate checks the pair); a
+# negative count is an error whatever else is set.
+EPOCHS = Bound(lambda v: v >= 0, "a positive number (or 0 with max_steps)")
+# The bounds of TrainingArguments fields the types alone do not express. Beyond these, every float must be finite
+# and every integer must fit 64 bits (train.config.validate): no TrainingArguments field documents inf or nan
+# (trainer.py passes inf to clip_grad_norm_ internally to mean "no clipping"; the documented way to turn clipping
+# off is max_grad_norm=0).
+TRAINING_BOUNDS: Mapping[str, Bound] = MappingProxyType(
+    {
+        "num_train_epochs": EPOCHS,
+        "per_device_train_batch_size": integers(1),
+        "per_device_eval_batch_size": integers(1),
+        "gradient_accumulation_steps": integers(1),
+        "eval_accumulation_steps": integers(1),
+        "torch_empty_cache_steps": integers(1),
+        "dataloader_prefetch_factor": integers(1),
+        "ddp_bucket_cap_mb": integers(1),
+        "max_steps": Bound(lambda v: v == -1 or v >= 1, "a positive integer, or -1 to train num_train_epochs"),
+        "save_total_limit": integers(0, note=" (0 keeps every checkpoint)"),
+        "seed": SEED,
+        "data_seed": SEED,
+        "dataloader_num_workers": integers(0, MAX_PROCESSES),
+        "ddp_timeout": integers(1, MAX_TIMEOUT_S, " seconds"),
+        "learning_rate": POSITIVE,
+        "weight_decay": NON_NEGATIVE,
+        "adam_beta1": FRACTION,
+        "adam_beta2": FRACTION,
+        "adam_epsilon": POSITIVE,
+        "max_grad_norm": Bound(NON_NEGATIVE.accepts, "a number >= 0 (0 turns clipping off)"),
+        "label_smoothing_factor": FRACTION,
+        "neftune_noise_alpha": POSITIVE,
+        "warmup_steps": steps(zero=True),
+        "logging_steps": steps(),
+        "eval_steps": steps(),
+        "save_steps": steps(),
+        "eval_delay": NON_NEGATIVE,
+    }
+)
+JOB_FIELDS = tuple(f.name for f in dataclasses.fields(JobArguments))
+# Every option's bound by name: the one table validation iterates.
+BOUNDS: Mapping[str, Bound] = MappingProxyType(
+    {
+        **{f.name: f.metadata[BOUND] for f in dataclasses.fields(JobArguments) if f.metadata.get(BOUND)},
+        **TRAINING_BOUNDS,
+    }
+)

@@ -1,0 +1,62 @@
+"""The data layer: where a corpus is (sources), reading and splitting it (load; its values in raw), tokenizing,
+packing and counting (tokenization: not ``tokenize``, which would be shadowed by the function of that name this
+package exports), streaming it (stream), and the :class:`Corpus` a rank trains on (corpus). A job calls::
+
+    raw = load_raw(config)                                   # either mode: RawData (raw.stream set for a stream)
+    corpus = build_corpus(config, raw, tokenizer, rank, world_size)
+
+and, for ``corpus.streaming``, applies :func:`stream_training_overrides` to its TrainingArguments and adds the
+:class:`StreamPosition` callback.
+"""
+
+from __future__ import annotations
+
+from train.data.corpus import Corpus, build_corpus
+from train.data.load import load_raw
+from train.data.raw import RawData, TextStream
+from train.data.sources import (
+    BUILDERS,
+    COMPRESSIONS,
+    DEMO_SENTENCE,
+    Source,
+    data_format,
+    is_remote,
+    resolve,
+    shown_url,
+    source_files,
+)
+from train.data.stream import (
+    StreamPosition,
+    content_index,
+    stream_loader,
+    stream_training_overrides,
+    tokenized_stream,
+)
+from train.data.tokenization import SAMPLE_INDEX, IndexedExamples, real_token_count, tokenize, truncation
+
+__all__ = [
+    "BUILDERS",
+    "COMPRESSIONS",
+    "DEMO_SENTENCE",
+    "SAMPLE_INDEX",
+    "Corpus",
+    "IndexedExamples",
+    "RawData",
+    "Source",
+    "StreamPosition",
+    "TextStream",
+    "build_corpus",
+    "content_index",
+    "data_format",
+    "is_remote",
+    "load_raw",
+    "real_token_count",
+    "resolve",
+    "shown_url",
+    "source_files",
+    "stream_loader",
+    "stream_training_overrides",
+    "tokenize",
+    "tokenized_stream",
+    "truncation",
+]

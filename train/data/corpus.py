@@ -1,0 +1,79 @@
+"""The data a rank trains on, as one value: :func:`build_corpus` tokenizes what :func:`train.data.load_raw` read,
+the whole corpus (cached) or, for a stream, this rank's part on the fly, and says what is known of it beforehand.
+The job then builds its Trainer from a :class:`Corpus` without asking whether the corpus is a stream."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from datasets import DatasetDict, IterableDataset
+
+from train.config import Config
+from train.console import warn
+from train.data.raw import RawData
+from train.data.stream import tokenized_stream
+from train.data.tokenization import IndexedExamples, real_token_count, tokenize, truncation
+from train.distributed import is_world_zero
+
+
+@dataclass(frozen=True)
+class Corpus:
+    """Tokenized training and evaluation data, and the facts the logs and run.json report. What a stream's size
+    and truncation are is not known before it is read: those facts are None for one."""
+
+    train: IndexedExamples | IterableDataset
+    validation: IndexedExamples | None
+    fingerprint: str  # names the raw data (run.json's dataset_fingerprint)
+    streaming: bool
+    train_samples: int | None
+    eval_samples: int
+    train_real_tokens: int | None
+    truncation: dict[str, int] | None  # examples_cut, tokens_cut
+
+
+def build_corpus(config: Config, raw: RawData, tokenizer: Any, rank: int, world_size: int) -> Corpus:
+    """``raw`` tokenized for rank ``rank`` of ``world_size``. Call it where load_raw is called, inside the
+    Trainer's main_process_first: the first rank fills the tokenization cache that the others then read."""
+    if raw.stream is not None:  # tokenized on the fly; only the bounded evaluation set is tokenized now
+        held_out = DatasetDict({k: v for k, v in raw.splits.items() if k == "validation"})
+        validation = tokenize(config, RawData(held_out, raw.fingerprint), tokenizer).get("validation")
+        return Corpus(
+            train=tokenized_stream(config, raw.stream, tokenizer, rank, world_size),
+            validation=validation,
+            fingerprint=raw.fingerprint,
+            streaming=True,
+            train_samples=None,
+            eval_samples=len(validation) if validation is not None else 0,
+            train_real_tokens=None,
+            truncation=None,
+        )
+    splits = tokenize(config, raw, tokenizer)
+    train, validation = splits["train"], splits.get("validation")
+    corpus = Corpus(
+        train=train,
+        validation=validation,
+        fingerprint=raw.fingerprint,
+        streaming=False,
+        train_samples=len(train),
+        eval_samples=len(validation) if validation is not None else 0,
+        train_real_tokens=real_token_count(train, tokenizer.pad_token_id),
+        truncation=truncation(train),
+    )
+    if is_world_zero():  # every rank counts the same cuts; one says so
+        warn_truncation(corpus, config.job.max_seq_length)
+    return corpus
+
+
+def warn_truncation(corpus: Corpus, max_seq_length: int) -> None:
+    """Say how much of the training text truncation dropped, and how to train on all of it."""
+    cut = corpus.truncation
+    if not cut or not cut["examples_cut"]:
+        return
+    kept = corpus.train_real_tokens or 0
+    share = 100 * cut["tokens_cut"] / max(kept + cut["tokens_cut"], 1)
+    warn(
+        f"{cut['examples_cut']:,} of {corpus.train_samples:,} training examples are longer than "
+        f"max_seq_length={max_seq_length} and were cut, dropping {cut['tokens_cut']:,} tokens ({share:.1f} % "
+        "of the text): use padding packed, or a larger max_seq_length, to train on all of it"
+    )

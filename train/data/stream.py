@@ -1,0 +1,198 @@
+"""Streaming corpora (``streaming: true``): read, tokenize and pack on the fly while training, each rank its own
+part of the stream, and resume a preempted run where its stream stopped.
+
+The in-memory path (train/data/tokenization.py) tokenizes the whole corpus into an Arrow cache first, which is right up
+to a few GB. A stream reads the files (local or remote, compressed or not) as a ``datasets.IterableDataset``:
+nothing is cached, memory stays flat however large the corpus, and the first step comes after one batch, not after
+the whole corpus. What it costs: ``max_steps`` must be given (a stream has no length), examples come in file order
+(shuffle the corpus beforehand; a shuffle buffer's content is not saved with a checkpoint, so it would break exact
+resume), and evaluation uses a bounded set: ``validation_file``, or the first ``max_eval_samples`` examples of the
+stream, held out from training (by their text: a line that also occurs later is left out there too; the hold-out
+is train/data/load.py's).
+
+Each rank reads its own part (``datasets.distributed.split_dataset_by_node``: whole files when their count divides
+by the world size, else every world-size-th example), so no example is trained twice per pass and no rank waits
+for another's preprocessing. The position of every rank's stream is saved with each checkpoint: the Trainer
+itself only knows how to resume a stream by reading and throwing away every batch before the checkpoint
+(``skip_first_batches``), which re-reads and re-tokenizes the corpus up to there; torchdata's StatefulDataLoader
+records where each rank's reader (its DataLoader workers included) stands, and the Trainer saves none of it, so
+StreamPosition does.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import warnings
+from pathlib import Path
+from typing import Any
+
+import datasets
+import numpy as np
+import torch
+import torch.distributed as dist
+from datasets import DatasetDict, IterableDataset
+from datasets.distributed import split_dataset_by_node
+from transformers import TrainerCallback
+
+from train.config import Config, JobArguments
+from train.data.raw import TextStream
+from train.data.sources import Source, demo_dataset, read_error, shown_url
+from train.data.tokenization import SAMPLE_INDEX, encode_texts, group_texts
+from train.distributed import initialized, is_world_zero
+from train.errors import ConfigError, first_line
+from train.hf import cache_key, offline_hint
+from train.runfiles import STREAM_STATE, RunFiles
+
+DEMO_SHARDS = 4  # the demo stream's files, so that it splits across ranks by whole shards
+SAVED_SHARDS = 16  # a save_to_disk dataset streamed: shards to split across ranks and DataLoader workers
+
+
+def stream_training_overrides() -> dict[str, Any]:
+    """The TrainingArguments a streamed corpus needs, for the caller to apply (data/ never changes the config).
+
+    ``ignore_data_skip``: the Trainer would resume a stream by reading every batch up to the checkpoint;
+    StreamPosition restores where each rank stands instead. ``include_num_input_tokens_seen``: real tokens are
+    counted as they go by, even where counting was turned off, since a stream has no total to count from."""
+    return {"ignore_data_skip": True, "include_num_input_tokens_seen": "non_padding"}
+
+
+def open_stream(source: Source, job: JobArguments) -> tuple[IterableDataset, str]:
+    """``source`` (resolved by train/data/sources.py) as a stream of ``job.text_column`` strings, and a
+    fingerprint naming it."""
+    if source.kind == "demo":
+        rows = demo_dataset(job.text_column, job.demo_samples)
+        return rows.to_iterable_dataset(num_shards=DEMO_SHARDS), f"demo-{job.demo_samples}"
+    if source.kind == "files":
+        if any(f.startswith(("s3://", "s3a://")) for f in source.files):
+            s3_ignores_http_client_options()
+        stream = datasets.load_dataset(source.builder, data_files=list(source.files), split="train", streaming=True)
+        fingerprint = cache_key(source.builder, [shown_url(f) for f in source.files])
+    elif source.kind == "saved":
+        try:
+            loaded = datasets.load_from_disk(source.name)
+        except Exception as exc:  # noqa: BLE001 - any failure to read is the user's file
+            raise read_error(source.label, source.name, exc) from None
+        saved = loaded["train"] if isinstance(loaded, DatasetDict) else loaded
+        stream = saved.to_iterable_dataset(num_shards=max(1, min(SAVED_SHARDS, len(saved))))
+        fingerprint = saved._fingerprint
+    else:
+        try:
+            stream = datasets.load_dataset(source.name, source.config_name, split="train", streaming=True)
+        except Exception as exc:  # noqa: BLE001 - network, offline mode, unknown id
+            hint = offline_hint("dataset", "MLM_DATASET")
+            raise ConfigError(f"{source.label}={source.name!r}: cannot stream the hub dataset ({hint})") from exc
+        fingerprint = cache_key(source.name, source.config_name)
+    return _text_only(stream, source, job.text_column), fingerprint
+
+
+def s3_ignores_http_client_options() -> None:
+    """Let s3fs read the compressed files of a stream. datasets' decompressing filesystems hand aiohttp's
+    ``client_kwargs`` (``requote_redirect_url``, ``trust_env``) to whichever filesystem holds the file, and s3fs
+    passes them on to aiobotocore, which rejects them (huggingface/datasets issue 7295, open): s3:// is served by an
+    S3FileSystem that drops those two, meaningless for S3. Registered for this process and its DataLoader workers."""
+    import fsspec
+    import s3fs
+
+    class S3FileSystem(s3fs.S3FileSystem):  # type: ignore[misc]
+        def __init__(self, *args: Any, client_kwargs: dict[str, Any] | None = None, **kwargs: Any) -> None:
+            kept = {k: v for k, v in (client_kwargs or {}).items() if k not in ("requote_redirect_url", "trust_env")}
+            super().__init__(*args, client_kwargs=kept, **kwargs)
+
+    for protocol in ("s3", "s3a"):
+        fsspec.register_implementation(protocol, S3FileSystem, clobber=True)
+
+
+def _text_only(stream: IterableDataset, source: Source, column: str) -> IterableDataset:
+    """The stream's ``column``; its first example is read now, so a wrong column or an unreadable file is a clear
+    error before the ranks start training. Rows whose text is not a string are dropped later, in TextStream.keep."""
+    where = f"{source.label}={shown_url(source.name)!r}"
+    try:
+        first = next(iter(stream.take(1)), None)
+    except Exception as exc:  # noqa: BLE001 - parser, credentials, network: the reader's first line says which
+        raise ConfigError(f"{where}: cannot be read ({first_line(exc.__cause__ or exc)})") from None
+    if first is None:
+        raise ConfigError(f"{where}: no examples")
+    if column not in first:
+        raise ConfigError(f"{where}: no column {column!r} (columns: {', '.join(first)}); set MLM_TEXT_COLUMN")
+    return stream.select_columns([column])
+
+
+def content_index(input_ids: list[int]) -> int:
+    """A stream example's ``sample_index`` (what the collator keys its masks on): a hash of its tokens. Positions
+    would repeat across DataLoader workers, each of which counts its own files; content does not depend on who
+    reads it or when, so a resumed run masks every example as an uninterrupted one would."""
+    digest = hashlib.blake2b(np.asarray(input_ids, dtype=np.int64).tobytes(), digest_size=8).digest()
+    return int.from_bytes(digest, "little") >> 1  # non-negative int64
+
+
+def tokenized_stream(config: Config, stream: TextStream, tokenizer: Any, rank: int, world_size: int) -> IterableDataset:
+    """Rank ``rank``'s part of the stream, filtered, tokenized (and packed) on the fly in one batched step, each
+    example with its sample index."""
+    job = config.job
+    mine = split_dataset_by_node(stream.rows, rank=rank, world_size=world_size)
+
+    def prepare(texts: list[Any]) -> dict[str, Any]:
+        encoded = encode_texts(tokenizer, stream.keep(texts), job, count_cut=False)  # a stream's cuts are not counted
+        if job.padding == "packed":
+            encoded = group_texts(encoded, job.max_seq_length)
+        return {**encoded, SAMPLE_INDEX: [content_index(ids) for ids in encoded["input_ids"]]}
+
+    return mine.map(prepare, batched=True, input_columns=[stream.column], remove_columns=[stream.column])
+
+
+def stream_loader(dataset: IterableDataset, trainer: Any) -> Any:
+    """A StatefulDataLoader over this rank's stream, with the Trainer's batch size, collator and workers. Not
+    passed through accelerate's prepare, which would split the stream across ranks a second time."""
+    from torchdata.stateful_dataloader import StatefulDataLoader
+
+    # torchdata 0.11 calls torch.set_vital, which torch 2.13 deprecates: a warning per loader, ours to silence.
+    warnings.filterwarnings("ignore", message="'set_vital' is deprecated", category=UserWarning)
+    args = trainer.args
+    workers = min(args.dataloader_num_workers, max(dataset.num_shards, 1))  # a worker per file at most
+    return StatefulDataLoader(
+        dataset,
+        batch_size=trainer._train_batch_size,
+        collate_fn=trainer.data_collator,
+        num_workers=workers,
+        pin_memory=args.dataloader_pin_memory,
+        prefetch_factor=args.dataloader_prefetch_factor if workers else None,
+        persistent_workers=args.dataloader_persistent_workers and workers > 0,
+        # Its own generator: a DataLoader draws its workers' base seed when an iterator starts, from the global
+        # RNG by default, which would shift a resumed run's dropout off the uninterrupted run's (the Trainer
+        # restores the RNG state before it starts the iterator).
+        generator=torch.Generator().manual_seed(args.seed),
+    )
+
+
+class StreamPosition(TrainerCallback):
+    """Saves every rank's stream position into each checkpoint (``stream_state.pt``), before the checkpoint is
+    marked complete; ``load`` reads this rank's back for a resumed run. Every rank calls ``on_save`` (the Trainer
+    saves on all of them), rank 0 gathers the positions and writes the file."""
+
+    def on_save(self, args: Any, state: Any, control: Any, train_dataloader: Any = None, **kwargs: Any) -> None:
+        position = train_dataloader.state_dict() if hasattr(train_dataloader, "state_dict") else None
+        positions = [position]
+        if initialized():
+            positions = [None] * dist.get_world_size()
+            dist.all_gather_object(positions, position)
+        if is_world_zero():
+            checkpoint = RunFiles(args.output_dir).checkpoint(state.global_step)
+            if checkpoint.is_dir():
+                tmp = checkpoint / (STREAM_STATE + ".tmp")
+                torch.save({"world_size": len(positions), "ranks": positions}, tmp)
+                tmp.replace(checkpoint / STREAM_STATE)
+
+    @staticmethod
+    def load(checkpoint: str, rank: int, world_size: int, option: str) -> dict[str, Any] | None:
+        """This rank's saved position in ``checkpoint``, or None when it holds none (saved before streaming)."""
+        path = Path(checkpoint) / STREAM_STATE
+        if not path.exists():
+            return None
+        saved = torch.load(path, weights_only=False)
+        if saved["world_size"] != world_size:
+            raise ConfigError(
+                f"{option}=true: {Path(checkpoint).name} holds the stream positions of {saved['world_size']} "
+                f"rank(s), this run has {world_size}: resume with {saved['world_size']}, or start over with "
+                "MLM_RESUME=never"
+            )
+        return saved["ranks"][rank]

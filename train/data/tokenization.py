@@ -1,0 +1,196 @@
+"""Tokenization (cached), the padding/packing modes and the counts the logs report: real tokens, truncation.
+
+Tokenized splits are cached as Arrow files under the HF cache, keyed by the raw data's fingerprint, the tokenizer
+and the settings, so a second run and the other ranks reuse them. ``max_length`` pads every example to
+max_seq_length now (the seed's way); ``dynamic`` leaves examples unpadded for the collator to pad per batch;
+``packed`` concatenates and cuts into full blocks (run_mlm.py's group_texts).
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.compute as pc
+from datasets import Dataset
+
+from train.config import MIN_ROWS_PER_WORKER, Config, JobArguments
+from train.data.raw import RawData
+from train.errors import ConfigError
+from train.hf import cache_key, cache_root
+from train.resources import usable_cpus
+
+SAMPLE_INDEX = "sample_index"  # per example: what the collator keys its masks on (train/collator.py)
+CUT_TOKENS = "cut_tokens"  # per example: the text tokens truncation to max_seq_length dropped
+CACHE_VERSION = "3"  # bump when a cached step (filter, tokenization) changes shape, to invalidate older caches
+
+
+def tokenizer_fingerprint(tokenizer: Any) -> str:
+    """A name for the tokenizer's vocabulary and rules, part of the tokenized cache's key."""
+    backend = getattr(tokenizer, "backend_tokenizer", None)
+    if backend is not None:
+        # Calling a fast tokenizer with truncation/padding stores them in its state; they must not change the key.
+        saved = json.loads(backend.to_str())
+        return cache_key({k: v for k, v in saved.items() if k not in ("truncation", "padding")})
+    return cache_key(tokenizer.get_vocab())
+
+
+def group_texts(examples: dict[str, list[list[int]]], block: int) -> dict[str, list[list[int]]]:
+    """Concatenate and cut into full ``block``-token chunks (run_mlm.py's group_texts); the tail is dropped.
+    Linear in the batch's tokens (``sum(lists, [])`` would copy the growing list once per example)."""
+    grouped = {}
+    for key, rows in examples.items():
+        if key == CUT_TOKENS:
+            continue
+        flat = list(itertools.chain.from_iterable(rows))
+        total = (len(flat) // block) * block
+        grouped[key] = [flat[i : i + block] for i in range(0, total, block)]
+    return grouped
+
+
+def count_cut_tokens(encoded: dict[str, list], count: int) -> dict[str, list]:
+    """Keep each example's first (truncated) row of a fast tokenizer's overflowing output, and count the text
+    tokens in its overflow rows as the example's ``cut_tokens``."""
+    mapping = encoded.pop("overflow_to_sample_mapping", None)
+    encoded.pop("overflowing_tokens", None)  # what a slow tokenizer returns instead: not counted
+    if mapping is None:
+        return {**encoded, CUT_TOKENS: [0] * count}
+    first = [i for i, example in enumerate(mapping) if i == 0 or mapping[i - 1] != example]
+    cut = [0] * count
+    for i, example in enumerate(mapping):
+        if i not in first:
+            cut[example] += sum(1 for special in encoded["special_tokens_mask"][i] if not special)
+    return {**{key: [values[i] for i in first] for key, values in encoded.items()}, CUT_TOKENS: cut}
+
+
+def encode_texts(tokenizer: Any, texts: list[str], job: JobArguments, count_cut: bool) -> dict[str, Any]:
+    """A batch of texts tokenized the way ``job.padding`` needs: whole for packing (which cuts the blocks itself),
+    else cut to max_seq_length and, for ``count_cut``, with each example's ``cut_tokens`` counted."""
+    if job.padding == "packed":
+        # verbose=False: the "longer than the specified maximum" warning means nothing before packing cuts.
+        return tokenizer(texts, return_special_tokens_mask=True, return_attention_mask=False, verbose=False)
+    encoded = tokenizer(
+        texts,
+        padding="max_length" if job.padding == "max_length" else False,
+        truncation=True,
+        max_length=job.max_seq_length,
+        return_special_tokens_mask=True,
+        return_attention_mask=job.padding == "max_length",
+        # The overflow says what truncation dropped: counted per example, then left out.
+        return_overflowing_tokens=count_cut,
+    )
+    return count_cut_tokens(dict(encoded), len(texts)) if count_cut else dict(encoded)
+
+
+def preprocessing_workers(config: Config, rows: int) -> int | None:
+    """Tokenization processes, as datasets' ``num_proc``: the configured number, else one per CPU this process may
+    use (cgroup-aware, see train.resources.usable_cpus), as long as each gets MIN_ROWS_PER_WORKER rows or more.
+
+    One is None, the calling process, not a pool of one: datasets forks for num_proc=1, and a forked fast tokenizer
+    turns its own threads off, which made one process 4-11 % slower than run_mlm.py's."""
+    workers = config.job.preprocessing_num_workers
+    if workers is None:
+        workers = max(1, min(usable_cpus(), rows // MIN_ROWS_PER_WORKER))
+    return workers if workers > 1 else None
+
+
+class IndexedExamples:
+    """A tokenized split whose examples carry their position as ``sample_index`` (what the collator keys its
+    masks on), computed when read: a stored column would cost a full rewrite of the split or 8 bytes per example
+    in memory. A map-style dataset for the DataLoader (len, getitem and the batched getitems torch uses)."""
+
+    def __init__(self, examples: Dataset) -> None:
+        self.examples = examples
+
+    def __len__(self) -> int:
+        return len(self.examples)
+
+    def __getitem__(self, index: int | str) -> Any:
+        if isinstance(index, str):  # a column, as datasets.Dataset reads one
+            return range(len(self.examples)) if index == SAMPLE_INDEX else self.examples[index]
+        return {**self.examples[int(index)], SAMPLE_INDEX: int(index)}
+
+    def __getitems__(self, indices: list[int]) -> list[dict[str, Any]]:
+        batch = self.examples[list(map(int, indices))]
+        keys = list(batch)
+        return [{**{k: batch[k][i] for k in keys}, SAMPLE_INDEX: int(n)} for i, n in enumerate(indices)]
+
+    @property
+    def column_names(self) -> list[str]:
+        return [*self.examples.column_names, SAMPLE_INDEX]
+
+    def __getattr__(self, name: str) -> Any:  # features, info, select... of the underlying split
+        return getattr(self.examples, name)
+
+
+def tokenize(config: Config, raw: RawData, tokenizer: Any) -> dict[str, IndexedExamples]:
+    """Tokenize every split of ``raw`` the configured way (cached); its examples carry a ``sample_index``."""
+    job = config.job
+    column = job.text_column
+    key = cache_key(
+        CACHE_VERSION, raw.fingerprint, tokenizer_fingerprint(tokenizer), job.padding, job.max_seq_length, column
+    )
+    cache_dir = cache_root() / "tokenized"
+    cache_dir.mkdir(parents=True, exist_ok=True)
+
+    def encode(batch: dict[str, list[str]]) -> dict[str, Any]:
+        return encode_texts(tokenizer, batch[column], job, count_cut=True)  # strings only: load_raw dropped the rest
+
+    result = {}
+    for split, dataset in raw.splits.items():
+        workers = preprocessing_workers(config, len(dataset))
+        tokenized = dataset.map(
+            encode,
+            batched=True,
+            remove_columns=dataset.column_names,
+            num_proc=workers,
+            cache_file_name=str(cache_dir / f"{key}-{split}-tok.arrow"),
+            desc=f"Tokenizing {split}",
+        )
+        if job.padding == "packed":
+            tokenized = tokenized.map(
+                group_texts,
+                batched=True,
+                fn_kwargs={"block": job.max_seq_length},
+                num_proc=workers,
+                cache_file_name=str(cache_dir / f"{key}-{split}-packed.arrow"),
+                desc=f"Packing {split} into {job.max_seq_length}-token blocks",
+            )
+        if len(tokenized) == 0:
+            raise ConfigError(
+                f"{config.source_of('dataset')}: the {split} split has no complete {job.max_seq_length}-token "
+                "block to pack; use padding dynamic or a smaller max_seq_length"
+            )
+        result[split] = IndexedExamples(tokenized)
+    return result
+
+
+def truncation(dataset: Any) -> dict[str, int]:
+    """How many examples of a tokenized split truncation cut, and how many text tokens it dropped."""
+    table = _table(dataset)
+    if table is None or CUT_TOKENS not in table.column_names:
+        return {"examples_cut": 0, "tokens_cut": 0}
+    cut = table.column(CUT_TOKENS)
+    return {
+        "examples_cut": int(pc.sum(pc.greater(cut, 0)).as_py() or 0),
+        "tokens_cut": int(pc.sum(cut).as_py() or 0),
+    }
+
+
+def real_token_count(dataset: Any, pad_token_id: int) -> int:
+    """Non-padding tokens in a tokenized split (what tokens/s figures count), counted by Arrow, not per token."""
+    table = _table(dataset)
+    if table is None:
+        return 0
+    tokens = pc.list_flatten(table.column("input_ids"))
+    return int(pc.sum(pc.not_equal(tokens, pad_token_id)).as_py() or 0)
+
+
+def _table(dataset: Any) -> pa.Table | None:
+    """The Arrow table behind a tokenized split (its rows in order), or None for a stream."""
+    base = dataset.examples if isinstance(dataset, IndexedExamples) else dataset
+    if not isinstance(base, Dataset):
+        return None
+    return base.with_format("arrow")[:] if base._indices is not None else base.data.table

@@ -1,0 +1,223 @@
+"""The report's charts (matplotlib, drawn off-screen): loss, learning rate, throughput, gradient norm, GPU memory.
+Imported only when a report is written, and matplotlib only inside the functions that draw, so a training step
+never pays for it.
+
+A series with fewer than ``MARKERS_BELOW`` points is drawn as points joined by a thin line, so each one is seen (a
+single point drawn as a line is invisible); longer series as lines. Where a run resumed, a dotted vertical line
+marks the step it started again from, with a legend entry; there is none for a run that never resumed."""
+
+from __future__ import annotations
+
+import io
+import math
+import re
+from typing import Any
+
+from train.report.runlog import Record, RunLog, number
+from train.report.schedule import Schedule
+
+MARKERS_BELOW = 20
+RESUMED_LABEL = "resumed here"
+
+
+def _series(records: list[Record], key: str) -> tuple[list[float], list[float]]:
+    """(steps, values) of the records with a finite ``key``: a NaN loss leaves a gap rather than breaking the axis."""
+    xs, ys = [], []
+    for record in records:
+        value = number(record.get(key))
+        if value is not None and math.isfinite(value):
+            xs.append(float(record["step"]))
+            ys.append(value)
+    return xs, ys
+
+
+def _figure(title: str, ylabel: str) -> tuple[Any, Any]:
+    """A new figure and its axes, on the Agg backend (no display: the report runs in containers)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(6.4, 3.4), dpi=100)
+    ax.set_title(title, fontsize=11)
+    ax.set_xlabel("step")
+    ax.set_ylabel(ylabel)
+    ax.grid(True, alpha=0.3)
+    return fig, ax
+
+
+def _plot(
+    ax: Any, xs: list[float], ys: list[float], color: str, label: str | None = None, gid: str | None = None
+) -> Any:
+    """One series: points joined by a thin line when there are few of them, a line otherwise."""
+    few = len(xs) < MARKERS_BELOW
+    (line,) = ax.plot(
+        xs,
+        ys,
+        label=label,
+        color=color,
+        linewidth=1.0 if few else 1.5,
+        marker="o" if few else None,
+        markersize=4,
+    )
+    if gid:
+        line.set_gid(gid)
+    return line
+
+
+def _mark_resumes(ax: Any, log: RunLog) -> None:
+    """A dotted line at each step the run resumed from; one legend entry for all of them."""
+    for i, step in enumerate(log.resumed_at):
+        line = ax.axvline(step, color="grey", linestyle=":", linewidth=1, label=RESUMED_LABEL if i == 0 else None)
+        line.set_gid(f"resumed-{step}")
+
+
+def _legend(ax: Any, **kwargs: Any) -> None:
+    """A legend only when something is labelled (matplotlib warns about an empty one)."""
+    if ax.get_legend_handles_labels()[0]:
+        ax.legend(fontsize=8, **kwargs)
+
+
+def _log_scale(ax: Any) -> None:
+    """A log y axis labelled with plain numbers (2, 3, 4 rather than 2×10⁰): loss rarely spans a decade."""
+    from matplotlib.ticker import LogFormatter
+
+    ax.set_yscale("log", nonpositive="mask")
+    ax.yaxis.set_major_formatter(LogFormatter(labelOnlyBase=False))
+    ax.yaxis.set_minor_formatter(LogFormatter(labelOnlyBase=False, minor_thresholds=(2, 0.5)))
+
+
+def loss_figure(log: RunLog, log_scale: bool = True) -> Any:
+    """Train and eval loss; on a log y axis by default, where a converged tail stays readable (linear when no
+    value is positive)."""
+    xs, ys = _series(log.train, "loss")
+    exs, eys = _series(log.evals, "eval_loss")
+    log_scale = log_scale and any(y > 0 for y in ys + eys)
+    fig, ax = _figure("Loss (log scale)" if log_scale else "Loss", "loss")
+    ax.set_gid("loss-log-scale" if log_scale else "loss-linear-scale")
+    if xs:
+        _plot(ax, xs, ys, "tab:blue", label="train loss", gid="train-loss")
+    if exs:
+        _plot(ax, exs, eys, "tab:orange", label="eval loss", gid="eval-loss")
+    if log_scale:
+        _log_scale(ax)
+    _mark_resumes(ax, log)
+    _legend(ax)
+    fig.tight_layout()
+    return fig
+
+
+def line_figure(log: RunLog, key: str, title: str, ylabel: str, color: str) -> Any | None:
+    """One logged series over the steps (the gradient norm); None when the log never holds it."""
+    xs, ys = _series(log.train, key)
+    if not xs:
+        return None
+    fig, ax = _figure(title, ylabel)
+    _plot(ax, xs, ys, color, gid=key.replace("_", "-"))
+    _mark_resumes(ax, log)
+    _legend(ax)
+    fig.tight_layout()
+    return fig
+
+
+def lr_figure(log: RunLog, schedule: Schedule | None) -> Any | None:
+    """The logged learning rates and, when known, the schedule they follow: the Trainer logs every
+    ``logging_steps`` steps, so without the schedule a warmup shorter than that is invisible."""
+    xs, ys = _series(log.train, "learning_rate")
+    if not xs and schedule is None:
+        return None
+    fig, ax = _figure("Learning rate", "learning rate")
+    if schedule is not None:
+        if schedule.warmup_steps > 0:
+            end = min(schedule.warmup_steps, schedule.max_steps)  # a warmup longer than the run ends with it
+            span = ax.axvspan(0, end, color="tab:red", alpha=0.08, linewidth=0)
+            span.set_label(f"warmup ({schedule.warmup_steps} steps)")
+            span.set_gid("lr-warmup")
+        (line,) = ax.plot(
+            schedule.steps,
+            schedule.rates,
+            color="black",
+            linestyle="--",
+            linewidth=1,
+            label=f"schedule ({schedule.kind}, from run.json)",
+            zorder=3,
+        )
+        line.set_gid("lr-schedule")
+    if xs:
+        _plot(ax, xs, ys, "tab:red", label="logged" if schedule is not None else None, gid="learning-rate")
+    _mark_resumes(ax, log)
+    _legend(ax)
+    fig.tight_layout()
+    return fig
+
+
+def throughput_figure(log: RunLog) -> Any | None:
+    """Real tokens/s when known, else samples/s (the two are proportional when tokens are estimated per sample)."""
+    xs, ys = _series(log.train, "tokens_per_second")
+    label = "real tokens/s"
+    if not xs:
+        xs, ys = _series(log.train, "samples_per_second")
+        label = "samples/s"
+    if not xs:
+        return None
+    fig, ax = _figure(f"Throughput ({label}, evaluation and saving left out)", label)
+    _plot(ax, xs, ys, "tab:green", gid="throughput")
+    _mark_resumes(ax, log)
+    _legend(ax)
+    fig.tight_layout()
+    return fig
+
+
+def gpu_figure(log: RunLog) -> Any | None:
+    """Memory used per GPU of rank 0's node, with the mean utilization on a second axis; None without GPU samples."""
+    per_gpu: dict[int, tuple[list[float], list[float]]] = {}
+    for record in log.train:
+        for gpu in record.get("gpus") or []:
+            used = number(gpu.get("mem_used_mib"))
+            if used is None or not isinstance(gpu.get("index"), int):
+                continue
+            xs, ys = per_gpu.setdefault(gpu["index"], ([], []))
+            xs.append(float(record["step"]))
+            ys.append(used / 1024)
+    if not per_gpu:
+        return None
+    fig, ax = _figure("GPU memory (NVML, rank 0's node)", "GiB used")
+    for index in sorted(per_gpu):
+        xs, ys = per_gpu[index]
+        _plot(ax, xs, ys, f"C{index % 10}", label=f"GPU {index}", gid=f"gpu-{index}-memory")
+    uxs, uys = _series(log.train, "gpu_util_pct")
+    if uxs:
+        twin = ax.twinx()
+        twin.plot(uxs, uys, color="black", linewidth=1, linestyle=":", label="utilization % (mean)")
+        twin.set_ylabel("utilization %")
+        twin.set_ylim(0, 105)
+    _mark_resumes(ax, log)
+    _legend(ax, loc="lower right")
+    fig.tight_layout()
+    return fig
+
+
+_ID = re.compile(r'\bid="([^"]+)"')
+_REF = re.compile(r'(href="#|url\(#)([^")]+)')
+
+
+def svg(fig: Any, prefix: str) -> str:
+    """The figure as inline SVG (text kept as text), without the XML prolog and DOCTYPE that name external URLs.
+
+    Every id is prefixed with ``prefix`` (the chart's name): matplotlib numbers its ids per figure (``axes_1``,
+    clip paths, marker definitions), and one page holds several figures, one of them hidden at a time."""
+    import matplotlib.pyplot as plt
+
+    buffer = io.StringIO()
+    with plt.rc_context({"svg.fonttype": "none"}):
+        fig.savefig(buffer, format="svg", metadata={"Date": None, "Creator": None, "Format": None, "Type": None})
+    plt.close(fig)
+    text = buffer.getvalue()
+    start = text.find("<svg")
+    body = text[start:]
+    # The <metadata> block names RDF/Dublin Core namespaces by URL; the page should carry no URL at all.
+    head, sep, rest = body.partition("<metadata>")
+    if sep:
+        body = head + rest.partition("</metadata>")[2]
+    body = _ID.sub(lambda m: f'id="{prefix}-{m.group(1)}"', body)
+    return _REF.sub(lambda m: f"{m.group(1)}{prefix}-{m.group(2)}", body)
