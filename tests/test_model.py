@@ -129,3 +129,18 @@ def test_unsupported_architecture_is_a_config_error():
     )
     with pytest.raises(ConfigError, match="masked_only_head: not supported for RobertaForMaskedLM"):
         use_masked_only_head(RobertaForMaskedLM(config))
+
+
+def test_a_config_the_model_would_reject_at_its_first_save_is_refused_before_any_data() -> None:
+    from train.config import load_config
+    from train.model import scratch_config
+
+    # ModernBERT keeps 22 layer_types when num_hidden_layers is overridden after construction: save_pretrained's
+    # validation fails, after all the training, unless the built config is validated first.
+    config = load_config(
+        [], {"MLM_MODEL_NAME_OR_PATH": "scratch:modernbert", "MLM_CONFIG_OVERRIDES": "num_hidden_layers=2"}
+    )
+    with pytest.raises(ConfigError, match=r"MLM_CONFIG_OVERRIDES: the model rejects this config \(.*layer_types"):
+        scratch_config(config)
+    fine = load_config([], {"MLM_MODEL_NAME_OR_PATH": "scratch:distilbert", "MLM_CONFIG_OVERRIDES": "n_layers=2"})
+    assert scratch_config(fine).n_layers == 2

@@ -15,7 +15,7 @@ from typing import Any
 import torch.distributed as dist
 from transformers import set_seed
 
-from train import distributed, logs
+from train import crash, distributed, logs
 from train.build import Prepared, prepare
 from train.callbacks import finite_weights
 from train.checkpoints import decide_resume, newest_resumable
@@ -34,6 +34,7 @@ from train.errors import (
 )
 from train.handoff import Handoff
 from train.lease import OutputLease
+from train.lifetime import end_children
 from train.outcome import divergence_message, evaluation_at, final_metrics
 from train.outputs import (
     RunRecord,
@@ -65,13 +66,15 @@ def main(argv: list[str] | None = None) -> int:
     except UserError:
         raise
     except Exception as exc:
-        output_dir = RunFiles(config.training.output_dir).root
-        if disk_full(exc, output_dir):  # a checkpoint or the final model did not fit; earlier ones are intact
+        files = RunFiles(config.training.output_dir)
+        if disk_full(exc, files.root):  # a checkpoint or the final model did not fit; earlier ones are intact
             raise EnvironmentProblem(
-                f"{config.source_of('output_dir')}={str(output_dir)!r}: no space left on the device while writing; "
+                f"{config.source_of('output_dir')}={str(files.root)!r}: no space left on the device while writing; "
                 "earlier checkpoints are intact: free space or use a larger volume, then run again to resume"
             ) from None
-        raise
+        raise crash.worker_death(exc) or crash.unexpected(exc, files, distributed.world_rank()) from exc
+    finally:
+        end_children()  # workers that ignore SIGTERM must not hold the rank's exit (train/lifetime.py)
 
 
 def run(config: Config) -> int:

@@ -66,7 +66,27 @@ def scratch_config(config: Config) -> Any | None:
             arch.update_from_string(config.job.config_overrides)
         except ValueError as exc:
             raise ConfigError(f"{config.source_of('config_overrides')}: {exc}") from None
+    check_model_config(config, arch)
     return arch
+
+
+def check_model_config(config: Config, arch: Any) -> None:
+    """The model config's own validation, which ``save_pretrained`` runs (transformers 5.x ``validate``): a config
+    the model takes at build time but rejects at its first save would otherwise fail after all the training."""
+    validate = getattr(arch, "validate", None)
+    if validate is None:
+        return
+    try:
+        validate()
+    except Exception as exc:  # noqa: BLE001 - huggingface_hub's StrictDataclassError and the validators' own
+        lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
+        why = lines[-1] if lines else type(exc).__name__  # the validator's reason comes after its name
+        label = (
+            config.source_of("config_overrides")
+            if config.job.config_overrides
+            else config.source_of("model_name_or_path")
+        )
+        raise ConfigError(f"{label}: the model rejects this config ({why[:200]})") from None
 
 
 def _config_from_json(path: Path, config: Config) -> Any:
@@ -150,6 +170,7 @@ def load_model(config: Config, arch: Any | None, tokenizer: Any) -> Any:
                 f"tokenizer's {len(tokenizer)} tokens"
             )
         arch.pad_token_id = tokenizer.pad_token_id
+        check_model_config(config, arch)  # again, with the tokenizer's vocabulary and padding id
         model = AutoModelForMaskedLM.from_config(arch, attn_implementation="sdpa")
     else:
         name = job.model_name_or_path
@@ -180,11 +201,13 @@ def check_positions(config: Config, model_config: Any) -> None:
 def check_before_data(config: Config, arch: Any | None) -> None:
     """What can be checked of the model before any data is read or tokenized (minutes on a large corpus): the
     architecture's positions against max_seq_length. A pretrained model's config.json is read for it (a small
-    file); when it cannot be read here, :func:`load_model` says why after the data, as before."""
+    file, from a directory or the hub cache only: never a request, the hub may be unreachable and its retries
+    belong to load_tokenizer, which says what to do about them); when it cannot be read here, :func:`load_model`
+    says why after the data, as before."""
     if arch is None:
         try:
             arch = AutoConfig.from_pretrained(
-                config.job.model_name_or_path, trust_remote_code=config.job.trust_remote_code
+                config.job.model_name_or_path, trust_remote_code=config.job.trust_remote_code, local_files_only=True
             )
         except (OSError, ValueError):
             return

@@ -26,6 +26,7 @@ import torch.distributed as dist
 from transformers import TrainerCallback
 
 from train.errors import STOP_SIGNALS
+from train.lifetime import die_with_parent
 
 
 class EvaluationInterrupted(Exception):
@@ -89,10 +90,13 @@ def _worker_ignores_stop_signals(worker_id: int, init_fn: Callable[[int], None] 
     torchrun stops a rank with killpg(), which reaches the rank's data loader workers too; PyTorch's workers die
     on a SIGTERM that is not from their parent (and SIGUSR1's default action is to terminate), and the rank would
     then fail its step with "DataLoader worker ... killed by signal" instead of saving the checkpoint. The rank
-    shuts its workers down itself.
+    shuts its workers down itself (and on a crash kills them: train/lifetime.py).
     """
     for signum in STOP_SIGNALS:
         signal.signal(signum, signal.SIG_IGN)
+    # Ignoring SIGTERM, a worker would outlive a rank killed outright (SIGKILL, the OOM killer); torch's own check
+    # of its parent runs only every few seconds, between batches.
+    die_with_parent(signal.SIGKILL)
     if init_fn is not None:
         init_fn(worker_id)
 

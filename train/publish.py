@@ -10,8 +10,8 @@ per second); :func:`publish_run` adds those. It runs on world rank 0 only, once 
 
 A push or artifact that fails is an :class:`~train.errors.EnvironmentProblem` (exit 3) naming what failed and how to
 send the model by hand: final/ stays as it is. Secrets never pass through here: the hub token is read by
-huggingface_hub from ``HF_TOKEN`` / ``HF_TOKEN_PATH`` (train/config.py withholds the option), the trackers' from
-their own variables (``MLFLOW_TRACKING_TOKEN``, ``WANDB_API_KEY``, ...).
+huggingface_hub from ``HF_TOKEN`` / ``HF_TOKEN_PATH`` (the config moves the option there: move_hub_token_to_env),
+the trackers' from their own variables (``MLFLOW_TRACKING_TOKEN``, ``WANDB_API_KEY``, ...).
 """
 
 from __future__ import annotations

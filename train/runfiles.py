@@ -10,6 +10,7 @@ which lists the checkpoint directories (their validation and the resume choice a
       run.json              what ran (options redacted, versions, hardware, status)
       all_results.json      the finished run's metrics
       logs/train.jsonl      one JSON record per log step
+      logs/crash-rank-N.txt the traceback of rank N's crash (its console has one line)
       report.html, loss.png the report
       .lease                the one-job-per-output-dir lease
       .invalid-checkpoint-N-PID/  a checkpoint a resume could not use, moved aside for a post-mortem
@@ -70,6 +71,9 @@ class RunFiles:
     @property
     def train_jsonl(self) -> Path:
         return self.logs / "train.jsonl"
+
+    def crash_log(self, rank: int) -> Path:
+        return self.logs / f"crash-rank-{rank}.txt"
 
     @property
     def report(self) -> Path:

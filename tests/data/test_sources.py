@@ -94,3 +94,9 @@ def test_mixed_formats_are_refused(tmp_path: Path) -> None:
     assert len(paths) > 1
     with pytest.raises(ConfigError, match="files of several formats"):
         source_files(str(tmp_path), "MLM_DATASET")
+
+
+def test_a_path_longer_than_the_filesystem_allows_is_a_config_error(tmp_path: Path) -> None:
+    too_long = str(tmp_path / ("a" * 300 + ".txt"))
+    with pytest.raises(ConfigError, match=r"^MLM_DATASET='.*: File name too long; expected a readable file"):
+        resolve(too_long, "MLM_DATASET")

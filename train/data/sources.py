@@ -18,6 +18,7 @@ from typing import Literal
 
 from datasets import Dataset
 
+from train.config import shown
 from train.errors import ConfigError, first_line
 from train.hf import BUILDERS, COMPRESSIONS, looks_local
 
@@ -56,9 +57,14 @@ def resolve(name: str, label: str, config_name: str | None = None) -> Source:
 def resolve_files(path: str, label: str) -> Source:
     """A local or remote path that must hold data (never a hub id: validation_file): a save_to_disk directory, or
     the files of a file, directory or glob."""
-    if is_saved_dataset(path):
-        return Source("saved", path, label)
-    builder, files = source_files(path, label)
+    try:
+        if is_saved_dataset(path):
+            return Source("saved", path, label)
+        builder, files = source_files(path, label)
+    except OSError as exc:  # the path itself cannot be asked about: too long (ENAMETOOLONG), a parent unreadable
+        raise ConfigError(
+            f"{label}={shown(path)}: {exc.strerror or first_line(exc)}; expected a readable file, directory or glob"
+        ) from None
     return Source("files", path, label, builder=builder, files=tuple(files))
 
 

@@ -19,6 +19,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import time
 import traceback
 import warnings
 from collections.abc import Callable, Mapping, Sequence
@@ -27,6 +28,7 @@ from typing import IO, Any, NoReturn
 
 from train.errors import (
     DOCUMENTED_EXITS,
+    EXIT_CRASH,
     EXIT_DIR_ENV,
     EXIT_PREEMPTED,
     STOP_SIGNALS,
@@ -36,6 +38,7 @@ from train.errors import (
 )
 from train.launch.plan import Plan, torchrun_path
 from train.launch.rendezvous import wait_for_address
+from train.lifetime import die_with_parent
 
 
 def _child_env(environ: Mapping[str, str], plan: Plan, exit_dir: str) -> dict[str, str]:
@@ -45,16 +48,6 @@ def _child_env(environ: Mapping[str, str], plan: Plan, exit_dir: str) -> dict[st
     env[EXIT_DIR_ENV] = exit_dir
     env.setdefault("PYTHONUNBUFFERED", "1")
     return env
-
-
-def _die_with_parent() -> None:
-    """In torchrun's process: get SIGTERM if the launcher dies (a killed launcher must not leave ranks behind)."""
-    try:
-        import ctypes
-
-        ctypes.CDLL(None).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
-    except (OSError, AttributeError):
-        pass
 
 
 class ForkedTorchrun:
@@ -112,7 +105,7 @@ class ForkedTorchrun:
         try:
             os.close(pipe[0])
             os.setpgid(0, 0)
-            _die_with_parent()
+            die_with_parent()  # in torchrun's process: a killed launcher must not leave ranks behind
             if os.getppid() != launcher:  # it died before the line above could take effect
                 os._exit(128 + signal.SIGTERM)
             os.dup2(pipe[1], 2)
@@ -171,7 +164,7 @@ def start_torchrun(command: Sequence[str], env: Mapping[str, str]) -> ForkedTorc
     if list(command[: len(program)]) == program and sys.platform == "linux":
         return ForkedTorchrun(command[len(program) :], env)
     return subprocess.Popen(
-        list(command), env=dict(env), process_group=0, preexec_fn=_die_with_parent, stderr=subprocess.PIPE
+        list(command), env=dict(env), process_group=0, preexec_fn=die_with_parent, stderr=subprocess.PIPE
     )
 
 
@@ -243,6 +236,31 @@ class _StderrRelay:
         self.sink.flush()
 
 
+# Deliveries of one signal closer together than this are one press: `timeout` and other wrappers re-send to their
+# child the signal the whole process group got, so one Ctrl-C arrives twice within a millisecond or so; a person
+# pressing twice is several times slower than this.
+ONE_PRESS_S = 0.2
+_ROOT_RANK = re.compile(rb"Root Cause.*?rank\s*:\s*([0-9]+).*?exitcode\s*:\s*(-[0-9]+)", re.S)
+
+
+def killed_rank(report: bytes) -> str | None:
+    """One line for the agent's report of a rank that died of a signal (its root cause), or None."""
+    found = _ROOT_RANK.search(report)
+    if not found:
+        return None
+    rank, signum = int(found.group(1)), -int(found.group(2))
+    try:
+        name = signal.Signals(signum).name
+    except ValueError:
+        name = f"signal {signum}"
+    why = (
+        "most often the out-of-memory killer - raise the memory limit or lower the batch size"
+        if signum == signal.SIGKILL
+        else "see the machine's logs"
+    )
+    return f"rank {rank} was killed ({name}): {why}; checkpoints saved before are intact"
+
+
 def _children(pid: int) -> list[int]:
     try:
         tasks = Path(f"/proc/{pid}/task").iterdir()
@@ -277,8 +295,13 @@ def run_torchrun(
     received: list[int] = []
     pending: list[int] = []  # received before torchrun started
     aborted: list[int] = []
+    delivered: dict[int, float] = {}  # when each signal last arrived
 
     def forward(signum: int, _frame: object) -> None:
+        at = time.monotonic()
+        if delivered.get(signum, -ONE_PRESS_S) > at - ONE_PRESS_S:
+            return  # the same press again: a wrapper (timeout, a shell) re-sent what the group received
+        delivered[signum] = at
         if signum == signal.SIGINT and signal.SIGINT in received:
             log("second SIGINT: stopping at once, without a checkpoint", "warning")
             aborted.append(signum)
@@ -307,7 +330,12 @@ def run_torchrun(
         for sig, handler in previous.items():
             signal.signal(sig, handler)
     codes = read_exit_codes(exit_dir)
-    relay.finish(drop_report=(bool(aborted) or documented_exit(codes, 0) != 0) and not debug)
+    # A rank that recorded its code has said in one line what went wrong; one that died of a signal could not,
+    # and the agent's report says which it was.
+    cause = None if aborted or documented_exit(codes, 0) else killed_rank(b"".join(relay.held))
+    relay.finish(drop_report=(bool(aborted) or bool(codes) or cause is not None) and not debug)
+    if cause:
+        log(cause, "error")
     if aborted:
         if EXIT_PREEMPTED in codes:  # the ranks finished saving before the second press: their 75 stands
             log("the ranks had saved a checkpoint before the second SIGINT: running again resumes from it")
@@ -330,6 +358,8 @@ def launch(plan: Plan, environ: Mapping[str, str], log: Callable[..., None], rdz
     code = 0 if status == 0 else documented_exit(codes, status)
     if code in DOCUMENTED_EXITS:
         log(f"exit {code}, as the ranks reported (see the line above)")
+    elif code and EXIT_CRASH in codes:
+        log(f"exit {code}: a rank crashed (see the line above)", "error")
     elif code:
-        log(f"torchrun exited {status}; no rank reported a documented exit code: a crash", "error")
+        log(f"torchrun exited {status}; no rank reported an exit code: a crash", "error")
     return code

@@ -1,0 +1,65 @@
+"""A rank's unexpected failure, in one line a person can act on: what died and what to change. The traceback goes
+to the rank's crash log in output_dir (and to the console with MLM_DEBUG=1), not over the console.
+
+What the libraries lack: torch says "DataLoader worker (pid 4242) is killed by signal: Killed." inside a
+traceback, and Python prints every exception as a wall of frames; a Kubernetes or Slurm user reading a pod's log
+needs the cause and the fix.
+"""
+
+from __future__ import annotations
+
+import re
+import signal
+import traceback
+
+from train.errors import EXIT_CRASH, EnvironmentProblem, UserError, first_line
+from train.runfiles import RunFiles
+
+# torch 2.13, torch/utils/data: the C++ SIGCHLD check, and the Python side's timeout on a dead worker.
+_WORKER_KILLED = re.compile(r"DataLoader worker \(pid ([0-9]+)\) is killed by signal: ([^.]+)")
+_WORKER_EXITED = re.compile(r"DataLoader worker \(pid\(s\) ([0-9, ]+)\) exited unexpectedly")
+
+
+def signal_named(description: str) -> str:
+    """SIGKILL for strsignal's "Killed"; the description itself when no signal has it."""
+    for candidate in signal.Signals:
+        if signal.strsignal(candidate) == description.strip():
+            return candidate.name
+    return description.strip()
+
+
+def worker_death(exc: BaseException) -> EnvironmentProblem | None:
+    """The line for a DataLoader worker that died under its rank, or None when ``exc`` is something else."""
+    text = str(exc)
+    killed = _WORKER_KILLED.search(text)
+    if killed:
+        name = signal_named(killed.group(2))
+        why = (
+            "most often the out-of-memory killer - lower MLM_DATALOADER_NUM_WORKERS or raise the memory limit"
+            if name == "SIGKILL"
+            else "SIGBUS is most often a /dev/shm too small (docker run --ipc=host)"
+            if name == "SIGBUS"
+            else "check the machine's logs"
+        )
+        return EnvironmentProblem(f"a DataLoader worker was killed ({name}, pid {killed.group(1)}): {why}")
+    exited = _WORKER_EXITED.search(text)
+    if exited:
+        return EnvironmentProblem(
+            f"a DataLoader worker exited unexpectedly (pid {exited.group(1)}): most often the out-of-memory killer "
+            "- lower MLM_DATALOADER_NUM_WORKERS or raise the memory limit"
+        )
+    return None
+
+
+def unexpected(exc: BaseException, files: RunFiles, rank: int) -> UserError:
+    """Exit 1 (a crash: worth a retry) naming the exception's type and first line; the traceback is written to
+    the rank's crash log, when output_dir can take it."""
+    where = ""
+    log = files.crash_log(rank)
+    try:
+        log.parent.mkdir(parents=True, exist_ok=True)
+        log.write_text("".join(traceback.format_exception(exc)), encoding="utf-8")
+        where = f"; traceback in {log}"
+    except OSError:
+        where = "; MLM_DEBUG=1 shows the traceback"
+    return UserError(f"rank {rank} crashed: {type(exc).__name__}: {first_line(exc)}{where}", exit_code=EXIT_CRASH)
