@@ -28,6 +28,23 @@ def signal_named(description: str) -> str:
     return description.strip()
 
 
+# gloo (torch 2.13): "Application timeout caused pair closure", "Timed out waiting 10000ms for recv operation";
+# NCCL's watchdog: "Watchdog caught collective operation timeout".
+_COLLECTIVE_TIMEOUT = re.compile(r"timeout caused pair closure|timed out waiting|collective operation timeout", re.I)
+
+
+def collective_timeout(exc: BaseException, label: str, seconds: float) -> UserError | None:
+    """The line for a collective that another rank never joined within ddp_timeout (``label`` names the option),
+    or None. Exit 1: a retry may well find every rank answering."""
+    if not _COLLECTIVE_TIMEOUT.search(str(exc)):
+        return None
+    return UserError(
+        f"no answer from another rank for {label}={seconds:g} s ({first_line(exc)}): a rank hung or was stopped "
+        "(a stuck node, a frozen process); the run ends here - check that rank's node and logs",
+        exit_code=EXIT_CRASH,
+    )
+
+
 def worker_death(exc: BaseException) -> EnvironmentProblem | None:
     """The line for a DataLoader worker that died under its rank, or None when ``exc`` is something else."""
     text = str(exc)

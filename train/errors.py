@@ -98,8 +98,10 @@ def read_exit_codes(directory: str) -> list[int]:
 
 # The codes a rank reports on purpose, in the order they win when ranks disagree.
 def first_line(exc: BaseException, limit: int = 200) -> str:
-    """An exception's first non-empty line, at most ``limit`` characters; its type's name when it says nothing."""
-    lines = [text for text in str(exc).strip().splitlines() if text.strip()]
+    """An exception's first non-empty line, at most ``limit`` characters; its type's name when it says nothing.
+    A KeyError's message is its own (``str`` of a KeyError quotes it as the missing key's repr)."""
+    said = exc.args[0] if isinstance(exc, KeyError) and len(exc.args) == 1 and isinstance(exc.args[0], str) else exc
+    lines = [text for text in str(said).strip().splitlines() if text.strip()]
     return (lines[0].strip() if lines else type(exc).__name__)[:limit]
 
 

@@ -130,3 +130,20 @@ def arguments_without_models() -> Iterator[None]:
     finally:
         # Later imports resolve through the lazy module again (the real function, once something loads it).
         vars(integrations).pop("is_kubeflow_available", None)
+
+
+@contextlib.contextmanager
+def stores_other_than_the_hub_online() -> Iterator[None]:
+    """Let datasets read an object store (s3://, gs://, https://...) while HF_HUB_OFFLINE=1 says "no hub".
+
+    datasets 4.x refuses every remote URL in offline mode ("Offline mode is enabled. Tried to reach s3://...",
+    ``file_utils._raise_if_offline_mode_is_enabled``), though its streaming path reads the same files; offline
+    here means the hub only. Its flag is ``datasets.config.HF_HUB_OFFLINE``, read at each request."""
+    import datasets.config
+
+    was = datasets.config.HF_HUB_OFFLINE
+    datasets.config.HF_HUB_OFFLINE = False
+    try:
+        yield
+    finally:
+        datasets.config.HF_HUB_OFFLINE = was

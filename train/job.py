@@ -57,9 +57,9 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return run(config)
     except dist.DistBackendError as exc:
-        # Another rank died (a node lost, killed or preempted without a checkpoint): say so in one line, and exit 1
-        # (a crash, worth retrying) rather than the 2/3 that tell Kubernetes not to retry.
-        raise UserError(
+        # Another rank died (a node lost, killed or preempted without a checkpoint) or stopped answering: say so in
+        # one line, and exit 1 (a crash, worth retrying) rather than the 2/3 that tell Kubernetes not to retry.
+        raise timed_out(config, exc) or UserError(
             f"lost contact with another rank ({first_line(exc)}): a node or process failed; check its logs",
             exit_code=EXIT_CRASH,
         ) from exc
@@ -72,9 +72,14 @@ def main(argv: list[str] | None = None) -> int:
                 f"{config.source_of('output_dir')}={str(files.root)!r}: no space left on the device while writing; "
                 "earlier checkpoints are intact: free space or use a larger volume, then run again to resume"
             ) from None
-        raise crash.worker_death(exc) or crash.unexpected(exc, files, distributed.world_rank()) from exc
+        found = timed_out(config, exc) or crash.worker_death(exc)
+        raise found or crash.unexpected(exc, files, distributed.world_rank()) from exc
     finally:
         end_children()  # workers that ignore SIGTERM must not hold the rank's exit (train/lifetime.py)
+
+
+def timed_out(config: Config, exc: BaseException) -> UserError | None:
+    return crash.collective_timeout(exc, config.source_of("ddp_timeout"), config.training.ddp_timeout)
 
 
 def run(config: Config) -> int:

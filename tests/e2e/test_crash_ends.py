@@ -4,14 +4,16 @@ torchrun -> ranks -> DataLoader workers)."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
+import subprocess
 import time
 from pathlib import Path
 
 import pytest
 
-from tests.conftest import tiny_env
+from tests.conftest import REPO, tiny_env
 from tests.e2e.test_reliability import RESUMABLE, is_descendant, rank_pids, running, start, wait_for
 
 pytestmark = pytest.mark.slow
@@ -54,7 +56,8 @@ def assert_all_gone(pids: list[int]) -> None:
 
 def test_a_dataloader_worker_killed_as_the_oom_killer_would_ends_the_run_in_one_line(tmp_path: Path) -> None:
     output = tmp_path / "out"
-    process = start(tiny_env(output, **WITH_WORKERS))
+    env = tiny_env(output, **WITH_WORKERS)
+    process = start(env)
     wait_for(output / "checkpoint-10" / ".complete", process)
     rank = the_rank(process.pid)
     workers = workers_of(rank)
@@ -65,6 +68,8 @@ def test_a_dataloader_worker_killed_as_the_oom_killer_would_ends_the_run_in_one_
     assert "Traceback" not in stderr and "ChildFailedError" not in stderr
     assert_all_gone([rank, *workers])
     assert (output / "checkpoint-10" / "trainer_state.json").exists() and not (output / "final").exists()
+    resumed = subprocess.run([str(REPO / "entrypoint.sh")], env=env, capture_output=True, text=True, timeout=300)
+    assert resumed.returncode == 0 and "resuming from" in resumed.stderr, resumed.stderr[-3000:]
 
 
 def test_a_rank_killed_outright_takes_its_workers_with_it(tmp_path: Path) -> None:
@@ -93,4 +98,54 @@ def test_a_save_that_fails_ends_the_run_with_its_cause_and_keeps_the_earlier_che
     assert "Traceback" not in stderr and "ChildFailedError" not in stderr
     assert "Traceback" in (output / "logs" / "crash-rank-0.txt").read_text()
     assert (output / "checkpoint-10" / "trainer_state.json").exists() and not (output / "final").exists()
+    assert not [pid for pid in descendants(process.pid) if running(pid)]
+
+
+def test_a_rank_that_stops_answering_ends_the_run_after_ddp_timeout(tmp_path: Path) -> None:
+    output = tmp_path / "out"
+    env = tiny_env(output, **RESUMABLE, nproc_per_node="2", ddp_timeout="10", stop_timeout="5")
+    process = start(env)
+    wait_for(output / "checkpoint-10" / ".complete", process)
+    ranks = sorted(rank_pids(process.pid))
+    assert len(ranks) == 2, ranks
+    os.kill(ranks[1], signal.SIGSTOP)  # alive, holding its sockets, answering nothing: a hung node
+    try:
+        _, stderr = process.communicate(timeout=180)
+        assert_all_gone(ranks)  # the stopped one too: torchrun kills it once the other rank has failed
+    finally:
+        for pid in ranks:  # never leave a stopped process behind, whatever happened
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+    assert process.returncode == 1, stderr[-3000:]
+    assert "no answer from another rank for MLM_DDP_TIMEOUT=10 s" in stderr, stderr[-3000:]
+    assert "ChildFailedError" not in stderr
+    assert (output / "checkpoint-10" / "trainer_state.json").exists() and not (output / "final").exists()
+
+
+def test_an_exception_in_an_evaluation_ends_the_run_in_one_line(tmp_path: Path) -> None:
+    # The Trainer looks the metric up after the evaluation at step 10 and raises: a mistake found mid-run.
+    output = tmp_path / "out"
+    options = {**WITH_WORKERS, "eval_strategy": "steps", "eval_steps": "10", "metric_for_best_model": "nope"}
+    process = start(tiny_env(output, **options))
+    _, stderr = process.communicate(timeout=300)
+    assert process.returncode == 1, stderr[-3000:]
+    (line,) = [line for line in stderr.splitlines() if "rank 0 crashed:" in line]
+    assert "KeyError: The `metric_for_best_model` training argument is set to 'eval_nope'" in line
+    assert "Traceback" not in stderr and "ChildFailedError" not in stderr
+    assert not [pid for pid in descendants(process.pid) if running(pid)]
+
+
+def test_an_exception_in_a_callback_ends_the_run_in_one_line(tmp_path: Path) -> None:
+    # TensorBoard's callback creates its directory when training begins: under a regular file it cannot.
+    output = tmp_path / "out"
+    blocker = tmp_path / "a-file"
+    blocker.write_text("not a directory")
+    env = tiny_env(output, **WITH_WORKERS, report_to="tensorboard")
+    env["TENSORBOARD_LOGGING_DIR"] = str(blocker / "tb")
+    process = start(env)
+    _, stderr = process.communicate(timeout=300)
+    assert process.returncode == 1, stderr[-3000:]
+    (line,) = [line for line in stderr.splitlines() if "rank 0 crashed:" in line]
+    assert "NotADirectoryError" in line or "FileExistsError" in line, line
+    assert "Traceback" not in stderr and "ChildFailedError" not in stderr
     assert not [pid for pid in descendants(process.pid) if running(pid)]

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import time
@@ -100,8 +101,9 @@ def test_a_killed_rank_ends_the_job_without_hanging(tmp_path: Path) -> None:
     victims = rank_pids(process.pid)
     assert len(victims) == 2, victims
     os.kill(victims[1], signal.SIGKILL)
-    process.communicate(timeout=180)  # raises if the job hangs
+    _, stderr = process.communicate(timeout=180)  # raises if the job hangs
     assert process.returncode not in (0, 2, 3, 75)
+    assert re.search(r"rank [01] was killed \(SIGKILL\)", stderr) and "ChildFailedError" not in stderr, stderr[-3000:]
     assert not (output / "final").exists()
 
 
@@ -138,6 +140,28 @@ def records(log: Path) -> list[dict]:
     return [json.loads(line) for line in log.read_text().splitlines(keepends=True) if line.endswith("\n")]
 
 
+# 1,500 evaluation samples one by one take seconds: a stop at step 20's evaluation lands inside it.
+LONG_EVALUATION = {
+    **RESUMABLE,
+    "demo_samples": "3000",
+    "validation_split_percentage": "50",
+    "per_device_eval_batch_size": "1",
+    "eval_strategy": "steps",
+    "eval_steps": "10",
+    "logging_steps": "10",
+    "max_steps": "20",
+}
+
+
+def wait_for_evaluation_at_step_20(log: Path, process: subprocess.Popen) -> None:
+    """The Trainer logs a step's record, then evaluates: step 20's record means its evaluation has begun."""
+    wait_for(log, process)
+    deadline = time.monotonic() + 300
+    while not any(r["event"] == "train" and r["step"] == 20 for r in records(log)):
+        assert process.poll() is None and time.monotonic() < deadline, "step 20 was never logged"
+        time.sleep(0.1)
+
+
 def newest_checkpoints(output: Path) -> list[Path]:
     return sorted(output.glob("checkpoint-*"), key=lambda p: int(p.name.split("-")[1]))
 
@@ -157,20 +181,21 @@ def test_ctrl_c_and_slurms_signal_save_and_say_one_line(tmp_path: Path, stop: si
     assert int(newest_checkpoints(output)[-1].name.split("-")[1]) > 10  # saved at the step it stopped
 
 
-def test_one_ctrl_c_under_timeout_is_one_press(tmp_path: Path) -> None:
+def test_one_ctrl_c_under_timeout_during_an_evaluation_is_one_press(tmp_path: Path) -> None:
     """`timeout` re-sends the SIGINT its process group got to the launcher: two deliveries of one press, which
     must save and exit 75 as one press does, not abort as two presses do."""
     output = tmp_path / "out"
+    env = tiny_env(output, **LONG_EVALUATION)
     process = subprocess.Popen(
-        ["timeout", "900", str(REPO / "entrypoint.sh")], env=tiny_env(output, **RESUMABLE), stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE, text=True, start_new_session=True,
+        ["timeout", "900", str(REPO / "entrypoint.sh")], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+        text=True, start_new_session=True,
     )  # fmt: skip
-    wait_for(output / "checkpoint-10" / ".complete", process)
+    wait_for_evaluation_at_step_20(output / "logs" / "train.jsonl", process)
     os.killpg(process.pid, signal.SIGINT)  # a terminal's Ctrl-C: the whole foreground group
     _, stderr = process.communicate(timeout=60)
     assert process.returncode == 75, stderr[-3000:]
-    assert "second SIGINT" not in stderr and "stopped by SIGINT at step" in stderr
-    assert int(newest_checkpoints(output)[-1].name.split("-")[1]) > 10
+    assert "second SIGINT" not in stderr and "stopped by SIGINT at step 20" in stderr
+    assert (output / "checkpoint-20" / "trainer_state.json").exists()
 
 
 def test_a_second_ctrl_c_aborts_at_once(tmp_path: Path) -> None:
@@ -195,27 +220,11 @@ def test_a_second_ctrl_c_aborts_at_once(tmp_path: Path) -> None:
 
 
 def test_a_stop_during_a_long_evaluation_saves_without_finishing_it(tmp_path: Path) -> None:
-    # 1,500 evaluation samples one by one take seconds: the stop lands inside the evaluation at step 20.
-    options = {
-        **RESUMABLE,
-        "demo_samples": "3000",
-        "validation_split_percentage": "50",
-        "per_device_eval_batch_size": "1",
-        "eval_strategy": "steps",
-        "eval_steps": "10",
-        "logging_steps": "10",
-        "max_steps": "20",
-    }
     output = tmp_path / "out"
-    env = tiny_env(output, **options)
+    env = tiny_env(output, **LONG_EVALUATION)
     process = start(env)
-    # The Trainer logs a step's record, then evaluates: step 20's record means its evaluation has begun.
     log = output / "logs" / "train.jsonl"
-    wait_for(log, process)
-    deadline = time.monotonic() + 300
-    while not any(r["event"] == "train" and r["step"] == 20 for r in records(log)):
-        assert process.poll() is None and time.monotonic() < deadline, "step 20 was never logged"
-        time.sleep(0.1)
+    wait_for_evaluation_at_step_20(log, process)
     process.send_signal(signal.SIGTERM)
     _, stderr = process.communicate(timeout=60)
     assert process.returncode == 75, stderr[-3000:]

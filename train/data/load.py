@@ -10,6 +10,7 @@ read: the evaluation examples and a bounded sample a tokenizer trained from scra
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 from dataclasses import replace
 
@@ -19,12 +20,12 @@ from datasets import Dataset, DatasetDict
 from train.config import Config
 from train.console import warn
 from train.data.raw import RawData, TextStream
-from train.data.sources import Source, demo_dataset, read_error, resolve, resolve_files, shown_url
+from train.data.sources import Source, demo_dataset, is_remote, read_error, resolve, resolve_files, shown_url
 from train.data.stream import open_stream
 from train.data.tokenization import CACHE_VERSION
 from train.distributed import is_world_zero
 from train.errors import ConfigError
-from train.hf import cache_key, cache_root, offline_hint
+from train.hf import cache_key, cache_root, offline_hint, stores_other_than_the_hub_online
 
 TOKENIZER_SAMPLE = 100_000  # examples of a stream a tokenizer trained from scratch learns from
 
@@ -137,10 +138,12 @@ def load_files(source: Source, text_column: str) -> Dataset:
         # The builders log a parse error before raising it; our one-line error says the same, once.
         verbosity = datasets.logging.get_verbosity()
         datasets.logging.set_verbosity(datasets.logging.CRITICAL)
+        online = stores_other_than_the_hub_online() if is_remote(path) else contextlib.nullcontext()
         try:
-            dataset = datasets.load_dataset(
-                source.builder, data_files=list(source.files), split="train", cache_dir=str(cache_root() / "raw")
-            )
+            with online:
+                dataset = datasets.load_dataset(
+                    source.builder, data_files=list(source.files), split="train", cache_dir=str(cache_root() / "raw")
+                )
         except Exception as exc:  # noqa: BLE001 - parser errors vary by format (Arrow, JSON, CSV)
             raise read_error(label, path, exc) from None
         finally:
