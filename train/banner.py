@@ -39,6 +39,8 @@ def banner_record(config: Config, facts: dict[str, Any], handoff: Handoff | None
         "per_device_train_batch_size": int(training.per_device_train_batch_size),
         "gradient_accumulation_steps": int(training.gradient_accumulation_steps),
         "model": job.model_name_or_path,
+        "attention": facts.get("attention"),
+        "head": facts.get("head"),
         "dataset": job.dataset,
         "train_samples": facts.get("train_samples"),
         "eval_samples": facts.get("eval_samples"),
@@ -61,6 +63,12 @@ def _cut_text(cut: dict[str, int] | None) -> str:
 
 def _count(value: Any) -> str:
     return f"{value:,}" if isinstance(value, int) else "?"
+
+
+def _model_text(record: dict[str, Any]) -> str:
+    said = [f"{record['attention']} attention" if record.get("attention") else ""]
+    said.append(f"{record['head']} head" if record.get("head") else "")
+    return f" ({', '.join(s for s in said if s)})" if any(said) else ""
 
 
 def banner(config: Config, facts: dict[str, Any], handoff: Handoff | None = None) -> str:
@@ -91,7 +99,7 @@ def banner(config: Config, facts: dict[str, Any], handoff: Handoff | None = None
         f"  precision  {record['precision']}",
         f"  batch      global {record['global_batch_size']} = {record['world_size']} rank(s) × "
         f"{record['per_device_train_batch_size']} per device × {record['gradient_accumulation_steps']} accumulation",
-        f"  model      {record['model']}",
+        f"  model      {record['model']}" + _model_text(record),
         (
             f"  data       {record['dataset']}: {_count(record['train_samples'])} train / "
             f"{_count(record['eval_samples'])} eval samples, {_count(record['train_real_tokens'])} real tokens"

@@ -25,8 +25,9 @@ from train.config import Config
 from train.console import say, warn
 from train.data import Corpus, StreamPosition, build_corpus, load_raw, stream_training_overrides
 from train.errors import ConfigError
+from train.head import freeze_what_the_loss_never_reaches, use_masked_only_head
 from train.hf import cache_root
-from train.model import check_before_data, load_model, load_tokenizer, scratch_config, use_masked_only_head
+from train.model import check_before_data, load_model, load_tokenizer, scratch_config
 from train.preemption import StopOnSignal
 from train.trainer import MLMTrainer, losses_are_batch_means
 
@@ -40,6 +41,7 @@ class Prepared:
     corpus: Corpus
     stopper: StopOnSignal  # the stop signals' agreement (train/preemption.py)
     guard: DivergenceGuard  # a non-finite loss, gradient or weight stops the run
+    head: str  # "masked-only" (train/head.py) or "dense"
 
     def write_model(self, directory: Path) -> None:
         """The trained model and its tokenizer, as AutoModelForMaskedLM / AutoTokenizer load them."""
@@ -55,6 +57,9 @@ class Prepared:
             "eval_samples": corpus.eval_samples,
             "train_real_tokens": corpus.train_real_tokens,
             "truncation": corpus.truncation,
+            # what ran: transformers' choice (or MLM_ATTN_IMPLEMENTATION), and the head the loss went through
+            "attention": getattr(self.trainer.model.config, "_attn_implementation", None),
+            "head": self.head,
         }
 
 
@@ -86,13 +91,19 @@ def prepare(config: Config) -> Prepared:
         tokenizer = load_tokenizer(config, raw, from_scratch=arch is not None)
         corpus = build_corpus(config, raw, tokenizer, training.process_index, training.world_size)
     model = load_model(config, arch, tokenizer)
+    head = "dense"
     if job.masked_only_head:
         try:
             use_masked_only_head(model)
-        except ConfigError:
+            head = "masked-only"
+        except ConfigError as exc:
             if "masked_only_head" in config.sources:  # asked for explicitly: say it cannot be done
                 raise
-            warn(f"masked_only_head: not supported for {type(model).__name__}; training with the dense head")
+            warn(f"{exc}; training with the dense head")
+    unreached = freeze_what_the_loss_never_reaches(model)
+    if unreached:
+        shown = ", ".join(unreached[:3]) + (f" and {len(unreached) - 3} more" if len(unreached) > 3 else "")
+        warn(f"{len(unreached)} parameter(s) take no part in the masked-LM loss and stay as they are: {shown}")
     collator = MaskingCollator(
         pad_token_id=tokenizer.pad_token_id,
         mask_token_id=tokenizer.mask_token_id,
@@ -120,7 +131,7 @@ def prepare(config: Config) -> Prepared:
         ],
     )
     losses_are_batch_means(trainer)
-    return Prepared(trainer=trainer, tokenizer=tokenizer, corpus=corpus, stopper=stopper, guard=guard)
+    return Prepared(trainer=trainer, tokenizer=tokenizer, corpus=corpus, stopper=stopper, guard=guard, head=head)
 
 
 def trainer_arguments(training: TrainingArguments, corpus: Corpus) -> TrainingArguments:

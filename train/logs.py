@@ -265,7 +265,9 @@ def callbacks(
     if facts.get("train_samples") and facts.get("train_real_tokens"):
         tokens_per_sample = facts["train_real_tokens"] / facts["train_samples"]
     banner_facts = {
-        k: facts[k] for k in ("train_samples", "eval_samples", "train_real_tokens", "truncation") if k in facts
+        k: facts[k]
+        for k in ("train_samples", "eval_samples", "train_real_tokens", "truncation", "attention", "head")
+        if k in facts
     }
     found: list[TrainerCallback] = [
         TrainingLog(

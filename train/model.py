@@ -3,22 +3,23 @@
 ``model_name_or_path`` may be a hub id, a local directory with weights, or an architecture without weights: a
 ``config.json`` (file, or a directory holding only it) or ``scratch:<model_type>`` plus ``config_overrides``.
 Without a tokenizer for a from-scratch model, a WordPiece tokenizer is trained on the training text and cached.
-The masked-only head computes the vocabulary projection at masked positions alone; the model stays standard.
+The attention implementation is the model's best (:func:`attention_implementation`); the masked-only head is
+train/head.py.
 """
 
 from __future__ import annotations
 
+import copy
+import importlib.util
 import json
 import os
 import sys
-import types
 from pathlib import Path
 from typing import Any
 
 import torch
-import torch.nn.functional as F
 from transformers import AutoConfig, AutoModelForMaskedLM, AutoTokenizer, PreTrainedTokenizerFast
-from transformers.modeling_outputs import MaskedLMOutput
+from transformers.models.auto.modeling_auto import MODEL_FOR_MASKED_LM_MAPPING
 
 from train.config import Config
 from train.data import RawData
@@ -44,30 +45,61 @@ def scratch_config(config: Config) -> Any | None:
     """The architecture to build without weights, or None when the model is pretrained."""
     name = config.job.model_name_or_path
     path = Path(name).expanduser()
+    label = config.source_of("model_name_or_path")
     if name.startswith("scratch:"):
-        model_type = name.split(":", 1)[1]
-        try:
-            arch = AutoConfig.for_model(model_type)
-        except ValueError:
-            raise ConfigError(
-                f"{config.source_of('model_name_or_path')}={name!r}: unknown model type {model_type!r}; "
-                "expected e.g. scratch:distilbert or scratch:bert"
-            ) from None
+        values: dict[str, Any] = {"model_type": name.split(":", 1)[1]}
     elif path.is_file() and path.suffix == ".json":
-        arch = _config_from_json(path, config)
+        values = _config_json(path, label)
     elif path.is_dir() and (path / "config.json").exists() and not any((path / f).exists() for f in WEIGHT_FILES):
-        arch = _config_from_json(path / "config.json", config)
+        values = _config_json(path / "config.json", label)
     else:
         if name.startswith(("/", ".", "~")) and not path.exists():
-            raise ConfigError(f"{config.source_of('model_name_or_path')}={name!r}: no such local model directory")
+            raise ConfigError(f"{label}={name!r}: no such local model directory")
         return None
+    arch = _build(values, label, name)
     if config.job.config_overrides:
+        # As constructor arguments, so that the fields a config derives from others in its constructor follow
+        # them (ModernBERT's layer_types from num_hidden_layers: update_from_string on a built config leaves them
+        # stale, and the first save then refuses the config). The strings are converted as update_from_string
+        # does, by the type of each field's default.
+        overrides_label = config.source_of("config_overrides")
+        converted = copy.deepcopy(arch)
         try:
-            arch.update_from_string(config.job.config_overrides)
+            converted.update_from_string(config.job.config_overrides)
         except ValueError as exc:
-            raise ConfigError(f"{config.source_of('config_overrides')}: {exc}") from None
+            raise ConfigError(f"{overrides_label}: {exc}") from None
+        keys = [pair.split("=", 1)[0] for pair in config.job.config_overrides.split(",")]
+        arch = _build({**values, **{key: getattr(converted, key) for key in keys}}, overrides_label, name)
     check_model_config(config, arch)
     return arch
+
+
+def _build(values: dict[str, Any], label: str, name: str) -> Any:
+    try:
+        return AutoConfig.for_model(**values)
+    except Exception as exc:  # noqa: BLE001 - ValueError, TypeError, huggingface_hub's StrictDataclassError
+        if isinstance(exc, ValueError) and "Unrecognized model identifier" in str(exc):
+            raise ConfigError(
+                f"{label}={name!r}: unknown model type {values.get('model_type')!r}; expected e.g. scratch:distilbert "
+                "or scratch:bert"
+            ) from None
+        raise ConfigError(f"{label}: the model rejects this config ({_reason(exc)})") from None
+
+
+def _reason(exc: BaseException) -> str:
+    """A config validator's reason: huggingface_hub names the validator on the first line and the reason last."""
+    lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
+    return (lines[-1] if lines else type(exc).__name__)[:200]
+
+
+def _config_json(path: Path, label: str) -> dict[str, Any]:
+    try:
+        values = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        raise ConfigError(f"{label}={str(path)!r}: not a model config.json ({exc})") from None
+    if not isinstance(values, dict) or "model_type" not in values:
+        raise ConfigError(f"{label}={str(path)!r}: not a model config.json (no model_type)")
+    return values
 
 
 def check_model_config(config: Config, arch: Any) -> None:
@@ -79,24 +111,13 @@ def check_model_config(config: Config, arch: Any) -> None:
     try:
         validate()
     except Exception as exc:  # noqa: BLE001 - huggingface_hub's StrictDataclassError and the validators' own
-        lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
-        why = lines[-1] if lines else type(exc).__name__  # the validator's reason comes after its name
+        why = _reason(exc)
         label = (
             config.source_of("config_overrides")
             if config.job.config_overrides
             else config.source_of("model_name_or_path")
         )
-        raise ConfigError(f"{label}: the model rejects this config ({why[:200]})") from None
-
-
-def _config_from_json(path: Path, config: Config) -> Any:
-    try:
-        values = json.loads(path.read_text(encoding="utf-8"))
-        return AutoConfig.for_model(**values)
-    except (OSError, ValueError, KeyError, TypeError) as exc:
-        raise ConfigError(
-            f"{config.source_of('model_name_or_path')}={str(path)!r}: not a model config.json ({exc})"
-        ) from None
+        raise ConfigError(f"{label}: the model rejects this config ({why})") from None
 
 
 def train_wordpiece(raw: RawData, config: Config) -> PreTrainedTokenizerFast:
@@ -169,14 +190,16 @@ def load_model(config: Config, arch: Any | None, tokenizer: Any) -> Any:
                 f"{config.source_of('config_overrides')}: vocab_size={arch.vocab_size} is smaller than the "
                 f"tokenizer's {len(tokenizer)} tokens"
             )
-        arch.pad_token_id = tokenizer.pad_token_id
+        use_tokenizers_special_tokens(arch, tokenizer)
         check_model_config(config, arch)  # again, with the tokenizer's vocabulary and padding id
-        model = AutoModelForMaskedLM.from_config(arch, attn_implementation="sdpa")
+        model = AutoModelForMaskedLM.from_config(arch, attn_implementation=attention_implementation(config, arch))
     else:
         name = job.model_name_or_path
         try:
             model = AutoModelForMaskedLM.from_pretrained(
-                name, trust_remote_code=job.trust_remote_code, attn_implementation="sdpa"
+                name,
+                trust_remote_code=job.trust_remote_code,
+                attn_implementation=attention_implementation(config, pretrained_config(config)),
             )
         except (OSError, ValueError) as exc:
             source = config.source_of("model_name_or_path")
@@ -186,6 +209,48 @@ def load_model(config: Config, arch: Any | None, tokenizer: Any) -> Any:
             raise ConfigError(f"{source}={name!r}: cannot load the model ({hint})") from None
     check_positions(config, model.config)
     return model
+
+
+def attention_implementation(config: Config, model_config: Any | None) -> str | None:
+    """MLM_ATTN_IMPLEMENTATION when set; else flash_attention_2 where it is installed, a GPU is there and the model
+    supports it; else None: transformers' own choice, SDPA where the model has it and eager where not (DeBERTa,
+    MPNet: asking them for SDPA fails). The model's ``config._attn_implementation`` then says which one ran."""
+    requested = config.job.attn_implementation
+    if requested != "auto":
+        return requested
+    if model_config is None or not torch.cuda.is_available() or importlib.util.find_spec("flash_attn") is None:
+        return None
+    model_class = MODEL_FOR_MASKED_LM_MAPPING.get(type(model_config), None)
+    return "flash_attention_2" if getattr(model_class, "_supports_flash_attn", False) else None
+
+
+def pretrained_config(config: Config) -> Any | None:
+    """A pretrained model's config, from a local directory or the hub cache only (never a request: the hub may be
+    unreachable, and load_model's own request says what to do about it); None when it is not there."""
+    job = config.job
+    try:
+        return AutoConfig.from_pretrained(
+            job.model_name_or_path, trust_remote_code=job.trust_remote_code, local_files_only=True
+        )
+    except (OSError, ValueError):
+        return None
+
+
+# A BERT-style tokenizer has [CLS] and [SEP] where a RoBERTa-style config speaks of <s> (bos) and </s> (eos).
+SPECIAL_ID_FALLBACK = {"bos": "cls", "eos": "sep"}
+
+
+def use_tokenizers_special_tokens(arch: Any, tokenizer: Any) -> None:
+    """A from-scratch config's special-token ids (pad, bos, eos, cls, sep, mask), the tokenizer's: a config's
+    defaults are its pretrained vocabulary's (ModernBERT's eos 50282) and point outside a new one."""
+    for name in ("pad", "bos", "eos", "cls", "sep", "mask"):
+        field = f"{name}_token_id"
+        if getattr(arch, field, None) is None and not hasattr(arch, field):
+            continue
+        found = getattr(tokenizer, field, None)
+        if found is None and name in SPECIAL_ID_FALLBACK:
+            found = getattr(tokenizer, f"{SPECIAL_ID_FALLBACK[name]}_token_id", None)
+        setattr(arch, field, found)
 
 
 def check_positions(config: Config, model_config: Any) -> None:
@@ -204,53 +269,6 @@ def check_before_data(config: Config, arch: Any | None) -> None:
     file, from a directory or the hub cache only: never a request, the hub may be unreachable and its retries
     belong to load_tokenizer, which says what to do about them); when it cannot be read here, :func:`load_model`
     says why after the data, as before."""
-    if arch is None:
-        try:
-            arch = AutoConfig.from_pretrained(
-                config.job.model_name_or_path, trust_remote_code=config.job.trust_remote_code, local_files_only=True
-            )
-        except (OSError, ValueError):
-            return
-    check_positions(config, arch)
-
-
-def _masked_only_parts(model: Any) -> tuple[Any, Any] | None:
-    """(encoder, head-on-hidden-states) for the architectures whose MLM head we know how to slice."""
-    if hasattr(model, "distilbert") and hasattr(model, "vocab_projector"):
-
-        def head(hidden: torch.Tensor) -> torch.Tensor:
-            x = model.vocab_layer_norm(model.activation(model.vocab_transform(hidden)))
-            return model.vocab_projector(x)
-
-        return model.distilbert, head
-    if hasattr(model, "bert") and hasattr(model, "cls"):
-        return model.bert, model.cls.predictions
-    return None
-
-
-def use_masked_only_head(model: Any) -> None:
-    """Train with the vocabulary projection computed at masked positions only.
-
-    The loss is the dense head's exactly: cross-entropy averaged over the masked positions, which are the only
-    positions whose labels are not ignored. Evaluation (and anything without labels) uses the model's own forward.
-    The forward is replaced on this instance only, before DDP wraps it, so gradients still synchronise; the saved
-    model is the unchanged architecture.
-    """
-    parts = _masked_only_parts(model)
-    if parts is None:
-        raise ConfigError(
-            f"masked_only_head: not supported for {type(model).__name__}; expected a DistilBERT or BERT masked LM"
-        )
-    encoder, head = parts
-    dense_forward = model.forward
-
-    def forward(self: Any, input_ids: Any = None, attention_mask: Any = None, labels: Any = None, **kwargs: Any) -> Any:
-        if labels is None or not self.training:
-            return dense_forward(input_ids=input_ids, attention_mask=attention_mask, labels=labels, **kwargs)
-        hidden = encoder(input_ids=input_ids, attention_mask=attention_mask)[0]
-        selected = labels != -100
-        logits = head(hidden[selected])
-        loss = F.cross_entropy(logits.float(), labels[selected], reduction="sum") / selected.sum().clamp(min=1)
-        return MaskedLMOutput(loss=loss, logits=None)
-
-    model.forward = types.MethodType(forward, model)
+    model_config = arch if arch is not None else pretrained_config(config)
+    if model_config is not None:
+        check_positions(config, model_config)

@@ -182,6 +182,7 @@ def run_facts(
     world_size: int,
     dataset_fingerprint: str,
     truncation: dict[str, int] | None = None,
+    model: dict[str, Any] | None = None,
     started: str,
     status: str,
     handoff: Handoff | None,
@@ -199,6 +200,8 @@ def run_facts(
         "dataset_fingerprint": dataset_fingerprint,
         # Training examples longer than max_seq_length, and the tokens truncation dropped from them.
         "truncation": truncation,
+        # The attention implementation that ran and the head the loss went through (masked-only or dense).
+        "model": model,
         "image_revision": config.job.image_revision,
         # The command the launcher ran (secrets never are in it); absent when the job was started without it.
         "command": handoff.command if handoff is not None else None,
@@ -242,6 +245,7 @@ class RunRecord:
             world_size=self.config.training.world_size,
             dataset_fingerprint=facts["dataset_fingerprint"],
             truncation=facts["truncation"],
+            model={"attention": facts.get("attention"), "head": facts.get("head")},
             started=self.started,
             status=status,
             handoff=self.handoff,

@@ -137,7 +137,7 @@ def test_losing_node_1_stops_node_0(indexed_job, two_hosts, tmp_path):
     # Not counted as preemption (75) nor as a configuration/environment error: a crash, which the Job retries.
     assert node0.returncode not in (2, 3, 75), text[-4000:]
     # Node 0 names the peer it lost (gloo: "Connection closed by peer [<node 1's address>]"), and the launcher's
-    # last line gives the exit.
+    # last line gives the exit: a rank said why in the line above it.
     assert two_hosts[1].address in text, text[-4000:]
     last = text.strip().splitlines()[-1]
-    assert "torchrun exited" in last and "error" in last, last
+    assert "exit 1: a rank crashed" in last and "error" in last, last

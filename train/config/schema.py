@@ -127,7 +127,13 @@ class JobArguments:
     masked_only_head: bool = option(
         True,
         "Compute the vocabulary projection only at masked positions while training (same loss, less compute; "
-        "DistilBERT and BERT, other models keep the dense head); the saved model is unchanged.",
+        "every masked-LM whose head works position by position, checked before training); the saved model is "
+        "unchanged.",
+    )
+    attn_implementation: Literal["auto", "eager", "sdpa", "flash_attention_2", "flex_attention"] = option(
+        "auto",
+        "auto: flash_attention_2 where it is installed, on a GPU, for a model that has it; else SDPA where the "
+        "model has it, eager where not. The banner and run.json say which ran.",
     )
     trust_remote_code: bool = option(False, "Allow model/tokenizer code from the hub to run. Off unless set.")
     resume: str = option(

@@ -1,0 +1,170 @@
+"""The masked-only head (train/head.py), one rule for every architecture: the same loss and gradients as the
+model's dense head, no [batch, length, vocab] logits while training, and the saved model a standard masked LM.
+Tiny models built from configs (two layers, width 32): no hub, no files, about a second each."""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+import torch
+from transformers import AutoConfig, AutoModelForMaskedLM, DistilBertConfig, DistilBertForMaskedLM
+
+from train.errors import ConfigError
+from train.head import use_masked_only_head
+
+VOCAB = 97
+# The architectures users continue pre-training, by model_type; each with what its config needs to be tiny.
+ARCHITECTURES = {
+    "bert": {},
+    "roberta": {},
+    "xlm-roberta": {},
+    "camembert": {},
+    "electra": {"embedding_size": 16},
+    "albert": {"embedding_size": 16},
+    "deberta-v2": {},
+    "modernbert": {"global_attn_every_n_layers": 2, "local_attention": 16},
+    "mpnet": {},
+    "esm": {"mask_token_id": 4},
+    "eurobert": {"num_key_value_heads": 2},
+}
+
+
+def tiny(kind: str) -> torch.nn.Module:
+    torch.manual_seed(0)
+    if kind == "distilbert":
+        config = DistilBertConfig(
+            vocab_size=VOCAB, dim=32, hidden_dim=64, n_layers=2, n_heads=2, max_position_embeddings=64, pad_token_id=0,
+        )  # fmt: skip
+    else:
+        config = AutoConfig.for_model(
+            kind, vocab_size=VOCAB, hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=2,
+            max_position_embeddings=64, pad_token_id=0, **ARCHITECTURES[kind],
+        )  # fmt: skip
+    for name, value in vars(config).items():  # no dropout: the two heads must see the same activations
+        if "dropout" in name and isinstance(value, float):
+            setattr(config, name, 0.0)
+    return AutoModelForMaskedLM.from_config(config)
+
+
+def batch(masked_fraction: float = 0.3) -> dict[str, torch.Tensor]:
+    """Four rows of different real lengths, padded to 12, with labels at a fraction of the real positions."""
+    generator = torch.Generator().manual_seed(1)
+    input_ids = torch.randint(5, VOCAB, (4, 12), generator=generator)
+    attention_mask = torch.ones_like(input_ids)
+    for row, length in enumerate((12, 9, 5, 7)):
+        input_ids[row, length:] = 0
+        attention_mask[row, length:] = 0
+    chosen = (torch.rand(input_ids.shape, generator=generator) < masked_fraction) & attention_mask.bool()
+    labels = torch.where(chosen, input_ids, torch.full_like(input_ids, -100))
+    return {"input_ids": input_ids, "attention_mask": attention_mask, "labels": labels}
+
+
+def loss_and_grads(model: torch.nn.Module, inputs: dict[str, torch.Tensor]) -> tuple[torch.Tensor, dict]:
+    model.train()
+    model.zero_grad()
+    loss = model(**inputs).loss
+    loss.backward()
+    return loss.detach(), {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
+
+
+@pytest.mark.parametrize("kind", ["distilbert", *ARCHITECTURES])
+def test_loss_and_gradients_equal_the_dense_heads(kind: str) -> None:
+    dense = tiny(kind)
+    sparse = copy.deepcopy(dense)
+    use_masked_only_head(sparse)
+    inputs = batch()
+    assert (inputs["labels"] != -100).sum() > 3  # the comparison means something only with several masked tokens
+
+    dense_loss, dense_grads = loss_and_grads(dense, inputs)
+    sparse_loss, sparse_grads = loss_and_grads(sparse, inputs)
+
+    torch.testing.assert_close(sparse_loss, dense_loss, rtol=1e-5, atol=1e-6)
+    assert sparse_grads.keys() == dense_grads.keys()
+    for name, grad in dense_grads.items():
+        torch.testing.assert_close(sparse_grads[name], grad, rtol=1e-4, atol=1e-6, msg=f"gradient of {name}")
+    sparse.train()
+    assert sparse(**inputs).logits is None  # no [batch, length, vocab] tensor while training
+
+
+def test_the_loss_is_not_just_any_number() -> None:
+    # Guard against a vacuous comparison: other labels give another loss.
+    model = tiny("roberta")
+    use_masked_only_head(model)
+    inputs = batch()
+    shifted = dict(inputs, labels=torch.where(inputs["labels"] != -100, (inputs["labels"] + 1) % VOCAB, -100))
+    assert not torch.isclose(loss_and_grads(model, inputs)[0], loss_and_grads(model, shifted)[0])
+
+
+def test_evaluation_keeps_the_full_logits() -> None:
+    model = tiny("distilbert")
+    use_masked_only_head(model)
+    model.eval()
+    with torch.no_grad():
+        assert model(**batch()).logits.shape == (4, 12, VOCAB)
+
+
+def test_a_batch_without_masked_tokens_gives_zero_loss_not_nan() -> None:
+    model = tiny("bert")
+    use_masked_only_head(model)
+    inputs = dict(batch(), labels=torch.full((4, 12), -100))
+    loss, grads = loss_and_grads(model, inputs)
+    assert loss.item() == 0.0
+    assert all(torch.count_nonzero(g) == 0 for g in grads.values())
+
+
+def test_saved_model_is_a_plain_masked_lm(tmp_path) -> None:
+    model = tiny("distilbert")
+    use_masked_only_head(model)
+    loss_and_grads(model, batch())  # the patched forward has run
+    model.save_pretrained(tmp_path)
+
+    loaded = AutoModelForMaskedLM.from_pretrained(tmp_path)
+    assert type(loaded) is DistilBertForMaskedLM
+    assert loaded.forward.__func__ is DistilBertForMaskedLM.forward
+    assert loaded.config.architectures == ["DistilBertForMaskedLM"]
+    for name, tensor in model.state_dict().items():
+        torch.testing.assert_close(loaded.state_dict()[name], tensor, rtol=0, atol=0, msg=name)
+    loaded.train()
+    assert loaded(**batch()).logits.shape == (4, 12, VOCAB)  # the standard dense forward
+
+
+class WholeSequenceHead(torch.nn.Module):
+    """A model whose head is not applied position by position: the rule cannot hold, the probe says so."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.encoder = torch.nn.Embedding(VOCAB, 8)
+        self.head = torch.nn.Linear(8, VOCAB)
+
+    @property
+    def base_model(self) -> torch.nn.Module:
+        return self.encoder
+
+    def get_input_embeddings(self) -> torch.nn.Embedding:
+        return self.encoder
+
+    def forward(self, input_ids=None, attention_mask=None, labels=None):  # noqa: ANN001, ANN201
+        from transformers.modeling_outputs import MaskedLMOutput
+
+        hidden = self.encoder(input_ids)
+        return MaskedLMOutput(logits=self.head(hidden.mean(dim=1, keepdim=True)).expand(-1, input_ids.shape[1], -1))
+
+
+def test_a_model_the_rule_does_not_fit_is_refused_before_training_and_keeps_its_dense_head() -> None:
+    model = WholeSequenceHead()
+    with pytest.raises(ConfigError, match="masked_only_head: not supported for WholeSequenceHead"):
+        use_masked_only_head(model)
+    assert "forward" not in vars(model)  # the class's own forward again
+
+
+def test_parameters_the_loss_never_reaches_are_frozen_and_named() -> None:
+    from train.head import freeze_what_the_loss_never_reaches
+
+    esm = tiny("esm")
+    use_masked_only_head(esm)
+    unreached = freeze_what_the_loss_never_reaches(esm)
+    assert unreached and all(name.startswith("esm.contact_head.") for name in unreached)
+    assert not any(p.requires_grad for n, p in esm.named_parameters() if n in unreached)
+    assert all(p.grad is None for p in esm.parameters())  # the probe leaves no gradient behind
+    assert freeze_what_the_loss_never_reaches(tiny("bert")) == []
