@@ -25,6 +25,7 @@ import torch
 import torch.distributed as dist
 from transformers import TrainerCallback
 
+from train import distributed
 from train.errors import STOP_SIGNALS
 from train.lifetime import die_with_parent
 
@@ -54,7 +55,7 @@ class StopOnSignal(TrainerCallback):
 
     def agreed(self, device: torch.device) -> bool:
         """Whether any rank was asked to stop; every rank must call this at the same point."""
-        if not (dist.is_available() and dist.is_initialized()):
+        if not distributed.initialized():
             return self.received is not None
         flag = torch.tensor([0.0 if self.received is None else 1.0], device=device)
         dist.all_reduce(flag, op=dist.ReduceOp.MAX)
