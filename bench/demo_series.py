@@ -47,13 +47,13 @@ def prepare(settings: DemoSettings, workdir: Path) -> tuple[Path, dict[str, Any]
     use_local_hf(workdir)
     from train.config import load_config
     from train.data import load_raw
-    from train.model import train_wordpiece
+    from train.tokenizer_training import train_tokenizer
 
     model = ["--model_name_or_path", "scratch:distilbert", "--config_overrides", settings.model_overrides]
     config = load_config(model, environ={})
     tokenizer_dir = workdir / "tokenizer"
     if not (tokenizer_dir / "tokenizer.json").exists():
-        train_wordpiece(load_raw(config), config).save_pretrained(str(tokenizer_dir))
+        train_tokenizer(load_raw(config), config).save_pretrained(str(tokenizer_dir))
 
     tokenization = {
         padding: time_tokenization(workdir, model + ["--tokenizer_name", str(tokenizer_dir), "--padding", padding])
@@ -69,7 +69,7 @@ def time_tokenization(workdir: Path, argv: list[str]) -> dict[str, Any]:
     process, as a second run of the job would: it must read everything from the cache (bench/tokenization.py)."""
     from train.config import load_config
     from train.data import load_raw, tokenize
-    from train.model import load_tokenizer
+    from train.model import load_tokenizer, scratch_config
 
     home = workdir / "hf-tokenization"
     shutil.rmtree(home, ignore_errors=True)
@@ -77,7 +77,7 @@ def time_tokenization(workdir: Path, argv: list[str]) -> dict[str, Any]:
     try:
         config = load_config(argv, environ={})
         raw = load_raw(config)
-        tokenizer = load_tokenizer(config, raw, from_scratch=True)
+        tokenizer = load_tokenizer(config, raw, scratch_config(config))
         started = time.perf_counter()
         splits = tokenize(config, raw, tokenizer)
         cold = time.perf_counter() - started

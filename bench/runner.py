@@ -120,11 +120,11 @@ def warm_cache(argv: list[str]) -> None:
     timed run pays for tokenizing."""
     from train.config import load_config
     from train.data import load_raw, tokenize
-    from train.model import load_tokenizer
+    from train.model import load_tokenizer, scratch_config
 
     config = load_config(argv, environ={})
     raw = load_raw(config)
-    tokenize(config, raw, load_tokenizer(config, raw, from_scratch=True))
+    tokenize(config, raw, load_tokenizer(config, raw, scratch_config(config)))
 
 
 def environment() -> dict[str, Any]:

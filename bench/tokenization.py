@@ -20,7 +20,7 @@ from train.model import load_tokenizer, scratch_config
 def main(argv: list[str]) -> int:
     config = load_config(argv, environ={})
     raw = load_raw(config)
-    tokenizer = load_tokenizer(config, raw, from_scratch=scratch_config(config) is not None)
+    tokenizer = load_tokenizer(config, raw, scratch_config(config))
     directory = cache_root() / "tokenized"
     before = {p.name: p.stat().st_mtime_ns for p in directory.glob("*.arrow")} if directory.exists() else {}
     started = time.perf_counter()

@@ -88,7 +88,7 @@ def prepare(config: Config) -> Prepared:
     shared = cache_shared_with_rank_0(training)
     with training.main_process_first(local=not shared, desc="preparing data"):
         raw = load_raw(config)
-        tokenizer = load_tokenizer(config, raw, from_scratch=arch is not None)
+        tokenizer = load_tokenizer(config, raw, arch)
         corpus = build_corpus(config, raw, tokenizer, training.process_index, training.world_size)
     model = load_model(config, arch, tokenizer)
     head = "dense"

@@ -2,7 +2,7 @@
 
 ``model_name_or_path`` may be a hub id, a local directory with weights, or an architecture without weights: a
 ``config.json`` (file, or a directory holding only it) or ``scratch:<model_type>`` plus ``config_overrides``.
-Without a tokenizer for a from-scratch model, a WordPiece tokenizer is trained on the training text and cached.
+Without a tokenizer for a from-scratch model, one of its family's kind is trained on the training text and cached.
 The attention implementation is the model's best (:func:`attention_implementation`); the masked-only head is
 train/head.py.
 """
@@ -12,19 +12,18 @@ from __future__ import annotations
 import copy
 import importlib.util
 import json
-import os
-import sys
 from pathlib import Path
 from typing import Any
 
 import torch
-from transformers import AutoConfig, AutoModelForMaskedLM, AutoTokenizer, PreTrainedTokenizerFast
+from transformers import AutoConfig, AutoModelForMaskedLM, AutoTokenizer
 from transformers.models.auto.modeling_auto import MODEL_FOR_MASKED_LM_MAPPING
 
 from train.config import Config
 from train.data import RawData
 from train.errors import ConfigError, first_line
-from train.hf import cache_key, cache_root, offline_hint
+from train.hf import offline_hint
+from train.tokenizer_training import tokenizer_kind, train_tokenizer
 
 WEIGHT_FILES = (
     "model.safetensors",
@@ -32,13 +31,6 @@ WEIGHT_FILES = (
     "pytorch_model.bin",
     "pytorch_model.bin.index.json",
 )
-SPECIAL_TOKENS = {
-    "pad_token": "[PAD]",
-    "unk_token": "[UNK]",
-    "cls_token": "[CLS]",
-    "sep_token": "[SEP]",
-    "mask_token": "[MASK]",
-}
 
 
 def scratch_config(config: Config) -> Any | None:
@@ -120,48 +112,13 @@ def check_model_config(config: Config, arch: Any) -> None:
         raise ConfigError(f"{label}: the model rejects this config ({why})") from None
 
 
-def train_wordpiece(raw: RawData, config: Config) -> PreTrainedTokenizerFast:
-    """A BERT-style lower-case WordPiece tokenizer trained on the training text, cached by the data's fingerprint."""
-    from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, processors, trainers
-
+def load_tokenizer(config: Config, raw: RawData, arch: Any | None) -> Any:
+    """MLM_TOKENIZER_NAME's, the pretrained model's, or for a model built from scratch (``arch``) one trained on
+    the training text of the kind its family uses (train/tokenizer_training.py)."""
     job = config.job
-    directory = cache_root() / "tokenizers" / cache_key(raw.fingerprint, job.tokenizer_vocab_size, job.text_column)
-    if (directory / "tokenizer.json").exists():
-        return PreTrainedTokenizerFast.from_pretrained(str(directory))
-
-    tokenizer = Tokenizer(models.WordPiece(unk_token=SPECIAL_TOKENS["unk_token"]))
-    tokenizer.normalizer = normalizers.BertNormalizer(lowercase=True)
-    tokenizer.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
-    tokenizer.decoder = decoders.WordPiece()
-    # Its progress bar ends with blank lines on stdout, which a JSON-lines reader cannot parse: only on a terminal.
-    trainer = trainers.WordPieceTrainer(
-        vocab_size=job.tokenizer_vocab_size,
-        special_tokens=list(SPECIAL_TOKENS.values()),
-        show_progress=sys.stdout.isatty(),
-    )
-    train = raw.splits["train"]
-    tokenizer.train_from_iterator(
-        (batch[job.text_column] for batch in train.iter(batch_size=10000)), trainer=trainer, length=len(train)
-    )
-    cls, sep = tokenizer.token_to_id("[CLS]"), tokenizer.token_to_id("[SEP]")
-    tokenizer.post_processor = processors.TemplateProcessing(
-        single="[CLS] $A [SEP]", pair="[CLS] $A [SEP] $B:1 [SEP]:1", special_tokens=[("[CLS]", cls), ("[SEP]", sep)]
-    )
-    fast = PreTrainedTokenizerFast(tokenizer_object=tokenizer, model_max_length=job.max_seq_length, **SPECIAL_TOKENS)
-    tmp = directory.with_name(directory.name + f".tmp-{os.getpid()}")
-    fast.save_pretrained(str(tmp))
-    try:
-        os.replace(tmp, directory)  # atomic: a concurrent or crashed writer never leaves half a tokenizer
-    except OSError:
-        pass  # another process won the race; its copy is identical
-    return fast
-
-
-def load_tokenizer(config: Config, raw: RawData, from_scratch: bool) -> Any:
-    job = config.job
-    name = job.tokenizer_name or (None if from_scratch else job.model_name_or_path)
+    name = job.tokenizer_name or (None if arch is not None else job.model_name_or_path)
     if name is None:
-        return train_wordpiece(raw, config)
+        return train_tokenizer(raw, config, tokenizer_kind(config, getattr(arch, "model_type", None)))
     source = config.source_of("tokenizer_name" if job.tokenizer_name else "model_name_or_path")
     if name.startswith(("/", ".", "~")) and not Path(name).expanduser().exists():
         raise ConfigError(f"{source}={name!r}: no such local tokenizer directory")

@@ -37,7 +37,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     started = time.monotonic()
     raw = load_raw(config)
-    tokenizer = load_tokenizer(config, raw, from_scratch=scratch_config(config) is not None)
+    tokenizer = load_tokenizer(config, raw, scratch_config(config))
     # One process tokenizing for every rank of the later job: the cache key does not depend on the rank.
     corpus = build_corpus(config, raw, tokenizer, rank=0, world_size=1)
     cache = cache_root() / "tokenized"

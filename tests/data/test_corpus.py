@@ -9,20 +9,20 @@ from datasets import IterableDataset
 
 from tests.data.helpers import config_for, jsonl, write_shards
 from train.data import Corpus, IndexedExamples, build_corpus, load_raw, real_token_count, truncation
-from train.model import train_wordpiece
+from train.tokenizer_training import train_tokenizer
 
 LONG = ["one two three four five six seven eight nine ten eleven twelve", "short one", "a b c d e f g h i j k"]
 
 
 def built(config, rank: int = 0, world_size: int = 1) -> Corpus:
     raw = load_raw(config)
-    return build_corpus(config, raw, train_wordpiece(raw, config), rank, world_size)
+    return build_corpus(config, raw, train_tokenizer(raw, config), rank, world_size)
 
 
 def test_an_in_memory_corpus_knows_its_size_tokens_and_cuts(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
     config = config_for(jsonl(tmp_path, "long.jsonl", LONG * 10), max_seq_length="8", tokenizer_vocab_size="200")
     raw = load_raw(config)
-    tokenizer = train_wordpiece(raw, config)
+    tokenizer = train_tokenizer(raw, config)
     corpus = build_corpus(config, raw, tokenizer, 0, 1)
     assert not corpus.streaming and isinstance(corpus.train, IndexedExamples)
     assert isinstance(corpus.validation, IndexedExamples) and corpus.fingerprint == raw.fingerprint

@@ -19,8 +19,8 @@ from train.data import (
     tokenized_stream,
 )
 from train.errors import ConfigError
-from train.model import train_wordpiece
 from train.runfiles import STREAM_STATE, RunFiles
+from train.tokenizer_training import train_tokenizer
 
 
 def prepared(source: Path, **env: str):
@@ -28,7 +28,7 @@ def prepared(source: Path, **env: str):
     config = config_for(str(source), streaming="true", max_steps="10", max_eval_samples="4", max_seq_length="32", **env)
     raw = load_raw(config)
     assert raw.stream is not None
-    return config, raw.stream, train_wordpiece(raw, config)
+    return config, raw.stream, train_tokenizer(raw, config)
 
 
 def examples_of(source: Path, rank: int, world: int) -> list[list[int]]:

@@ -18,7 +18,7 @@ from train.data.tokenization import (
     tokenizer_fingerprint,
 )
 from train.errors import ConfigError
-from train.model import train_wordpiece
+from train.tokenizer_training import train_tokenizer
 
 
 def test_padding_modes_keep_the_same_real_tokens(tmp_path: Path) -> None:
@@ -27,7 +27,7 @@ def test_padding_modes_keep_the_same_real_tokens(tmp_path: Path) -> None:
     for padding in ("dynamic", "max_length", "packed"):
         config = config_for(str(path), padding=padding, max_seq_length="32", tokenizer_vocab_size="200")
         raw = load_raw(config)
-        tokenizer = train_wordpiece(raw, config)
+        tokenizer = train_tokenizer(raw, config)
         results[padding] = (tokenize(config, raw, tokenizer)["train"], tokenizer.pad_token_id)
     dynamic, pad = results["dynamic"]
     padded, _ = results["max_length"]
@@ -45,9 +45,9 @@ def test_padding_modes_keep_the_same_real_tokens(tmp_path: Path) -> None:
 def test_tokenization_is_cached(hf_home: Path) -> None:
     config = config_for("demo", demo_samples="300", tokenizer_vocab_size="100")
     raw = load_raw(config)
-    tokenizer = train_wordpiece(raw, config)
+    tokenizer = train_tokenizer(raw, config)
     first = tokenize(config, raw, tokenizer)["train"]
-    second = tokenize(config, load_raw(config), train_wordpiece(load_raw(config), config))["train"]
+    second = tokenize(config, load_raw(config), train_tokenizer(load_raw(config), config))["train"]
     assert first.cache_files and first.cache_files[0]["filename"] == second.cache_files[0]["filename"]
     assert str(hf_home) in first.cache_files[0]["filename"]
     other = config_for("demo", demo_samples="300", tokenizer_vocab_size="100", max_seq_length="64")
@@ -56,7 +56,7 @@ def test_tokenization_is_cached(hf_home: Path) -> None:
 
 def test_the_tokenizer_fingerprint_ignores_its_truncation_state() -> None:
     config = config_for("demo", demo_samples="50", tokenizer_vocab_size="100")
-    tokenizer = train_wordpiece(load_raw(config), config)
+    tokenizer = train_tokenizer(load_raw(config), config)
     before = tokenizer_fingerprint(tokenizer)
     tokenizer(["a sentence"], truncation=True, max_length=4, padding="max_length")  # stored in the backend's state
     assert tokenizer_fingerprint(tokenizer) == before and len(before) == 20
@@ -66,7 +66,7 @@ def test_a_packed_split_without_a_whole_block_is_a_config_error() -> None:
     config = config_for("demo", demo_samples="10", padding="packed", max_seq_length="512", tokenizer_vocab_size="100")
     raw = load_raw(config)
     with pytest.raises(ConfigError, match=r"MLM_PADDING|no complete 512-token block to pack"):
-        tokenize(config, raw, train_wordpiece(raw, config))
+        tokenize(config, raw, train_tokenizer(raw, config))
 
 
 def test_truncation_is_counted_per_example(tmp_path: Path) -> None:
@@ -74,7 +74,7 @@ def test_truncation_is_counted_per_example(tmp_path: Path) -> None:
     path = jsonl(tmp_path, "long.jsonl", texts * 4)
     config = config_for(path, max_seq_length="8", validation_split_percentage="0", eval_strategy="no")
     raw = load_raw(config)
-    tokenizer = train_wordpiece(raw, config)
+    tokenizer = train_tokenizer(raw, config)
     train = tokenize(config, raw, tokenizer)["train"]
     assert len(train) == 12 and max(len(ids) for ids in train["input_ids"]) == 8  # one row per example, cut
     full = [len(tokenizer(t)["input_ids"]) - 2 for t in texts * 4]  # text tokens without [CLS] [SEP]

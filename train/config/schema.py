@@ -71,7 +71,12 @@ class JobArguments:
     tokenizer_name: str | None = option(
         None,
         "Hub id or local directory of the tokenizer. Default: the model's; from scratch without one, "
-        "a WordPiece tokenizer is trained on the training text.",
+        "a tokenizer of tokenizer_type is trained on the training text.",
+    )
+    tokenizer_type: Literal["auto", "wordpiece", "bpe", "unigram"] = option(
+        "auto",
+        "The kind of tokenizer trained from scratch: auto picks the model family's (WordPiece for BERT-likes, "
+        "byte-level BPE for RoBERTa/ModernBERT-likes, Unigram for ALBERT/DeBERTa/XLM-R-likes).",
     )
     tokenizer_vocab_size: int = option(
         30522, "Vocabulary size of a tokenizer trained on the training text.", integers(1)
