@@ -67,3 +67,25 @@ def test_padded_inputs_keep_their_attention_mask() -> None:
     batch = collator()([feature])
     assert batch["attention_mask"].tolist() == [[1] * 6 + [0, 0]]
     assert (batch["labels"][0, 6:] == IGNORE_INDEX).all()
+
+
+def test_the_replacement_mix_is_the_options() -> None:
+    originals = torch.tensor([sample(i, 128)["input_ids"] for i in range(200)])
+    for to_mask, to_random in ((1.0, 0.0), (0.5, 0.3), (0.0, 0.0)):
+        batch = collator(mlm_probability=0.3, mask_replace_prob=to_mask, random_replace_prob=to_random)(
+            [sample(i, 128) for i in range(200)]
+        )
+        chosen = batch["labels"] != IGNORE_INDEX
+        masked = ((batch["input_ids"] == MASK) & chosen).sum() / chosen.sum()
+        kept = ((batch["input_ids"] == originals) & chosen).sum() / chosen.sum()
+        assert abs(masked - to_mask) < 0.03 and abs(kept - (1 - to_mask - to_random)) < 0.03, (to_mask, to_random)
+
+
+def test_evaluation_masks_at_its_own_rate_the_same_way_every_time() -> None:
+    training = collator(mlm_probability=0.3, epoch=3)
+    assert training.for_evaluation(None) is training
+    evaluation = training.for_evaluation(0.15)
+    batch = [sample(i, 128) for i in range(200)]
+    rate = (evaluation(batch)["labels"] != IGNORE_INDEX).float().sum() / (200 * 126)
+    assert 0.13 < rate < 0.17 and evaluation.epoch == 0 and training.mlm_probability == 0.3
+    assert torch.equal(evaluation(batch)["labels"], training.for_evaluation(0.15)(batch)["labels"])

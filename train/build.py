@@ -109,6 +109,8 @@ def prepare(config: Config) -> Prepared:
         mask_token_id=tokenizer.mask_token_id,
         vocab_size=len(tokenizer),
         mlm_probability=job.mlm_probability,
+        mask_replace_prob=job.mask_replace_prob,
+        random_replace_prob=job.random_replace_prob,
         seed=training.seed,
         pad_to_multiple_of=job.pad_to_multiple_of if job.padding == "dynamic" else None,
     )
@@ -130,6 +132,7 @@ def prepare(config: Config) -> Prepared:
             CheckpointCompleteMarker(resumed_options(config)),
         ],
     )
+    trainer.eval_collator = collator.for_evaluation(job.eval_mlm_probability)
     losses_are_batch_means(trainer)
     return Prepared(trainer=trainer, tokenizer=tokenizer, corpus=corpus, stopper=stopper, guard=guard, head=head)
 

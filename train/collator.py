@@ -10,7 +10,7 @@ masking, as RoBERTa does).
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
@@ -23,7 +23,9 @@ IGNORE_INDEX = -100
 
 @dataclass
 class MaskingCollator:
-    """Pads a batch and masks it: 80 % [MASK], 10 % a random token, 10 % unchanged, of ``mlm_probability``."""
+    """Pads a batch and masks it: of ``mlm_probability`` of the tokens, ``mask_replace_prob`` become the mask token,
+    ``random_replace_prob`` a random token, the rest stay unchanged (80/10/10 by default, as BERT and
+    transformers' collator do)."""
 
     pad_token_id: int
     mask_token_id: int
@@ -32,6 +34,13 @@ class MaskingCollator:
     seed: int = 42
     pad_to_multiple_of: int | None = 8
     epoch: int = field(default=0)
+    mask_replace_prob: float = 0.8
+    random_replace_prob: float = 0.1
+
+    def for_evaluation(self, mlm_probability: float | None) -> MaskingCollator:
+        """The same collator masking at ``mlm_probability`` (the evaluation rate); itself when that is None. Its
+        epoch stays 0: every evaluation masks the same positions, so evaluations compare."""
+        return self if mlm_probability is None else replace(self, mlm_probability=mlm_probability, epoch=0)
 
     def _masks(self, index: int, tokens: np.ndarray, special: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         rng = np.random.default_rng([self.seed, self.epoch, index])
@@ -39,8 +48,10 @@ class MaskingCollator:
         labels = np.where(chosen, tokens, IGNORE_INDEX)
         roll = rng.random(tokens.shape[0])
         replaced = tokens.copy()
-        replaced[chosen & (roll < 0.8)] = self.mask_token_id
-        randomised = chosen & (roll >= 0.8) & (roll < 0.9)
+        replaced[chosen & (roll < self.mask_replace_prob)] = self.mask_token_id
+        randomised = (
+            chosen & (roll >= self.mask_replace_prob) & (roll < self.mask_replace_prob + self.random_replace_prob)
+        )
         replaced[randomised] = rng.integers(0, self.vocab_size, size=int(randomised.sum()))
         return replaced, labels
 

@@ -28,6 +28,7 @@ class MLMTrainer(Trainer):
     streamed corpus read through its own resumable loader, and no warning for tied weights on resume."""
 
     stream_position: dict[str, Any] | None = None  # a resumed stream's saved position for this rank
+    eval_collator: Any = None  # evaluation's masking (its own rate), when it differs from training's
 
     def get_train_dataloader(self) -> Any:
         if isinstance(self.train_dataset, datasets.IterableDataset):  # streaming: train/data/stream.py
@@ -38,7 +39,13 @@ class MLMTrainer(Trainer):
         return leave_signals_to_rank(super().get_train_dataloader())
 
     def get_eval_dataloader(self, eval_dataset: Any = None) -> Any:
-        return leave_signals_to_rank(super().get_eval_dataloader(eval_dataset))
+        # The Trainer builds both loaders with self.data_collator: evaluation's rate is swapped in for its loader.
+        training_collator = self.data_collator
+        self.data_collator = self.eval_collator or training_collator
+        try:
+            return leave_signals_to_rank(super().get_eval_dataloader(eval_dataset))
+        finally:
+            self.data_collator = training_collator
 
     def _issue_warnings_after_load(self, load_result: Any) -> None:
         """Resuming warns "missing keys: vocab_projector.weight" for a weight tied to the embeddings (safetensors

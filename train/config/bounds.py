@@ -77,6 +77,7 @@ def steps(zero: bool = False) -> Bound:
 POSITIVE = Bound(lambda v: v > 0, "a positive number")
 NON_NEGATIVE = Bound(lambda v: v >= 0, "a number >= 0")
 FRACTION = Bound(lambda v: 0 <= v < 1, "a number in [0, 1)")
+PROBABILITY = Bound(lambda v: 0 <= v <= 1, "a number from 0 to 1")
 OPEN_FRACTION = Bound(lambda v: 0 < v < 1, "a number between 0 and 1 (exclusive)")
 SEED = Bound(lambda v: 0 <= v <= SEED_MAX, "an integer from 0 to 2**32 - 1")
 

@@ -28,6 +28,7 @@ from train.config.bounds import (
     OPEN_FRACTION,
     OVERRIDES,
     POSITIVE,
+    PROBABILITY,
     PROCESSES,
     SEED,
     Bound,
@@ -102,7 +103,22 @@ class JobArguments:
     max_seq_length: int = option(
         128, "Longest sequence in tokens (longer text is cut).", integers(MIN_SEQ_LENGTH, MAX_SEQ_LENGTH)
     )
-    mlm_probability: float = option(0.15, "Fraction of tokens masked.", OPEN_FRACTION)
+    mlm_probability: float = option(0.15, "Fraction of tokens masked while training.", OPEN_FRACTION)
+    eval_mlm_probability: float | None = option(
+        None,
+        "Fraction of tokens masked for evaluation; default: mlm_probability (ModernBERT and MosaicBERT train at 0.3 "
+        "and evaluate at 0.15).",
+        OPEN_FRACTION,
+    )
+    mask_replace_prob: float = option(
+        0.8, "Of the masked tokens, the fraction replaced by the mask token.", PROBABILITY
+    )
+    random_replace_prob: float = option(
+        0.1,
+        "Of the masked tokens, the fraction replaced by a random token (the rest stay unchanged; at most "
+        "1 - mask_replace_prob).",
+        PROBABILITY,
+    )
     padding: Literal["dynamic", "max_length", "packed"] = option(
         "dynamic",
         "dynamic: pad to the longest in the batch (on GPU a multiple of 8); max_length: pad all to "

@@ -38,5 +38,8 @@ def validate(values: Mapping[str, Any], sources: Mapping[str, str]) -> None:
         fail("num_train_epochs", values["num_train_epochs"], EPOCHS.expected)
     if values["streaming"] and values["max_steps"] < 1:
         fail("streaming", "true", "with max_steps, as a stream has no length to derive the steps from: set max_steps")
+    if values["mask_replace_prob"] + values["random_replace_prob"] > 1:
+        expected = f"at most 1 - mask_replace_prob ({1 - values['mask_replace_prob']:g})"
+        fail("random_replace_prob", values["random_replace_prob"], expected)
     if values["pad_to_multiple_of"] > values["max_seq_length"]:
         fail("pad_to_multiple_of", values["pad_to_multiple_of"], f"at most max_seq_length ({values['max_seq_length']})")
