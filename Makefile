@@ -56,6 +56,7 @@ lint: venv ## ruff, shellcheck, hadolint, compose config, README option table up
 	$(BIN)/hadolint docker/Dockerfile
 	$(BIN)/python -c 'import compose, os, sys; os.execv(os.path.join(os.path.dirname(compose.__file__), "docker-compose"), ["docker-compose", "-f", "compose.yaml", "config", "-q"])'
 	$(BIN)/python -m tools.options --check README.md
+	$(BIN)/python -m tools.models --check README.md
 
 .PHONY: audit
 audit: venv ## Known vulnerabilities in the locks (pip-audit); audit-ignore.toml accepts some, with a reason, until a date
@@ -63,8 +64,9 @@ audit: venv ## Known vulnerabilities in the locks (pip-audit); audit-ignore.toml
 	$(BIN)/python -m tools.audit $(AUDIT_ARGS)
 
 .PHONY: options
-options: venv ## Regenerate the README's table of options from the schema
+options: venv ## Regenerate the README's tables of options (from the schema) and models (from the code)
 	$(BIN)/python -m tools.options --write README.md
+	$(BIN)/python -m tools.models --write README.md
 
 # The Python the locks are resolved with, and why it is not the image's: the first lines of each lock, above
 # pip-compile's header (tests/test_supply_chain.py checks them against it and the Dockerfile's base image).

@@ -89,3 +89,26 @@ def test_evaluation_masks_at_its_own_rate_the_same_way_every_time() -> None:
     rate = (evaluation(batch)["labels"] != IGNORE_INDEX).float().sum() / (200 * 126)
     assert 0.13 < rate < 0.17 and evaluation.epoch == 0 and training.mlm_probability == 0.3
     assert torch.equal(evaluation(batch)["labels"], training.for_evaluation(0.15)(batch)["labels"])
+
+
+def test_whole_words_are_masked_together_and_stay_index_seeded() -> None:
+    import numpy as np
+
+    # Every third token id starts a word: the samples' consecutive ids make words of up to 3 pieces.
+    starts = np.arange(VOCAB) % 3 == 0
+    words = collator(word_start=starts, mlm_probability=0.3)
+    batch = [sample(i, 120) for i in range(50)]
+    masked = words(batch)
+    assert torch.equal(masked["labels"], words(batch)["labels"])  # same seed, same masks
+    for row, feature in enumerate(batch):
+        ids = np.asarray(feature["input_ids"])
+        chosen = (masked["labels"][row, : len(ids)] != IGNORE_INDEX).numpy()
+        word = np.cumsum(starts[ids] | (np.arange(len(ids)) <= 1))  # [CLS], then the first piece starts a word
+        for number in np.unique(word[1:-1]):  # every word is all masked or all not ([CLS], [SEP] never)
+            assert len(set(chosen[word == number])) == 1
+        assert not chosen[0] and not chosen[-1]
+    rate = words.realised_rate(batch)
+    assert rate is not None and 0.2 < rate < 0.4  # words chosen at 0.3: as many tokens on average
+    # Without the vocabulary's word starts the masks are today's, token by token.
+    assert torch.equal(collator(mlm_probability=0.3)(batch)["labels"], collator(mlm_probability=0.3)(batch)["labels"])
+    assert not torch.equal(collator(mlm_probability=0.3)(batch)["labels"], masked["labels"])

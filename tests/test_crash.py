@@ -79,6 +79,6 @@ def test_the_agents_report_of_a_killed_rank_becomes_one_line() -> None:
         "rank 1 was killed (SIGKILL): most often the out-of-memory killer - raise the memory limit or lower the "
         "batch size; checkpoints saved before are intact"
     )
-    assert "rank 1 was killed (SIGSEGV): see the machine's logs" in str(killed_rank(REPORT.replace(b"-9", b"-11")))
+    assert "rank 1 was killed (SIGSEGV): check the machine's logs" in str(killed_rank(REPORT.replace(b"-9", b"-11")))
     assert killed_rank(REPORT.replace(b"exitcode  : -9", b"exitcode  : 1")) is None  # an exit, not a signal
     assert killed_rank(b"") is None

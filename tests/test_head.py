@@ -8,39 +8,16 @@ import copy
 
 import pytest
 import torch
-from transformers import AutoConfig, AutoModelForMaskedLM, DistilBertConfig, DistilBertForMaskedLM
+from transformers import AutoModelForMaskedLM, DistilBertForMaskedLM
 
+from tools.models import ARCHITECTURES, VOCAB, tiny_config
 from train.errors import ConfigError
 from train.head import use_masked_only_head
-
-VOCAB = 97
-# The architectures users continue pre-training, by model_type; each with what its config needs to be tiny.
-ARCHITECTURES = {
-    "bert": {},
-    "roberta": {},
-    "xlm-roberta": {},
-    "camembert": {},
-    "electra": {"embedding_size": 16},
-    "albert": {"embedding_size": 16},
-    "deberta-v2": {},
-    "modernbert": {"global_attn_every_n_layers": 2, "local_attention": 16},
-    "mpnet": {},
-    "esm": {"mask_token_id": 4},
-    "eurobert": {"num_key_value_heads": 2},
-}
 
 
 def tiny(kind: str) -> torch.nn.Module:
     torch.manual_seed(0)
-    if kind == "distilbert":
-        config = DistilBertConfig(
-            vocab_size=VOCAB, dim=32, hidden_dim=64, n_layers=2, n_heads=2, max_position_embeddings=64, pad_token_id=0,
-        )  # fmt: skip
-    else:
-        config = AutoConfig.for_model(
-            kind, vocab_size=VOCAB, hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=2,
-            max_position_embeddings=64, pad_token_id=0, **ARCHITECTURES[kind],
-        )  # fmt: skip
+    config = tiny_config(kind)
     for name, value in vars(config).items():  # no dropout: the two heads must see the same activations
         if "dropout" in name and isinstance(value, float):
             setattr(config, name, 0.0)
@@ -68,7 +45,7 @@ def loss_and_grads(model: torch.nn.Module, inputs: dict[str, torch.Tensor]) -> t
     return loss.detach(), {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
 
 
-@pytest.mark.parametrize("kind", ["distilbert", *ARCHITECTURES])
+@pytest.mark.parametrize("kind", ARCHITECTURES)
 def test_loss_and_gradients_equal_the_dense_heads(kind: str) -> None:
     dense = tiny(kind)
     sparse = copy.deepcopy(dense)

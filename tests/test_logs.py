@@ -205,6 +205,19 @@ def test_banner_json_and_text(tmp_path):
     assert "steps      100" in text and str(tmp_path / "out" / "report.html") in text
 
 
+def test_the_banner_says_the_masking_and_its_realised_rate(tmp_path):
+    masking = {"mlm_probability": 0.3, "eval_mlm_probability": 0.15, "whole_word_mask": True}
+    text = banner(
+        config_for(tmp_path, "--log_format", "text"),
+        {**FACTS, "masking": {**masking, "realised": 0.2712, "realised_on_samples": 256}},
+    )
+    assert "masking    30% of words (15% for evaluation); realised 27.1% of real tokens on 256 samples" in text
+    record = strict_json(banner(config_for(tmp_path, "--log_format", "json"), {**FACTS, "masking": masking}))
+    assert record["masking"] == masking
+    stream = banner(config_for(tmp_path, "--log_format", "text"), {**FACTS, "masking": {**masking, "realised": None}})
+    assert "masking    30% of words (15% for evaluation)\n" in stream
+
+
 # ---- callback driven directly, with a fake NVML ---------------------------------------------------------------------
 
 

@@ -55,3 +55,35 @@ def test_attention_is_the_models_best_and_the_option_overrides_it(model_type: st
     assert model.config._attn_implementation == expected
     eager = load_config([], {"MLM_ATTN_IMPLEMENTATION": "eager"})
     assert attention_implementation(eager, arch) == "eager"
+
+
+def test_overrides_as_a_yaml_mapping_take_lists(tmp_path: Path) -> None:
+    from train.config import load_config
+    from train.model import scratch_config
+
+    # ModernBERT's layer_types is a list: key=value pairs cannot say it, a YAML mapping can.
+    (tmp_path / "job.yaml").write_text(
+        "model_name_or_path: scratch:modernbert\n"
+        "config_overrides:\n  num_hidden_layers: 3\n  hidden_size: 64\n"
+        "  layer_types: [full_attention, sliding_attention, full_attention]\n"
+    )
+    arch = scratch_config(load_config([], {"MLM_CONFIG": str(tmp_path / "job.yaml")}))
+    assert (arch.num_hidden_layers, arch.hidden_size) == (3, 64)
+    assert arch.layer_types == ["full_attention", "sliding_attention", "full_attention"]
+    with pytest.raises(ConfigError, match=r"MLM_CONFIG_OVERRIDES=.*expected comma-separated key=value pairs.*JSON"):
+        load_config([], {"MLM_MODEL_NAME_OR_PATH": "scratch:bert", "MLM_CONFIG_OVERRIDES": "{not json"})
+
+
+def test_a_type_without_a_masked_lm_class_is_refused_before_any_data(tmp_path: Path) -> None:
+    from train.config import load_config
+    from train.model import check_before_data, scratch_config
+
+    with pytest.raises(ConfigError, match=r"MLM_MODEL_NAME_OR_PATH='scratch:gpt2': 'gpt2' has no masked-LM class"):
+        scratch_config(load_config([], {"MLM_MODEL_NAME_OR_PATH": "scratch:gpt2"}))
+    # A pretrained directory's config.json says the same before its weights or any data are read.
+    (tmp_path / "config.json").write_text(json.dumps({"model_type": "gpt2"}))
+    (tmp_path / "model.safetensors").write_bytes(b"")
+    config = load_config([], {"MLM_MODEL_NAME_OR_PATH": str(tmp_path)})
+    assert scratch_config(config) is None
+    with pytest.raises(ConfigError, match=r"'gpt2' has no masked-LM class in transformers"):
+        check_before_data(config, None)

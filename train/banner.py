@@ -41,6 +41,7 @@ def banner_record(config: Config, facts: dict[str, Any], handoff: Handoff | None
         "model": job.model_name_or_path,
         "attention": facts.get("attention"),
         "head": facts.get("head"),
+        "masking": facts.get("masking"),
         "dataset": job.dataset,
         "train_samples": facts.get("train_samples"),
         "eval_samples": facts.get("eval_samples"),
@@ -69,6 +70,19 @@ def _model_text(record: dict[str, Any]) -> str:
     said = [f"{record['attention']} attention" if record.get("attention") else ""]
     said.append(f"{record['head']} head" if record.get("head") else "")
     return f" ({', '.join(s for s in said if s)})" if any(said) else ""
+
+
+def _masking_text(masking: dict[str, Any] | None) -> str | None:
+    if not masking:
+        return None
+    unit = "words" if masking.get("whole_word_mask") else "tokens"
+    rates = f"{masking['mlm_probability']:.0%} of {unit}"
+    if masking.get("eval_mlm_probability") != masking["mlm_probability"]:
+        rates += f" ({masking['eval_mlm_probability']:.0%} for evaluation)"
+    realised = masking.get("realised")
+    if realised is None:
+        return f"  masking    {rates}"
+    return f"  masking    {rates}; realised {realised:.1%} of real tokens on {masking['realised_on_samples']} samples"
 
 
 def banner(config: Config, facts: dict[str, Any], handoff: Handoff | None = None) -> str:
@@ -100,6 +114,7 @@ def banner(config: Config, facts: dict[str, Any], handoff: Handoff | None = None
         f"  batch      global {record['global_batch_size']} = {record['world_size']} rank(s) × "
         f"{record['per_device_train_batch_size']} per device × {record['gradient_accumulation_steps']} accumulation",
         f"  model      {record['model']}" + _model_text(record),
+        *filter(None, [_masking_text(record.get("masking"))]),
         (
             f"  data       {record['dataset']}: {_count(record['train_samples'])} train / "
             f"{_count(record['eval_samples'])} eval samples, {_count(record['train_real_tokens'])} real tokens"

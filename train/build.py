@@ -27,9 +27,10 @@ from train.data import Corpus, StreamPosition, build_corpus, load_raw, stream_tr
 from train.errors import ConfigError
 from train.head import freeze_what_the_loss_never_reaches, use_masked_only_head
 from train.hf import cache_root
-from train.model import check_before_data, load_model, load_tokenizer, scratch_config
+from train.model import check_before_data, load_model, load_tokenizer, scratch_config, tokenizer_label
 from train.preemption import StopOnSignal
 from train.trainer import MLMTrainer, losses_are_batch_means
+from train.words import word_starts
 
 
 @dataclass(frozen=True)
@@ -42,6 +43,7 @@ class Prepared:
     stopper: StopOnSignal  # the stop signals' agreement (train/preemption.py)
     guard: DivergenceGuard  # a non-finite loss, gradient or weight stops the run
     head: str  # "masked-only" (train/head.py) or "dense"
+    masking: dict[str, Any]  # the configured rates and the realised one (:func:`masking_facts`)
 
     def write_model(self, directory: Path) -> None:
         """The trained model and its tokenizer, as AutoModelForMaskedLM / AutoTokenizer load them."""
@@ -60,6 +62,7 @@ class Prepared:
             # what ran: transformers' choice (or MLM_ATTN_IMPLEMENTATION), and the head the loss went through
             "attention": getattr(self.trainer.model.config, "_attn_implementation", None),
             "head": self.head,
+            "masking": self.masking,
         }
 
 
@@ -84,13 +87,13 @@ def prepare(config: Config) -> Prepared:
     training, job = config.training, config.job
     stopper = StopOnSignal()  # first: a stop while the data is prepared is still a stop with exit 75
     arch = scratch_config(config)
-    check_before_data(config, arch)
+    model_config = check_before_data(config, arch)
     shared = cache_shared_with_rank_0(training)
     with training.main_process_first(local=not shared, desc="preparing data"):
         raw = load_raw(config)
         tokenizer = load_tokenizer(config, raw, arch)
         corpus = build_corpus(config, raw, tokenizer, training.process_index, training.world_size)
-    model = load_model(config, arch, tokenizer)
+    model = load_model(config, arch, tokenizer, model_config)
     head = "dense"
     if job.masked_only_head:
         try:
@@ -113,6 +116,7 @@ def prepare(config: Config) -> Prepared:
         random_replace_prob=job.random_replace_prob,
         seed=training.seed,
         pad_to_multiple_of=job.pad_to_multiple_of if job.padding == "dynamic" else None,
+        word_start=word_starts(tokenizer, tokenizer_label(config)) if job.whole_word_mask else None,
     )
     evaluating = corpus.validation is not None and training.eval_strategy != "no"
     guard = DivergenceGuard()
@@ -134,7 +138,30 @@ def prepare(config: Config) -> Prepared:
     )
     trainer.eval_collator = collator.for_evaluation(job.eval_mlm_probability)
     losses_are_batch_means(trainer)
-    return Prepared(trainer=trainer, tokenizer=tokenizer, corpus=corpus, stopper=stopper, guard=guard, head=head)
+    masking = masking_facts(config, collator, corpus)
+    return Prepared(
+        trainer=trainer, tokenizer=tokenizer, corpus=corpus, stopper=stopper, guard=guard, head=head, masking=masking
+    )
+
+
+REALISED_SAMPLE = 256  # samples collated to measure the realised masking rate: a few milliseconds
+
+
+def masking_facts(config: Config, collator: MaskingCollator, corpus: Corpus) -> dict[str, Any]:
+    """How the training data is masked: the configured rates, and the realised share of real tokens masked on
+    the first training samples (a stream's are not read twice: its evaluation samples, masked as training masks
+    them, stand in; None without either). Special tokens are never masked, and whole words mask as many tokens
+    as the chosen words have, so the realised rate is what the loss really averages over."""
+    job = config.job
+    dataset = corpus.train if not corpus.streaming else corpus.validation
+    sample = [dataset[i] for i in range(min(REALISED_SAMPLE, len(dataset)))] if dataset is not None else []
+    return {
+        "mlm_probability": job.mlm_probability,
+        "eval_mlm_probability": job.eval_mlm_probability or job.mlm_probability,
+        "whole_word_mask": job.whole_word_mask,
+        "realised": round(rate, 4) if sample and (rate := collator.realised_rate(sample)) is not None else None,
+        "realised_on_samples": len(sample),
+    }
 
 
 def trainer_arguments(training: TrainingArguments, corpus: Corpus) -> TrainingArguments:

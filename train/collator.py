@@ -6,6 +6,11 @@ and a resumed run diverges from an uninterrupted one. Here every sample's masks 
 (seed, epoch, sample index): no random state has to survive a checkpoint, and a sample is masked the same way
 whichever rank, batch or worker process collates it. The epoch changes the masks between epochs (dynamic
 masking, as RoBERTa does).
+
+Whole-word masking follows transformers' collator: each word is chosen with ``mlm_probability`` (drawn at its
+first token) and then all its tokens are masked; which tokens start words comes from the tokenizer's vocabulary
+(train/words.py), since packed blocks keep no offsets. A block that starts inside a word takes that fragment as
+a word of its own.
 """
 
 from __future__ import annotations
@@ -36,6 +41,7 @@ class MaskingCollator:
     epoch: int = field(default=0)
     mask_replace_prob: float = 0.8
     random_replace_prob: float = 0.1
+    word_start: np.ndarray | None = field(default=None, repr=False)  # per token id: starts a word (whole words)
 
     def for_evaluation(self, mlm_probability: float | None) -> MaskingCollator:
         """The same collator masking at ``mlm_probability`` (the evaluation rate); itself when that is None. Its
@@ -44,7 +50,8 @@ class MaskingCollator:
 
     def _masks(self, index: int, tokens: np.ndarray, special: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         rng = np.random.default_rng([self.seed, self.epoch, index])
-        chosen = (rng.random(tokens.shape[0]) < self.mlm_probability) & ~special
+        drawn = rng.random(tokens.shape[0]) < self.mlm_probability
+        chosen = (self._whole_words(drawn, tokens, special) if self.word_start is not None else drawn) & ~special
         labels = np.where(chosen, tokens, IGNORE_INDEX)
         roll = rng.random(tokens.shape[0])
         replaced = tokens.copy()
@@ -54,6 +61,22 @@ class MaskingCollator:
         )
         replaced[randomised] = rng.integers(0, self.vocab_size, size=int(randomised.sum()))
         return replaced, labels
+
+    def _whole_words(self, drawn: np.ndarray, tokens: np.ndarray, special: np.ndarray) -> np.ndarray:
+        """Each word's draw at its first token, spread over the word: a word starts at a token the vocabulary
+        marks as a word start, or after a special (or padding) token."""
+        assert self.word_start is not None
+        after_special = np.concatenate(([True], special[:-1]))
+        starts = ~special & (self.word_start[tokens] | after_special)
+        word = np.cumsum(starts)  # each token's word number; 0 only before the first word (special tokens)
+        return np.concatenate(([False], drawn[starts]))[word]
+
+    def realised_rate(self, features: list[dict[str, Any]]) -> float | None:
+        """The share of real (non-padding) tokens these samples have masked: what ``mlm_probability`` comes to
+        after special tokens (never masked) and, with whole words, the words' lengths."""
+        batch = self(features)
+        real = int(batch["attention_mask"].sum())
+        return int((batch["labels"] != IGNORE_INDEX).sum()) / real if real else None
 
     def __call__(self, features: list[dict[str, Any]]) -> dict[str, torch.Tensor]:
         longest = max(len(f["input_ids"]) for f in features)

@@ -45,25 +45,32 @@ def collective_timeout(exc: BaseException, label: str, seconds: float) -> UserEr
     )
 
 
+OOM_KILLER = "most often the out-of-memory killer"
+WORKER_REMEDY = "lower MLM_DATALOADER_NUM_WORKERS or raise the memory limit"
+RANK_REMEDY = "raise the memory limit or lower the batch size"
+
+
+def why_killed(signal_name: str, remedy: str) -> str:
+    """What a process killed by ``signal_name`` most likely met, and ``remedy`` for the out-of-memory killer."""
+    if signal_name == "SIGKILL":
+        return f"{OOM_KILLER} - {remedy}"
+    if signal_name == "SIGBUS":
+        return "SIGBUS is most often a /dev/shm too small (docker run --ipc=host)"
+    return "check the machine's logs"
+
+
 def worker_death(exc: BaseException) -> EnvironmentProblem | None:
     """The line for a DataLoader worker that died under its rank, or None when ``exc`` is something else."""
     text = str(exc)
     killed = _WORKER_KILLED.search(text)
     if killed:
         name = signal_named(killed.group(2))
-        why = (
-            "most often the out-of-memory killer - lower MLM_DATALOADER_NUM_WORKERS or raise the memory limit"
-            if name == "SIGKILL"
-            else "SIGBUS is most often a /dev/shm too small (docker run --ipc=host)"
-            if name == "SIGBUS"
-            else "check the machine's logs"
-        )
+        why = why_killed(name, WORKER_REMEDY)
         return EnvironmentProblem(f"a DataLoader worker was killed ({name}, pid {killed.group(1)}): {why}")
     exited = _WORKER_EXITED.search(text)
     if exited:
         return EnvironmentProblem(
-            f"a DataLoader worker exited unexpectedly (pid {exited.group(1)}): most often the out-of-memory killer "
-            "- lower MLM_DATALOADER_NUM_WORKERS or raise the memory limit"
+            f"a DataLoader worker exited unexpectedly (pid {exited.group(1)}): {OOM_KILLER} - {WORKER_REMEDY}"
         )
     return None
 

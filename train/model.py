@@ -52,18 +52,41 @@ def scratch_config(config: Config) -> Any | None:
     if config.job.config_overrides:
         # As constructor arguments, so that the fields a config derives from others in its constructor follow
         # them (ModernBERT's layer_types from num_hidden_layers: update_from_string on a built config leaves them
-        # stale, and the first save then refuses the config). The strings are converted as update_from_string
-        # does, by the type of each field's default.
+        # stale, and the first save then refuses the config).
         overrides_label = config.source_of("config_overrides")
-        converted = copy.deepcopy(arch)
-        try:
-            converted.update_from_string(config.job.config_overrides)
-        except ValueError as exc:
-            raise ConfigError(f"{overrides_label}: {exc}") from None
-        keys = [pair.split("=", 1)[0] for pair in config.job.config_overrides.split(",")]
-        arch = _build({**values, **{key: getattr(converted, key) for key in keys}}, overrides_label, name)
+        arch = _build(
+            {**values, **override_values(arch, config.job.config_overrides, overrides_label)}, overrides_label, name
+        )
     check_model_config(config, arch)
+    check_masked_lm(config, arch)
     return arch
+
+
+def override_values(arch: Any, overrides: str, label: str) -> dict[str, Any]:
+    """``config_overrides`` as constructor arguments: a JSON object (what a YAML mapping becomes: lists such as
+    ModernBERT's ``layer_types``) as given; ``key=value,...`` converted as transformers' ``update_from_string``
+    does, by the type of each field's current value."""
+    if overrides.lstrip().startswith("{"):
+        return dict(json.loads(overrides))  # the Bound has checked it is an object
+    converted = copy.deepcopy(arch)
+    try:
+        converted.update_from_string(overrides)
+    except ValueError as exc:
+        raise ConfigError(f"{label}: {exc}") from None
+    return {key: getattr(converted, key) for key in (pair.split("=", 1)[0] for pair in overrides.split(","))}
+
+
+def check_masked_lm(config: Config, model_config: Any) -> None:
+    """The model type must have a masked-LM class in transformers (AutoModelForMaskedLM): a decoder (gpt2) or an
+    encoder without an MLM head would otherwise fail after the tokenizing, at load time."""
+    if type(model_config) in MODEL_FOR_MASKED_LM_MAPPING or config.job.trust_remote_code:
+        return
+    model_type = getattr(model_config, "model_type", "?")
+    raise ConfigError(
+        f"{config.source_of('model_name_or_path')}={config.job.model_name_or_path!r}: {model_type!r} has no "
+        "masked-LM class in transformers (AutoModelForMaskedLM); expected an encoder such as bert, roberta, "
+        "deberta-v2 or modernbert"
+    )
 
 
 def _build(values: dict[str, Any], label: str, name: str) -> Any:
@@ -119,7 +142,7 @@ def load_tokenizer(config: Config, raw: RawData, arch: Any | None) -> Any:
     name = job.tokenizer_name or (None if arch is not None else job.model_name_or_path)
     if name is None:
         return train_tokenizer(raw, config, tokenizer_kind(config, getattr(arch, "model_type", None)))
-    source = config.source_of("tokenizer_name" if job.tokenizer_name else "model_name_or_path")
+    source = tokenizer_label(config)
     if name.startswith(("/", ".", "~")) and not Path(name).expanduser().exists():
         raise ConfigError(f"{source}={name!r}: no such local tokenizer directory")
     try:
@@ -134,9 +157,14 @@ def load_tokenizer(config: Config, raw: RawData, arch: Any | None) -> Any:
     return tokenizer
 
 
-def load_model(config: Config, arch: Any | None, tokenizer: Any) -> Any:
+def tokenizer_label(config: Config) -> str:
+    """The option that chose the tokenizer (MLM_TOKENIZER_NAME, else the model's), for messages about it."""
+    return config.source_of("tokenizer_name" if config.job.tokenizer_name else "model_name_or_path")
+
+
+def load_model(config: Config, arch: Any | None, tokenizer: Any, model_config: Any | None = None) -> Any:
     """The masked-LM model, with its positions checked against max_seq_length (again: :func:`check_before_data`
-    may not have been able to read a pretrained model's config)."""
+    may not have been able to read a pretrained model's config; ``model_config`` is what it read, or None)."""
     job = config.job
     if arch is not None:
         overrides = job.config_overrides or ""
@@ -156,7 +184,7 @@ def load_model(config: Config, arch: Any | None, tokenizer: Any) -> Any:
             model = AutoModelForMaskedLM.from_pretrained(
                 name,
                 trust_remote_code=job.trust_remote_code,
-                attn_implementation=attention_implementation(config, pretrained_config(config)),
+                attn_implementation=attention_implementation(config, model_config),
             )
         except (OSError, ValueError) as exc:
             source = config.source_of("model_name_or_path")
@@ -220,12 +248,15 @@ def check_positions(config: Config, model_config: Any) -> None:
         )
 
 
-def check_before_data(config: Config, arch: Any | None) -> None:
-    """What can be checked of the model before any data is read or tokenized (minutes on a large corpus): the
-    architecture's positions against max_seq_length. A pretrained model's config.json is read for it (a small
-    file, from a directory or the hub cache only: never a request, the hub may be unreachable and its retries
-    belong to load_tokenizer, which says what to do about them); when it cannot be read here, :func:`load_model`
-    says why after the data, as before."""
+def check_before_data(config: Config, arch: Any | None) -> Any | None:
+    """What can be checked of the model before any data is read or tokenized (minutes on a large corpus): that it
+    is a masked LM and that its positions fit max_seq_length. A pretrained model's config.json is read for it (a
+    small file, from a directory or the hub cache only: never a request, the hub may be unreachable and its
+    retries belong to load_tokenizer, which says what to do about them); when it cannot be read here,
+    :func:`load_model` says why after the data, as before. Returns the config it read (the architecture, the
+    pretrained model's, or None), which load_model takes rather than reading it again."""
     model_config = arch if arch is not None else pretrained_config(config)
     if model_config is not None:
+        check_masked_lm(config, model_config)
         check_positions(config, model_config)
+    return model_config

@@ -183,6 +183,7 @@ def run_facts(
     dataset_fingerprint: str,
     truncation: dict[str, int] | None = None,
     model: dict[str, Any] | None = None,
+    masking: dict[str, Any] | None = None,
     started: str,
     status: str,
     handoff: Handoff | None,
@@ -202,6 +203,8 @@ def run_facts(
         "truncation": truncation,
         # The attention implementation that ran and the head the loss went through (masked-only or dense).
         "model": model,
+        # The masking rates set, and the share of real tokens the first training samples had masked.
+        "masking": masking,
         "image_revision": config.job.image_revision,
         # The command the launcher ran (secrets never are in it); absent when the job was started without it.
         "command": handoff.command if handoff is not None else None,
@@ -246,6 +249,7 @@ class RunRecord:
             dataset_fingerprint=facts["dataset_fingerprint"],
             truncation=facts["truncation"],
             model={"attention": facts.get("attention"), "head": facts.get("head")},
+            masking=facts.get("masking"),
             started=self.started,
             status=status,
             handoff=self.handoff,

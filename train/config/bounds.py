@@ -7,6 +7,7 @@ constants below; other modules import them from ``train.config`` (the launcher b
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -103,6 +104,11 @@ def _local_ranks(value: str) -> bool:
 def _overrides(value: str) -> bool:
     if not value:  # an empty MLM_CONFIG_OVERRIDES (compose's ${VAR:-}) means none
         return True
+    if value.lstrip().startswith("{"):  # a JSON object: what a YAML mapping of config_overrides becomes
+        try:
+            return isinstance(json.loads(value), dict)
+        except ValueError:
+            return False
     pairs = [OVERRIDE.fullmatch(item) for item in value.split(",")]
     keys = [pair.group(1) for pair in pairs if pair]
     return all(pairs) and len(set(keys)) == len(keys)
@@ -110,4 +116,7 @@ def _overrides(value: str) -> bool:
 
 PROCESSES = Bound(_processes, f"a positive integer up to {MAX_PROCESSES}, auto, gpu or cpu")
 LOCAL_RANKS = Bound(_local_ranks, f"distinct local ranks from 0 to {MAX_PROCESSES - 1} (e.g. 0 or 0,1), or all")
-OVERRIDES = Bound(_overrides, "comma-separated key=value pairs, each key once (e.g. n_layers=2,dim=128)")
+OVERRIDES = Bound(
+    _overrides,
+    "comma-separated key=value pairs, each key once (e.g. n_layers=2,dim=128), or a JSON object (in YAML a mapping)",
+)

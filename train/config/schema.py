@@ -119,6 +119,11 @@ class JobArguments:
         "1 - mask_replace_prob).",
         PROBABILITY,
     )
+    whole_word_mask: bool = option(
+        False,
+        "Mask whole words: each word is chosen with mlm_probability and all its tokens are masked (where words "
+        "start comes from the tokenizer: WordPiece's ##, byte-level BPE's and SentencePiece's space markers).",
+    )
     padding: Literal["dynamic", "max_length", "packed"] = option(
         "dynamic",
         "dynamic: pad to the longest in the batch (on GPU a multiple of 8); max_length: pad all to "

@@ -26,6 +26,7 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import IO, Any, NoReturn
 
+from train.crash import RANK_REMEDY, why_killed
 from train.errors import (
     DOCUMENTED_EXITS,
     EXIT_CRASH,
@@ -253,12 +254,7 @@ def killed_rank(report: bytes) -> str | None:
         name = signal.Signals(signum).name
     except ValueError:
         name = f"signal {signum}"
-    why = (
-        "most often the out-of-memory killer - raise the memory limit or lower the batch size"
-        if signum == signal.SIGKILL
-        else "see the machine's logs"
-    )
-    return f"rank {rank} was killed ({name}): {why}; checkpoints saved before are intact"
+    return f"rank {rank} was killed ({name}): {why_killed(name, RANK_REMEDY)}; checkpoints saved before are intact"
 
 
 def _children(pid: int) -> list[int]:

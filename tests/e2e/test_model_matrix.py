@@ -1,0 +1,132 @@
+"""The model matrix: every architecture users continue pre-training, through the job's own main() in this process
+(one import of torch and transformers for all of them; tests/e2e/test_models.py runs a few under torchrun).
+
+For each type, from scratch with a tokenizer of its family: train, stop on a real SIGTERM to this process at
+step 2 (exit 75, checkpoint-2 saved), run again to resume and finish at step 4 with the masked-only head; then
+continue pre-training from that saved final/ as a pretrained directory, masking whole words; each final/ loads with
+AutoModelForMaskedLM / AutoTokenizer and fills a mask. About 6 s a type."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from transformers import TrainerCallback
+
+from tests.conftest import tiny_env
+from tools.models import ARCHITECTURES, row
+
+pytestmark = pytest.mark.slow
+
+SMALL = "num_hidden_layers=2,hidden_size=64,intermediate_size=128,num_attention_heads=2"
+# Each type's tiny config as a user would write it: SMALL plus what the type needs to be that small.
+OVERRIDES = {
+    "distilbert": "n_layers=2,n_heads=2,dim=64,hidden_dim=128",
+    "electra": SMALL + ",embedding_size=32",
+    "albert": SMALL + ",embedding_size=32",
+    "modernbert": SMALL + ",local_attention=16",
+    "eurobert": SMALL + ",num_key_value_heads=2",
+}
+STOP_AT = 2
+STEPS = 4
+
+
+class SigtermAt(TrainerCallback):
+    """A real SIGTERM to this process at a step end, as docker stop or an eviction would send it."""
+
+    def __init__(self, step: int) -> None:
+        self.step = step
+
+    def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        if state.global_step == self.step:
+            os.kill(os.getpid(), signal.SIGTERM)
+
+
+@pytest.fixture
+def job_in_process(monkeypatch: pytest.MonkeyPatch) -> Iterator[Any]:
+    """A function running the job's main() here with an environment; the stop signals' handlers restored after."""
+    from train import job
+    from train.errors import STOP_SIGNALS, run_main
+
+    handlers = {signum: signal.getsignal(signum) for signum in STOP_SIGNALS}
+    prepare = job.prepare
+
+    def run(env: dict[str, str], stop_at: int | None = None) -> int:
+        for name in [n for n in os.environ if n.startswith("MLM_")]:
+            monkeypatch.delenv(name)
+        for name, value in env.items():
+            if name.startswith("MLM_"):
+                monkeypatch.setenv(name, value)
+        if stop_at is not None:
+
+            def prepare_and_stop(config: Any) -> Any:
+                prepared = prepare(config)
+                prepared.trainer.add_callback(SigtermAt(stop_at))  # before the stopper: it sees the signal
+                return prepared
+
+            monkeypatch.setattr(job, "prepare", prepare_and_stop)
+        try:
+            return run_main(job.main, [])
+        finally:
+            monkeypatch.setattr(job, "prepare", prepare)
+
+    yield run
+    for signum, handler in handlers.items():
+        signal.signal(signum, handler)
+
+
+def fills_a_mask(final: Path) -> None:
+    from transformers import AutoModelForMaskedLM, AutoTokenizer, pipeline
+
+    tokenizer = AutoTokenizer.from_pretrained(final)
+    fill = pipeline("fill-mask", model=AutoModelForMaskedLM.from_pretrained(final), tokenizer=tokenizer)
+    assert len(fill(f"this is a {tokenizer.mask_token} sample")) == 5
+
+
+@pytest.mark.parametrize("model_type", ARCHITECTURES)
+def test_scratch_train_stop_resume_then_continue_from_the_saved_model(
+    tmp_path: Path, job_in_process: Any, model_type: str
+) -> None:
+    scratch = tmp_path / "scratch"
+    options = dict(
+        demo_samples="200", per_device_train_batch_size="8", max_eval_samples="16", max_steps=str(STEPS),
+        save_strategy="steps", save_steps="100", logging_steps="1", log_format="json",
+    )  # fmt: skip
+    env = tiny_env(
+        scratch,
+        model_name_or_path=f"scratch:{model_type}",
+        config_overrides=OVERRIDES.get(model_type, SMALL),
+        **options,
+    )
+
+    assert job_in_process(env, stop_at=STOP_AT) == 75
+    assert json.loads((scratch / "run.json").read_text())["status"] == "preempted"
+    assert (scratch / f"checkpoint-{STOP_AT}" / ".complete").exists()
+
+    assert job_in_process(env) == 0
+    state = json.loads((scratch / f"checkpoint-{STEPS}" / "trainer_state.json").read_text())
+    assert state["global_step"] == STEPS
+    records = [json.loads(line) for line in (scratch / "logs" / "train.jsonl").read_text().splitlines()]
+    assert [r["start_step"] for r in records if r.get("event") == "banner"] == [0, STOP_AT]  # resumed, not redone
+    run = json.loads((scratch / "run.json").read_text())
+    assert run["status"] == "finished"
+    attention, head, _ = row(model_type)  # what the README's model table says of it
+    assert run["model"] == {"attention": attention, "head": head} and head == "masked-only"
+    fills_a_mask(scratch / "final")
+
+    continued = tmp_path / "continued"
+    pretrained = tiny_env(
+        continued, model_name_or_path=str(scratch / "final"), whole_word_mask="true", **{**options, "max_steps": "2"}
+    )  # the saved tokenizer's vocabulary says where words start
+    pretrained.pop("MLM_CONFIG_OVERRIDES", None)
+    pretrained["MLM_CONFIG_OVERRIDES"] = ""  # the demo preset's DistilBERT overrides are not this model's
+    assert job_in_process(pretrained) == 0
+    continued_run = json.loads((continued / "run.json").read_text())
+    assert continued_run["model"]["head"] == "masked-only"
+    assert continued_run["masking"]["whole_word_mask"] and 0 < continued_run["masking"]["realised"] < 0.3
+    fills_a_mask(continued / "final")

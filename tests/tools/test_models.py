@@ -1,0 +1,20 @@
+"""The README's model table: generated from what the code does with each architecture, and a stale one is caught."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from tools.models import main
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def test_readme_model_table_is_current() -> None:
+    assert main(["--check", str(REPO / "README.md")]) == 0
+
+
+def test_a_stale_row_is_detected(tmp_path: Path) -> None:
+    stale = tmp_path / "README.md"
+    stale.write_text((REPO / "README.md").read_text().replace("| deberta-v2 | eager |", "| deberta-v2 | sdpa |"))
+    assert main(["--check", str(stale)]) == 1
+    assert main(["--write", str(stale)]) == 0 and main(["--check", str(stale)]) == 0
