@@ -18,6 +18,15 @@ FLOPs per trained token (forward + backward), the usual estimate (Kaplan et al. 
   fraction ``p`` of positions only, so ``6 * (d*d + d*V) * (1 - p)`` is taken off: MFU counts the work the model
   needs, not work skipped.
 
+The rule reads only the parameter count, layers, hidden size and vocabulary (bench/probe.py takes them from the
+model and its config, DistilBERT's names or BERT's), so it holds as it is for the heads series' models
+(bench/heads.py) where every layer has its own weights and the head is a ``d x d`` transform and a tied ``d x V``
+projection: BERT, RoBERTa, XLM-RoBERTa, ESM, ELECTRA's generator with embeddings as wide as the encoder, and
+ModernBERT (its GLU feed-forward is in ``N``; its sliding-window layers attend over fewer than ``T`` tokens,
+which at 128 tokens is under 1 % of its FLOPs). DeBERTa's relative-position terms add attention work it does not
+count. It does not hold for ALBERT: one layer's weights run ``L`` times, so ``6 N`` undercounts it, and its head
+projects from a narrower embedding; the heads series gives no MFU for it.
+
 MFU = flops_per_token x real tokens per second / (peak FLOP/s of the devices used). Peaks are the vendors' dense
 bf16/fp16 tensor-core figures (no sparsity), per GPU.
 """

@@ -1,11 +1,13 @@
 #!/usr/bin/env bash
-# bench/gpu.sh: the benchmark on one GPU (made for an H200) in under 8 minutes; prints the results table.
+# bench/gpu.sh: a benchmark series on one GPU (made for an H200) in under 8 minutes; prints the results table.
 #
 # Usage:
 #   bash bench/gpu.sh fetch   # where PyPI is reachable: download into .whl/ the wheels the GPU machine lacks
-#   bash bench/gpu.sh         # on the GPU machine, from the repository root: install .whl/ if present, run
+#   bash bench/gpu.sh [demo]  # on the GPU machine, from the repository root: install .whl/ if present, run
+#   bash bench/gpu.sh heads   # the same for the heads series (below)
 #
-# On this workplace's device tool: run(command="bash bench/gpu.sh", carry=[".whl"], timeout_s=540).
+# On this workplace's device tool: run(command="bash bench/gpu.sh", carry=[".whl"], timeout_s=540), and the
+# same with "bash bench/gpu.sh heads".
 # The GPU image has torch and transformers but not datasets, and an older transformers: fetch carries the pinned
 # ones (requirements.lock) as wheels; nothing is downloaded there (that machine reaches no network).
 #
@@ -15,6 +17,13 @@
 # to 128) and ours (dynamic padding, masked-only head, bf16 + tf32), alternating, 2 pairs of 400 steps; then
 # single runs: packed 128-token blocks x 256 for MFU, ours with 256 samples per step, and packed + torch_compile.
 # Results are written after the pairs and after each single run, so the time limit keeps what was measured.
+#
+# heads (python -m bench.run --device cuda --series heads, see bench/heads.py): bert-base, roberta-base and
+# modernbert-base (ModernBERT-base's own 22 layers) built from their configs, the real series' 30,522-token
+# WordPiece on real text from the machine, bf16 + tf32, 256 packed 128-token blocks per step: the dense head and
+# the masked-only head alternating, 2 pairs of 60 steps, each run's MFU logged (bench/flops.py: 6 x parameters +
+# attention, less the head work the masked-only head skips). The runs go pair after pair across the three
+# models, and the results are written after each complete pair, so the time limit keeps whole pairs.
 set -Eeuo pipefail
 
 readonly BUDGET_S=${BENCH_BUDGET_S:-450}   # bench.run's share of the 8 minutes (start-up and copying aside)
@@ -58,10 +67,19 @@ EOF
 }
 
 main() {
-  if [[ ${1:-} == fetch ]]; then
-    fetch
-    return
-  fi
+  local series=${1:-demo} latest
+  case $series in
+    fetch)
+      fetch
+      return
+      ;;
+    demo) latest="latest.md" ;;
+    heads) latest="latest-heads.md" ;;
+    *)
+      log "unknown argument '$series': expected fetch, demo or heads"
+      return 2
+      ;;
+  esac
   local started=$SECONDS results=${OUT:-bench/results}
   install_wheels
   preflight
@@ -69,15 +87,15 @@ main() {
   # timeout keeps the whole script inside its budget; what was written by then is kept.
   local code=0
   timeout --signal=TERM --kill-after=15 "$BUDGET_S" \
-    "$PYTHON" -m bench.run --device cuda --no-entrypoint --workdir "$WORKDIR" --results-dir "$results" \
-    || code=$?
+    "$PYTHON" -m bench.run --device cuda --series "$series" --no-entrypoint --workdir "$WORKDIR" \
+    --results-dir "$results" || code=$?
   if [[ -n ${OUT:-} ]]; then
     # The runs' logs (not the models) come back with the results, for a failure or a closer look.
     tar czf "$OUT/logs.tgz" -C "$WORKDIR" --exclude=output runs 2>/dev/null || true
   fi
   if ((code != 0)); then
     log "bench.run ended with exit $code after $((SECONDS - started)) s; partial results, if any:"
-    cat "$results/latest.md" 2>/dev/null || true
+    cat "$results/$latest" 2>/dev/null || true
   fi
   log "done in $((SECONDS - started)) s"
   return "$code"

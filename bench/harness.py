@@ -1,7 +1,7 @@
 """``python -m bench.harness [job options]``: the per-rank program ``train.job``, unchanged, plus a probe.
 
 The benchmark runs this under torchrun in place of ``train.job`` so that it needs no hook in ``train/``: it wraps
-``train.job.build_trainer`` to add one callback (bench/probe.py's StepProbe), then runs ``train.job.main`` exactly
+``train.job.prepare`` to add one callback (bench/probe.py's StepProbe), then runs ``train.job.main`` exactly
 as the job would. Rank 0 writes the probe's record as JSON to the file named by ``BENCH_PROBE_FILE``; without that
 variable it adds nothing.
 """
@@ -24,21 +24,22 @@ IMPORTED = time.time()
 
 
 def install_probe(path: Path) -> None:
-    """Wrap train.job.build_trainer so every Trainer it builds carries the probe."""
-    build = job.build_trainer
+    """Wrap train.job.prepare so every Trainer it builds carries the probe."""
+    prepare = job.prepare
 
-    def build_with_probe(config: Any) -> Any:
-        trainer, facts = build(config)
+    def prepare_with_probe(config: Any) -> Any:
+        prepared = prepare(config)
         settings = {
             "padding": config.job.padding,
             "max_seq_length": config.job.max_seq_length,
-            "masked_only_head": config.job.masked_only_head,
+            "masked_only_head": prepared.head == "masked-only",  # the head that ran, not the one asked for
             "mlm_probability": config.job.mlm_probability,
         }
-        trainer.add_callback(StepProbe(path, facts, trainer.model, settings, STARTED, IMPORTED))
-        return trainer, facts
+        trainer = prepared.trainer
+        trainer.add_callback(StepProbe(path, prepared.facts(), trainer.model, settings, STARTED, IMPORTED))
+        return prepared
 
-    job.build_trainer = build_with_probe
+    job.prepare = prepare_with_probe
 
 
 if __name__ == "__main__":

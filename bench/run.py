@@ -1,6 +1,6 @@
 """``make bench`` / ``python -m bench.run``: the seed recipe against our default recipe, same model, same data.
 
-The command line of both series; it runs them one after the other, each printing its report:
+The command line of the series; it runs the selected ones one after the other, each printing its report:
 
 - the demo series (``--series demo``): the seed preset against our default recipe on the seed's 50,000 demo
   samples, then the start-up figures; bench/demo.py (settings, recipes, summary) and bench/demo_series.py (the
@@ -8,8 +8,12 @@ The command line of both series; it runs them one after the other, each printing
 - the real-corpus series (``--series real``; on a CPU it runs after the demo series by default): our recipes
   against transformers' run_mlm.py recipe on real text from this machine; bench/real.py and bench/real_series.py.
   Results: ``bench/results/<date>-<host>-real.json`` and ``.md``, and ``bench/results/latest-real.md``.
+- the heads series (``--series heads``; only when asked: about 30 minutes on 2 cores): the masked-only head
+  against the dense head of the same model, per architecture, on the real series' text; bench/heads.py and
+  bench/heads_series.py. Results: ``bench/results/<date>-<host>-heads.json`` and ``.md``, and
+  ``bench/results/latest-heads.md``.
 
-What both share (the environment of a run, one measured torchrun process, the result files) is bench/runner.py.
+What the series share (the environment of a run, one measured torchrun process, the result files) is bench/runner.py.
 """
 
 from __future__ import annotations
@@ -22,14 +26,15 @@ import tempfile
 from datetime import UTC, datetime
 from pathlib import Path
 
-from bench import real
+from bench import heads, real
 from bench.demo import DemoSettings, default_settings
 from bench.demo_series import run_demo_series
+from bench.heads_series import run_heads_series
 from bench.real_series import run_real_series
 from bench.runner import ROOT, RunFailed
 
 RESULTS = ROOT / "bench" / "results"
-SERIES = ("demo", "real")
+SERIES = ("demo", "real", "heads")
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -38,7 +43,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument(
         "--series",
         help="comma-separated: demo (seed vs ours on the demo data), real (ours vs run_mlm.py on real text, "
-        "bench/real.py); default demo,real on CPU, demo on GPU (bench/gpu.sh's budget)",
+        "bench/real.py), heads (masked-only vs dense head per architecture, bench/heads.py; only when asked); "
+        "default demo,real on CPU, demo on GPU (bench/gpu.sh's budget)",
     )
     parser.add_argument("--repeats", type=int, help="pairs of runs (seed, ours); default 3 on CPU, 2 on GPU")
     parser.add_argument("--max-steps", type=int, help="optimizer steps per run; default 10 on CPU, 400 on GPU")
@@ -69,7 +75,23 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     real_options.add_argument("--real-pairs", type=int, help="repetitions of the recipes (default 3 on CPU)")
     real_options.add_argument("--real-steps", type=int, help="optimizer steps per run (default 20 on CPU)")
     real_options.add_argument("--real-batch", type=int, help="samples per step, every recipe (default 32)")
-    real_options.add_argument("--real-corpus-mb", type=float, help="size of the real-text corpus in MiB (default 8)")
+    real_options.add_argument(
+        "--real-corpus-mb", type=float, help="size of the real-text corpus in MiB, the heads series' too (default 8)"
+    )
+    heads_options = parser.add_argument_group("heads series (bench/heads.py)")
+    heads_options.add_argument(
+        "--heads-architectures",
+        help=f"comma-separated: {', '.join(heads.ARCHITECTURES)} (default all on CPU; "
+        f"{','.join(heads.GPU_ARCHITECTURES)} on GPU)",
+    )
+    heads_options.add_argument(
+        "--heads-size", choices=tuple(heads.SIZES), help="mid: 6 x 384 (default on CPU); base: 12 x 768 (GPU)"
+    )
+    heads_options.add_argument("--heads-pairs", type=int, help="dense/masked-only pairs (default 3 on CPU, 2 on GPU)")
+    heads_options.add_argument("--heads-steps", type=int, help="optimizer steps per run (default 10 on CPU, 60 on GPU)")
+    heads_options.add_argument(
+        "--heads-batch", type=int, help="128-token blocks per step (default 8 on CPU, 256 on GPU)"
+    )
     parser.add_argument("--workdir", type=Path, help="caches and run outputs (default: a temporary directory)")
     parser.add_argument("--results-dir", type=Path, default=RESULTS)
     parser.add_argument("--tag", help="suffix of the result files: <date>-<host>-<tag>.json")
@@ -86,8 +108,9 @@ def resolve_device(requested: str) -> str:
 
 
 def selected_series(args: argparse.Namespace, device: str) -> list[str]:
-    """--series, or by default both on a CPU and only the demo series on a GPU (bench/gpu.sh's time budget)."""
-    series = args.series.split(",") if args.series else (["demo"] if device == "cuda" else list(SERIES))
+    """--series, or by default demo and real on a CPU and only the demo series on a GPU (bench/gpu.sh's time
+    budget); the heads series only when asked (about 30 minutes on 2 cores)."""
+    series = args.series.split(",") if args.series else (["demo"] if device == "cuda" else ["demo", "real"])
     unknown = [s for s in series if s not in SERIES]
     if unknown:
         raise SystemExit(f"bench: unknown series {', '.join(unknown)}; expected {', '.join(SERIES)}")
@@ -107,21 +130,36 @@ def demo_settings(args: argparse.Namespace, device: str) -> DemoSettings:
     return settings
 
 
-def real_settings(args: argparse.Namespace, device: str) -> real.RealSettings:
-    """The real series' defaults for the device, with what the command line sets (--threads applies to both)."""
-    settings = real.default_real_settings(device)
-    options = {
-        "pairs": args.real_pairs, "max_steps": args.real_steps, "batch_size": args.real_batch,
-        "corpus_mb": args.real_corpus_mb, "threads": args.threads, "logging_steps": args.logging_steps,
-    }  # fmt: skip
+def set_given(settings: object, **options: object) -> None:
+    """Set each option the command line gave (not None) on a series' settings."""
     for name, value in options.items():
         if value is not None:
             setattr(settings, name, value)
+
+
+def real_settings(args: argparse.Namespace, device: str) -> real.RealSettings:
+    """The real series' defaults for the device, with what the command line sets (--threads applies to both)."""
+    settings = real.default_real_settings(device)
+    set_given(settings, pairs=args.real_pairs, max_steps=args.real_steps, batch_size=args.real_batch,
+              corpus_mb=args.real_corpus_mb, threads=args.threads, logging_steps=args.logging_steps)  # fmt: skip
     if args.real_models:
         settings.models = args.real_models.split(",")
     if args.real_recipes:
         settings.recipes = args.real_recipes.split(",")
     real.check(settings)
+    return settings
+
+
+def heads_settings(args: argparse.Namespace, device: str) -> heads.HeadsSettings:
+    """The heads series' defaults for the device, with what the command line sets (--threads, --logging-steps and
+    --real-corpus-mb apply to it too)."""
+    settings = heads.default_heads_settings(device)
+    set_given(settings, pairs=args.heads_pairs, max_steps=args.heads_steps, batch_size=args.heads_batch,
+              size=args.heads_size, corpus_mb=args.real_corpus_mb, threads=args.threads,
+              logging_steps=args.logging_steps)  # fmt: skip
+    if args.heads_architectures:
+        settings.architectures = args.heads_architectures.split(",")
+    heads.check(settings)
     return settings
 
 
@@ -132,6 +170,7 @@ def main(argv: list[str] | None = None) -> int:
     settings = demo_settings(args, device)
     try:  # checked before any run, so a misspelt name costs no demo series
         real_config = real_settings(args, device) if "real" in series else None
+        heads_config = heads_settings(args, device) if "heads" in series else None
     except ValueError as exc:
         raise SystemExit(f"bench: {exc}") from None
     workdir = args.workdir or Path(tempfile.mkdtemp(prefix="mlm-bench-"))
@@ -144,6 +183,8 @@ def main(argv: list[str] | None = None) -> int:
         )
     if real_config is not None:
         run_real_series(real_config, workdir, args.results_dir, stem, bool(args.tag))
+    if heads_config is not None:
+        run_heads_series(heads_config, workdir, args.results_dir, stem, bool(args.tag))
     if not args.workdir:
         shutil.rmtree(workdir, ignore_errors=True)
     return 0

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import functools
+
 import torch
 
 from train.collator import IGNORE_INDEX, MaskingCollator
@@ -107,8 +109,37 @@ def test_whole_words_are_masked_together_and_stay_index_seeded() -> None:
         for number in np.unique(word[1:-1]):  # every word is all masked or all not ([CLS], [SEP] never)
             assert len(set(chosen[word == number])) == 1
         assert not chosen[0] and not chosen[-1]
-    rate = words.realised_rate(batch)
+    rate = words.measure([batch])["realised"]
     assert rate is not None and 0.2 < rate < 0.4  # words chosen at 0.3: as many tokens on average
     # Without the vocabulary's word starts the masks are today's, token by token.
     assert torch.equal(collator(mlm_probability=0.3)(batch)["labels"], collator(mlm_probability=0.3)(batch)["labels"])
     assert not torch.equal(collator(mlm_probability=0.3)(batch)["labels"], masked["labels"])
+
+
+def test_documents_apart_packed_rows_and_flattened_batches() -> None:
+    from transformers import BertConfig
+
+    from train.packing import isolated_inputs
+
+    config = BertConfig(vocab_size=VOCAB, hidden_size=32, num_hidden_layers=1, num_attention_heads=2)
+    isolate = functools.partial(isolated_inputs, config=config, attn_implementation="sdpa")
+    blocks = [{**sample(i, 12), "document_lengths": [5, 7]} for i in range(2)]
+    packed = collator(isolate=isolate, pad_to_multiple_of=None)(blocks)  # as the job builds it for packed blocks
+    assert packed["position_ids"][0].tolist() == [0, 1, 2, 3, 4, 0, 1, 2, 3, 4, 5, 6]
+    mask = packed["attention_mask"][0, 0]
+    assert mask[4, :5].all() and not mask[4, 5:].any() and not mask[5, :5].any()
+    assert torch.equal(
+        packed["labels"], collator(pad_to_multiple_of=None)(blocks)["labels"]
+    )  # the same masks as without isolation
+
+    examples = [sample(1, 6), sample(2, 9), sample(3, 4)]
+    flat = collator(isolate=isolate, flatten=True)(examples)
+    assert flat["input_ids"].shape == (1, 19)  # no padding at all
+    assert flat["position_ids"][0].tolist() == [*range(6), *range(9), *range(4)]
+    assert torch.equal(
+        flat["labels"][0], torch.cat([collator()([e])["labels"][0, : len(e["input_ids"])] for e in examples])
+    )
+    facts = collator(isolate=isolate, flatten=True).measure([examples])
+    assert (
+        facts["efficiency"] == 1.0 and collator(pad_to_multiple_of=None).measure([examples])["efficiency"] == 19 / 27
+    )  # 3 rows of 9

@@ -9,6 +9,7 @@ tokenizer kind a from-scratch run trains for it.
 from __future__ import annotations
 
 import sys
+import typing
 from typing import Any
 
 from tools.generated import Section, cell
@@ -46,9 +47,16 @@ def tiny_config(model_type: str, **extra: Any) -> Any:
 
 def row(model_type: str) -> tuple[str, str, str]:
     """(attention, head, tokenizer kind) of ``model_type`` as the job would train it from scratch on a CPU."""
+    attention, head, kind, _ = full_row(model_type)
+    return attention, head, kind
+
+
+def full_row(model_type: str) -> tuple[str, str, str, str]:
+    """:func:`row` and on which attention implementations the model keeps a packed row's documents apart."""
     from transformers import AutoModelForMaskedLM
 
     from train.config import load_config
+    from train.config.schema import JobArguments
     from train.errors import ConfigError
     from train.head import use_masked_only_head
     from train.model import attention_implementation
@@ -62,7 +70,13 @@ def row(model_type: str) -> tuple[str, str, str]:
         head = "masked-only"
     except ConfigError:
         head = "dense"
-    return model.config._attn_implementation, head, tokenizer_kind(config, model_type).name
+    from train.packing import SUPPORTED, unsupported_reason
+
+    # Of the implementations MLM_ATTN_IMPLEMENTATION offers, the ones the model keeps documents apart on.
+    offered = typing.get_args(typing.get_type_hints(JobArguments)["attn_implementation"])
+    possible = [a for a in SUPPORTED.get(model_type, ()) if a in offered and unsupported_reason(arch, a) is None]
+    apart = ", ".join(possible) or "no"
+    return model.config._attn_implementation, head, tokenizer_kind(config, model_type).name, apart
 
 
 KIND_NAMES = {"wordpiece": "WordPiece", "bpe": "byte-level BPE", "unigram": "Unigram"}
@@ -72,10 +86,13 @@ def models_table() -> str:
     from transformers.utils import logging
 
     logging.set_verbosity_error()  # the tiny configs keep their pretrained special-token ids: no matter here
-    lines = ["| model type | attention (CPU) | head | tokenizer trained from scratch |", "|---|---|---|---|"]
+    lines = [
+        "| model type | attention (CPU) | head | tokenizer trained from scratch | documents apart (packed) on |",
+        "|---|---|---|---|---|",
+    ]
     for model_type in ARCHITECTURES:
-        attention, head, kind = row(model_type)
-        lines.append(f"| {cell(model_type)} | {attention} | {head} | {KIND_NAMES[kind]} |")
+        attention, head, kind, apart = full_row(model_type)
+        lines.append(f"| {cell(model_type)} | {attention} | {head} | {KIND_NAMES[kind]} | {apart} |")
     return "\n".join(lines)
 
 

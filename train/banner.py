@@ -42,6 +42,7 @@ def banner_record(config: Config, facts: dict[str, Any], handoff: Handoff | None
         "attention": facts.get("attention"),
         "head": facts.get("head"),
         "masking": facts.get("masking"),
+        "packing": facts.get("packing"),
         "dataset": job.dataset,
         "train_samples": facts.get("train_samples"),
         "eval_samples": facts.get("eval_samples"),
@@ -85,6 +86,13 @@ def _masking_text(masking: dict[str, Any] | None) -> str | None:
     return f"  masking    {rates}; realised {realised:.1%} of real tokens on {masking['realised_on_samples']} samples"
 
 
+def _packing_text(packing: dict[str, Any] | None) -> str:
+    if not packing or packing.get("efficiency") is None:
+        return ""
+    apart = ", documents apart" if packing.get("documents_apart") else ""
+    return f"; padding {packing['padding']}{apart}: {packing['efficiency']:.1%} of positions are real tokens"
+
+
 def banner(config: Config, facts: dict[str, Any], handoff: Handoff | None = None) -> str:
     """The launch banner: one JSON line in json format, a short block of aligned lines in text format."""
     record = banner_record(config, facts, handoff)
@@ -119,6 +127,7 @@ def banner(config: Config, facts: dict[str, Any], handoff: Handoff | None = None
             f"  data       {record['dataset']}: {_count(record['train_samples'])} train / "
             f"{_count(record['eval_samples'])} eval samples, {_count(record['train_real_tokens'])} real tokens"
             + _cut_text(record.get("truncation"))
+            + _packing_text(record.get("packing"))
             if record["train_samples"] is not None
             else f"  data       {record['dataset']}: streamed (size unknown until read) / "
             f"{_count(record['eval_samples'])} eval samples"

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import functools
 import os
 import uuid
 from dataclasses import dataclass
@@ -17,7 +18,7 @@ import torch
 import torch.distributed as dist
 from transformers import TrainingArguments
 
-from train import distributed
+from train import distributed, packing
 from train.callbacks import CheckpointCompleteMarker, DivergenceGuard, EpochForCollator
 from train.checkpoints import resumed_options
 from train.collator import MaskingCollator
@@ -27,7 +28,14 @@ from train.data import Corpus, StreamPosition, build_corpus, load_raw, stream_tr
 from train.errors import ConfigError
 from train.head import freeze_what_the_loss_never_reaches, use_masked_only_head
 from train.hf import cache_root
-from train.model import check_before_data, load_model, load_tokenizer, scratch_config, tokenizer_label
+from train.model import (
+    attention_implementation,
+    check_before_data,
+    load_model,
+    load_tokenizer,
+    scratch_config,
+    tokenizer_label,
+)
 from train.preemption import StopOnSignal
 from train.trainer import MLMTrainer, losses_are_batch_means
 from train.words import word_starts
@@ -43,7 +51,8 @@ class Prepared:
     stopper: StopOnSignal  # the stop signals' agreement (train/preemption.py)
     guard: DivergenceGuard  # a non-finite loss, gradient or weight stops the run
     head: str  # "masked-only" (train/head.py) or "dense"
-    masking: dict[str, Any]  # the configured rates and the realised one (:func:`masking_facts`)
+    masking: dict[str, Any]  # the configured rates and the realised one (:func:`batch_facts`)
+    packing: dict[str, Any]  # the padding mode and its efficiency (:func:`batch_facts`)
 
     def write_model(self, directory: Path) -> None:
         """The trained model and its tokenizer, as AutoModelForMaskedLM / AutoTokenizer load them."""
@@ -63,6 +72,7 @@ class Prepared:
             "attention": getattr(self.trainer.model.config, "_attn_implementation", None),
             "head": self.head,
             "masking": self.masking,
+            "packing": self.packing,
         }
 
 
@@ -88,6 +98,8 @@ def prepare(config: Config) -> Prepared:
     stopper = StopOnSignal()  # first: a stop while the data is prepared is still a stop with exit 75
     arch = scratch_config(config)
     model_config = check_before_data(config, arch)
+    if model_config is not None and job.padding in ISOLATING:  # refused before the data, where the config is known
+        check_isolation(config, model_config, attention_implementation(config, model_config))
     shared = cache_shared_with_rank_0(training)
     with training.main_process_first(local=not shared, desc="preparing data"):
         raw = load_raw(config)
@@ -103,6 +115,16 @@ def prepare(config: Config) -> Prepared:
             if "masked_only_head" in config.sources:  # asked for explicitly: say it cannot be done
                 raise
             warn(f"{exc}; training with the dense head")
+    isolate = None
+    if job.padding in ISOLATING:
+        check_isolation(config, model.config, model.config._attn_implementation)
+        packing.prepare_model(model)
+        isolate = functools.partial(
+            packing.isolated_inputs,
+            config=model.config,
+            attn_implementation=model.config._attn_implementation,
+            dtype=model.dtype,
+        )
     unreached = freeze_what_the_loss_never_reaches(model)
     if unreached:
         shown = ", ".join(unreached[:3]) + (f" and {len(unreached) - 3} more" if len(unreached) > 3 else "")
@@ -117,6 +139,8 @@ def prepare(config: Config) -> Prepared:
         seed=training.seed,
         pad_to_multiple_of=job.pad_to_multiple_of if job.padding == "dynamic" else None,
         word_start=word_starts(tokenizer, tokenizer_label(config)) if job.whole_word_mask else None,
+        isolate=isolate,
+        flatten=job.padding == "padding_free",
     )
     evaluating = corpus.validation is not None and training.eval_strategy != "no"
     guard = DivergenceGuard()
@@ -138,30 +162,53 @@ def prepare(config: Config) -> Prepared:
     )
     trainer.eval_collator = collator.for_evaluation(job.eval_mlm_probability)
     losses_are_batch_means(trainer)
-    masking = masking_facts(config, collator, corpus)
+    masking, packing_facts = batch_facts(config, collator, corpus)
     return Prepared(
-        trainer=trainer, tokenizer=tokenizer, corpus=corpus, stopper=stopper, guard=guard, head=head, masking=masking
-    )
+        trainer=trainer, tokenizer=tokenizer, corpus=corpus, stopper=stopper, guard=guard, head=head,
+        masking=masking, packing=packing_facts,
+    )  # fmt: skip
 
 
-REALISED_SAMPLE = 256  # samples collated to measure the realised masking rate: a few milliseconds
+ISOLATING = ("packed", "padding_free")  # the padding modes that keep documents apart (train/packing.py)
+MEASURED_SAMPLES = 256  # samples collated to measure the masking rate and the efficiency: a few milliseconds
 
 
-def masking_facts(config: Config, collator: MaskingCollator, corpus: Corpus) -> dict[str, Any]:
-    """How the training data is masked: the configured rates, and the realised share of real tokens masked on
-    the first training samples (a stream's are not read twice: its evaluation samples, masked as training masks
-    them, stand in; None without either). Special tokens are never masked, and whole words mask as many tokens
-    as the chosen words have, so the realised rate is what the loss really averages over."""
-    job = config.job
+def check_isolation(config: Config, model_config: Any, attn_implementation: str | None) -> None:
+    """ConfigError, naming MLM_PADDING, when this model cannot keep a row's documents apart."""
+    reason = packing.unsupported_reason(model_config, attn_implementation)
+    if reason is not None:
+        raise ConfigError(
+            f"{config.source_of('padding')}={config.job.padding}: {reason}; use padding packed_crossing or dynamic"
+        )
+
+
+def batch_facts(config: Config, collator: MaskingCollator, corpus: Corpus) -> tuple[dict[str, Any], dict[str, Any]]:
+    """How the training data is masked and laid out, measured on its first samples in training-size batches (a
+    stream's are not read twice: its evaluation samples, masked as training masks them, stand in; None without
+    either): the configured rates and the realised share of real tokens masked (special tokens are never masked,
+    and whole words mask as many tokens as the chosen words have, so it is what the loss really averages over);
+    the padding mode and its efficiency, real tokens per position computed."""
+    job, size = config.job, config.training.per_device_train_batch_size
     dataset = corpus.train if not corpus.streaming else corpus.validation
-    sample = [dataset[i] for i in range(min(REALISED_SAMPLE, len(dataset)))] if dataset is not None else []
-    return {
+    sample = [dataset[i] for i in range(min(MEASURED_SAMPLES, len(dataset)))] if dataset is not None else []
+    measured = collator.measure([sample[i : i + size] for i in range(0, len(sample), size)])
+    masking = {
         "mlm_probability": job.mlm_probability,
         "eval_mlm_probability": job.eval_mlm_probability or job.mlm_probability,
         "whole_word_mask": job.whole_word_mask,
-        "realised": round(rate, 4) if sample and (rate := collator.realised_rate(sample)) is not None else None,
+        "realised": _rounded(measured["realised"]),
         "realised_on_samples": len(sample),
     }
+    layout = {
+        "padding": job.padding,
+        "documents_apart": job.padding in ISOLATING,
+        "efficiency": _rounded(measured["efficiency"]),
+    }
+    return masking, layout
+
+
+def _rounded(value: float | None) -> float | None:
+    return None if value is None else round(value, 4)
 
 
 def trainer_arguments(training: TrainingArguments, corpus: Corpus) -> TrainingArguments:

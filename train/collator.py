@@ -11,17 +11,23 @@ Whole-word masking follows transformers' collator: each word is chosen with ``ml
 first token) and then all its tokens are masked; which tokens start words comes from the tokenizer's vocabulary
 (train/words.py), since packed blocks keep no offsets. A block that starts inside a word takes that fragment as
 a word of its own.
+
+Documents kept apart (``isolate``, train/packing.py): a packed block's ``document_lengths``, or with ``flatten``
+(padding-free) each example of the batch, become per-token document ids, from which the model gets position ids
+restarting at every document and block-diagonal attention. Flattened, the batch is one row of all its examples'
+tokens, masked each by its own sample index first, with no padding at all.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
 import torch
 
-from train.data import SAMPLE_INDEX
+from train.data import DOCUMENT_LENGTHS, SAMPLE_INDEX
 
 IGNORE_INDEX = -100
 
@@ -42,6 +48,9 @@ class MaskingCollator:
     mask_replace_prob: float = 0.8
     random_replace_prob: float = 0.1
     word_start: np.ndarray | None = field(default=None, repr=False)  # per token id: starts a word (whole words)
+    # (input_ids, document_ids) -> the model's inputs keeping documents apart (train/packing.py's isolated_inputs)
+    isolate: Callable[[torch.Tensor, torch.Tensor], dict[str, Any]] | None = field(default=None, repr=False)
+    flatten: bool = False  # padding-free: the batch as one row, one document per example (needs isolate)
 
     def for_evaluation(self, mlm_probability: float | None) -> MaskingCollator:
         """The same collator masking at ``mlm_probability`` (the evaluation rate); itself when that is None. Its
@@ -71,21 +80,34 @@ class MaskingCollator:
         word = np.cumsum(starts)  # each token's word number; 0 only before the first word (special tokens)
         return np.concatenate(([False], drawn[starts]))[word]
 
-    def realised_rate(self, features: list[dict[str, Any]]) -> float | None:
-        """The share of real (non-padding) tokens these samples have masked: what ``mlm_probability`` comes to
-        after special tokens (never masked) and, with whole words, the words' lengths."""
-        batch = self(features)
-        real = int(batch["attention_mask"].sum())
-        return int((batch["labels"] != IGNORE_INDEX).sum()) / real if real else None
+    def measure(self, batches: list[list[dict[str, Any]]]) -> dict[str, float | None]:
+        """Over these batches: the share of real (non-padding) tokens masked (``realised``: what
+        ``mlm_probability`` comes to after special tokens, never masked, and whole words' lengths) and of the
+        positions computed that are real tokens (``efficiency``: padding lowers it; a flattened batch has none)."""
+        plain = replace(self, isolate=None, flatten=False)
+        real = masked = positions = 0
+        for features in batches:
+            batch = plain(features)
+            present = int(batch["attention_mask"].sum())
+            real += present
+            masked += int((batch["labels"] != IGNORE_INDEX).sum())
+            positions += present if self.flatten else batch["attention_mask"].numel()
+        return {
+            "realised": masked / real if real else None,
+            "efficiency": real / positions if positions else None,
+        }
 
     def __call__(self, features: list[dict[str, Any]]) -> dict[str, torch.Tensor]:
+        if self.flatten:
+            features = [self._flattened(features)]
         longest = max(len(f["input_ids"]) for f in features)
-        if self.pad_to_multiple_of:
+        if self.pad_to_multiple_of and not self.flatten:
             longest = -(-longest // self.pad_to_multiple_of) * self.pad_to_multiple_of
         batch = len(features)
         input_ids = np.full((batch, longest), self.pad_token_id, dtype=np.int64)
         labels = np.full((batch, longest), IGNORE_INDEX, dtype=np.int64)
         attention = np.zeros((batch, longest), dtype=np.int64)
+        documents = np.full((batch, longest), -1, dtype=np.int64)  # packing.PADDING
         for row, feature in enumerate(features):
             tokens = np.asarray(feature["input_ids"], dtype=np.int64)
             real = (
@@ -93,13 +115,35 @@ class MaskingCollator:
                 if "attention_mask" in feature
                 else np.ones(tokens.shape[0], dtype=bool)
             )
-            special = np.asarray(feature["special_tokens_mask"], dtype=bool) | ~real
-            masked, target = self._masks(int(feature[SAMPLE_INDEX]), tokens, special)
+            if "labels" in feature:  # flattened: masked example by example already
+                masked, target = tokens, np.asarray(feature["labels"], dtype=np.int64)
+            else:
+                special = np.asarray(feature["special_tokens_mask"], dtype=bool) | ~real
+                masked, target = self._masks(int(feature[SAMPLE_INDEX]), tokens, special)
             input_ids[row, : tokens.shape[0]] = masked
             labels[row, : tokens.shape[0]] = target
             attention[row, : tokens.shape[0]] = real
+            if self.isolate is not None:
+                lengths = feature.get(DOCUMENT_LENGTHS) or [tokens.shape[0]]
+                documents[row, : sum(lengths)] = np.repeat(np.arange(len(lengths)), lengths)
+        out = {"input_ids": torch.from_numpy(input_ids), "labels": torch.from_numpy(labels)}
+        if self.isolate is None:
+            return {**out, "attention_mask": torch.from_numpy(attention)}
+        documents[attention == 0] = -1
+        return {**self.isolate(out["input_ids"], torch.from_numpy(documents)), "labels": out["labels"]}
+
+    def _flattened(self, features: list[dict[str, Any]]) -> dict[str, Any]:
+        """The examples of a batch, each masked by its own sample index, laid end to end in one row."""
+        tokens, targets = [], []
+        for feature in features:
+            ids = np.asarray(feature["input_ids"], dtype=np.int64)
+            masked, target = self._masks(
+                int(feature[SAMPLE_INDEX]), ids, np.asarray(feature["special_tokens_mask"], dtype=bool)
+            )
+            tokens.append(masked)
+            targets.append(target)
         return {
-            "input_ids": torch.from_numpy(input_ids),
-            "attention_mask": torch.from_numpy(attention),
-            "labels": torch.from_numpy(labels),
+            "input_ids": np.concatenate(tokens),
+            "labels": np.concatenate(targets),
+            DOCUMENT_LENGTHS: [len(t) for t in tokens],
         }

@@ -266,7 +266,16 @@ def callbacks(
         tokens_per_sample = facts["train_real_tokens"] / facts["train_samples"]
     banner_facts = {
         k: facts[k]
-        for k in ("train_samples", "eval_samples", "train_real_tokens", "truncation", "attention", "head", "masking")
+        for k in (
+            "train_samples",
+            "eval_samples",
+            "train_real_tokens",
+            "truncation",
+            "attention",
+            "head",
+            "masking",
+            "packing",
+        )
         if k in facts
     }
     found: list[TrainerCallback] = [

@@ -71,8 +71,13 @@ def override_values(arch: Any, overrides: str, label: str) -> dict[str, Any]:
     converted = copy.deepcopy(arch)
     try:
         converted.update_from_string(overrides)
-    except ValueError as exc:
-        raise ConfigError(f"{label}: {exc}") from None
+    except (
+        ValueError,
+        TypeError,
+    ) as exc:  # TypeError: a field whose default is None or a list has no type to convert to
+        raise ConfigError(
+            f"{label}: {first_line(exc)}; a field the pairs cannot set takes a JSON object (in YAML a mapping)"
+        ) from None
     return {key: getattr(converted, key) for key in (pair.split("=", 1)[0] for pair in overrides.split(","))}
 
 

@@ -184,6 +184,7 @@ def run_facts(
     truncation: dict[str, int] | None = None,
     model: dict[str, Any] | None = None,
     masking: dict[str, Any] | None = None,
+    packing: dict[str, Any] | None = None,
     started: str,
     status: str,
     handoff: Handoff | None,
@@ -205,6 +206,8 @@ def run_facts(
         "model": model,
         # The masking rates set, and the share of real tokens the first training samples had masked.
         "masking": masking,
+        # The padding mode, whether documents were kept apart, and real tokens per position computed.
+        "packing": packing,
         "image_revision": config.job.image_revision,
         # The command the launcher ran (secrets never are in it); absent when the job was started without it.
         "command": handoff.command if handoff is not None else None,
@@ -250,6 +253,7 @@ class RunRecord:
             truncation=facts["truncation"],
             model={"attention": facts.get("attention"), "head": facts.get("head")},
             masking=facts.get("masking"),
+            packing=facts.get("packing"),
             started=self.started,
             status=status,
             handoff=self.handoff,

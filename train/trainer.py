@@ -47,6 +47,15 @@ class MLMTrainer(Trainer):
         finally:
             self.data_collator = training_collator
 
+    def _track_num_input_tokens(self, inputs: dict[str, Any]) -> None:
+        """The Trainer counts real tokens as ``attention_mask.sum()``: a 4D per-document mask (train/packing.py)
+        would count positions squared, and ModernBERT's dict of masks has no sum. Without a 2D mask it counts the
+        tokens that are not padding, as it does where there is no mask. (Private hook, transformers 5.24.)"""
+        mask = inputs.get("attention_mask")
+        if mask is not None and not (isinstance(mask, torch.Tensor) and mask.dim() == 2):
+            inputs = {k: v for k, v in inputs.items() if k != "attention_mask"}
+        super()._track_num_input_tokens(inputs)
+
     def _issue_warnings_after_load(self, load_result: Any) -> None:
         """Resuming warns "missing keys: vocab_projector.weight" for a weight tied to the embeddings (safetensors
         stores it once; the Trainer's own exemption only covers ``_keys_to_ignore_on_save``): an expected case,

@@ -85,8 +85,11 @@ def test_truncation_is_counted_per_example(tmp_path: Path) -> None:
 
 def test_group_texts_cuts_whole_blocks_and_drops_the_tail() -> None:
     examples = {"input_ids": [[1, 2, 3], [4, 5], [6, 7, 8, 9]], CUT_TOKENS: [0, 0, 0]}
-    assert group_texts(examples, 4) == {"input_ids": [[1, 2, 3, 4], [5, 6, 7, 8]]}  # 9 is the dropped tail
-    assert group_texts({"input_ids": [[1]]}, 4) == {"input_ids": []}
+    # 9 is the dropped tail; each block says its documents' (pieces') lengths: [1, 2, 3 | 4], [5 | 6, 7, 8]
+    assert group_texts(examples, 4) == {"input_ids": [[1, 2, 3, 4], [5, 6, 7, 8]], "document_lengths": [[3, 1], [1, 3]]}
+    assert group_texts({"input_ids": [[1]]}, 4) == {"input_ids": [], "document_lengths": []}
+    long = group_texts({"input_ids": [list(range(10)), [10, 11]]}, 4)  # one document over three blocks
+    assert long["document_lengths"] == [[4], [4], [2, 2]]
 
 
 def test_indexed_examples_carry_their_position() -> None:

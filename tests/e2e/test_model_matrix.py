@@ -130,3 +130,37 @@ def test_scratch_train_stop_resume_then_continue_from_the_saved_model(
     assert continued_run["model"]["head"] == "masked-only"
     assert continued_run["masking"]["whole_word_mask"] and 0 < continued_run["masking"]["realised"] < 0.3
     fills_a_mask(continued / "final")
+
+
+@pytest.mark.parametrize(
+    ("model_type", "padding"), [("roberta", "packed"), ("modernbert", "packed"), ("deberta-v2", "padding_free")]
+)
+def test_documents_apart_train_stop_and_resume(
+    tmp_path: Path, job_in_process: Any, model_type: str, padding: str
+) -> None:
+    output = tmp_path / "out"
+    env = tiny_env(
+        output, model_name_or_path=f"scratch:{model_type}", config_overrides=OVERRIDES.get(model_type, SMALL),
+        padding=padding, max_seq_length="32", demo_samples="200", per_device_train_batch_size="8",
+        max_eval_samples="16", max_steps=str(STEPS), save_strategy="steps", save_steps="100", log_format="json",
+    )  # fmt: skip
+    assert job_in_process(env, stop_at=STOP_AT) == 75
+    assert job_in_process(env) == 0
+    run = json.loads((output / "run.json").read_text())
+    assert run["packing"] == {"padding": padding, "documents_apart": True, "efficiency": 1.0}
+    assert run["model"]["head"] == "masked-only"
+    fills_a_mask(output / "final")
+
+
+def test_a_model_that_cannot_keep_documents_apart_is_refused_before_any_data(
+    tmp_path: Path, job_in_process: Any, capsys: pytest.CaptureFixture[str]
+) -> None:
+    env = tiny_env(
+        tmp_path / "out", model_name_or_path="scratch:deberta-v2", padding="packed",
+        # A field the config has no default for (DeBERTa-v2-xlarge's convolution): only a mapping can set it.
+        config_overrides=json.dumps({"num_hidden_layers": 2, "hidden_size": 64, "conv_kernel_size": 3}),
+    )  # fmt: skip
+    assert job_in_process(env) == 2
+    error = capsys.readouterr().err
+    assert "MLM_PADDING=packed: deberta-v2 with conv_kernel_size=3: its convolution" in error, error
+    assert "use padding packed_crossing or dynamic" in error and "Tokenizing" not in error

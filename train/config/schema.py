@@ -124,10 +124,13 @@ class JobArguments:
         "Mask whole words: each word is chosen with mlm_probability and all its tokens are masked (where words "
         "start comes from the tokenizer: WordPiece's ##, byte-level BPE's and SentencePiece's space markers).",
     )
-    padding: Literal["dynamic", "max_length", "packed"] = option(
+    padding: Literal["dynamic", "max_length", "packed", "packed_crossing", "padding_free"] = option(
         "dynamic",
         "dynamic: pad to the longest in the batch (on GPU a multiple of 8); max_length: pad all to "
-        "max_seq_length (the seed's way); packed: concatenate and cut into full max_seq_length blocks.",
+        "max_seq_length (the seed's way); packed: concatenate and cut into full max_seq_length blocks, each "
+        "document attending to itself only, its positions restarting; packed_crossing: the same blocks with "
+        "attention across documents (run_mlm.py's group_texts); padding_free: each batch as one row of its "
+        "examples, apart, with no padding.",
     )
     pad_to_multiple_of: int = option(
         8,

@@ -32,12 +32,22 @@ from train.data.stream import (
     stream_training_overrides,
     tokenized_stream,
 )
-from train.data.tokenization import SAMPLE_INDEX, IndexedExamples, real_token_count, tokenize, truncation
+from train.data.tokenization import (
+    DOCUMENT_LENGTHS,
+    PACKED,
+    SAMPLE_INDEX,
+    IndexedExamples,
+    real_token_count,
+    tokenize,
+    truncation,
+)
 
 __all__ = [
     "BUILDERS",
     "COMPRESSIONS",
     "DEMO_SENTENCE",
+    "DOCUMENT_LENGTHS",
+    "PACKED",
     "SAMPLE_INDEX",
     "Corpus",
     "IndexedExamples",

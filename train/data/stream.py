@@ -37,7 +37,7 @@ from transformers import TrainerCallback
 from train.config import Config, JobArguments
 from train.data.raw import TextStream
 from train.data.sources import Source, demo_dataset, read_error, shown_url
-from train.data.tokenization import SAMPLE_INDEX, encode_texts, group_texts
+from train.data.tokenization import PACKED, SAMPLE_INDEX, encode_texts, group_texts
 from train.distributed import initialized, is_world_zero
 from train.errors import ConfigError, first_line
 from train.hf import cache_key, offline_hint
@@ -133,7 +133,7 @@ def tokenized_stream(config: Config, stream: TextStream, tokenizer: Any, rank: i
 
     def prepare(texts: list[Any]) -> dict[str, Any]:
         encoded = encode_texts(tokenizer, stream.keep(texts), job, count_cut=False)  # a stream's cuts are not counted
-        if job.padding == "packed":
+        if job.padding in PACKED:
             encoded = group_texts(encoded, job.max_seq_length)
         return {**encoded, SAMPLE_INDEX: [content_index(ids) for ids in encoded["input_ids"]]}
 

@@ -3,11 +3,14 @@
 Tokenized splits are cached as Arrow files under the HF cache, keyed by the raw data's fingerprint, the tokenizer
 and the settings, so a second run and the other ranks reuse them. ``max_length`` pads every example to
 max_seq_length now (the seed's way); ``dynamic`` leaves examples unpadded for the collator to pad per batch;
-``packed`` concatenates and cuts into full blocks (run_mlm.py's group_texts).
+``packed`` and ``packed_crossing`` concatenate and cut into full blocks (run_mlm.py's group_texts), each block
+with its documents' lengths (``packed`` keeps them apart: train/packing.py); ``padding_free`` leaves examples
+as ``dynamic`` does, for the collator to lay a batch out in one row.
 """
 
 from __future__ import annotations
 
+import bisect
 import itertools
 import json
 from typing import Any
@@ -24,7 +27,9 @@ from train.resources import usable_cpus
 
 SAMPLE_INDEX = "sample_index"  # per example: what the collator keys its masks on (train/collator.py)
 CUT_TOKENS = "cut_tokens"  # per example: the text tokens truncation to max_seq_length dropped
-CACHE_VERSION = "3"  # bump when a cached step (filter, tokenization) changes shape, to invalidate older caches
+DOCUMENT_LENGTHS = "document_lengths"  # per packed block: the lengths of the documents (or their pieces) in it
+PACKED = ("packed", "packed_crossing")  # the padding modes that concatenate documents and cut blocks
+CACHE_VERSION = "4"  # bump when a cached step (filter, tokenization) changes shape, to invalidate older caches
 
 
 def tokenizer_fingerprint(tokenizer: Any) -> str:
@@ -39,7 +44,9 @@ def tokenizer_fingerprint(tokenizer: Any) -> str:
 
 def group_texts(examples: dict[str, list[list[int]]], block: int) -> dict[str, list[list[int]]]:
     """Concatenate and cut into full ``block``-token chunks (run_mlm.py's group_texts); the tail is dropped.
-    Linear in the batch's tokens (``sum(lists, [])`` would copy the growing list once per example)."""
+    Linear in the batch's tokens (``sum(lists, [])`` would copy the growing list once per example). Each chunk
+    also gets its documents' lengths (``document_lengths``: a document cut by a block boundary counts as one
+    piece in each block), what keeps them apart in attention (train/packing.py)."""
     grouped = {}
     for key, rows in examples.items():
         if key == CUT_TOKENS:
@@ -47,7 +54,20 @@ def group_texts(examples: dict[str, list[list[int]]], block: int) -> dict[str, l
         flat = list(itertools.chain.from_iterable(rows))
         total = (len(flat) // block) * block
         grouped[key] = [flat[i : i + block] for i in range(0, total, block)]
+    ends = list(itertools.accumulate(len(row) for row in examples["input_ids"] if row))
+    grouped[DOCUMENT_LENGTHS] = [_pieces(ends, start, start + block) for start in range(0, total, block)]
     return grouped
+
+
+def _pieces(ends: list[int], start: int, stop: int) -> list[int]:
+    """The lengths of the documents ending at ``ends`` (cumulative) within the tokens [start, stop)."""
+    lengths, at = [], start
+    for end in ends[bisect.bisect_right(ends, start) :]:
+        lengths.append(min(end, stop) - at)
+        at = min(end, stop)
+        if at == stop:
+            break
+    return lengths
 
 
 def count_cut_tokens(encoded: dict[str, list], count: int) -> dict[str, list]:
@@ -68,7 +88,7 @@ def count_cut_tokens(encoded: dict[str, list], count: int) -> dict[str, list]:
 def encode_texts(tokenizer: Any, texts: list[str], job: JobArguments, count_cut: bool) -> dict[str, Any]:
     """A batch of texts tokenized the way ``job.padding`` needs: whole for packing (which cuts the blocks itself),
     else cut to max_seq_length and, for ``count_cut``, with each example's ``cut_tokens`` counted."""
-    if job.padding == "packed":
+    if job.padding in PACKED:
         # verbose=False: the "longer than the specified maximum" warning means nothing before packing cuts.
         return tokenizer(texts, return_special_tokens_mask=True, return_attention_mask=False, verbose=False)
     encoded = tokenizer(
@@ -149,7 +169,7 @@ def tokenize(config: Config, raw: RawData, tokenizer: Any) -> dict[str, IndexedE
             cache_file_name=str(cache_dir / f"{key}-{split}-tok.arrow"),
             desc=f"Tokenizing {split}",
         )
-        if job.padding == "packed":
+        if job.padding in PACKED:
             tokenized = tokenized.map(
                 group_texts,
                 batched=True,

@@ -1,0 +1,28 @@
+"""The benchmark's per-rank program wraps the job's own prepare: when the job's structure moves, this fails here
+rather than every benchmark run failing at its first step."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+
+
+def test_the_probe_wraps_the_jobs_prepare(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from transformers import BertConfig, BertForMaskedLM
+
+    import bench.harness as harness
+    import train.job as job
+
+    added = []
+    model = BertForMaskedLM(
+        BertConfig(vocab_size=50, hidden_size=16, num_hidden_layers=1, num_attention_heads=2, intermediate_size=32)
+    )
+    trainer = SimpleNamespace(model=model, add_callback=added.append)
+    prepared = SimpleNamespace(trainer=trainer, head="masked-only", facts=lambda: {"train_samples": 1})
+    monkeypatch.setattr(job, "prepare", lambda config: prepared)
+    harness.install_probe(tmp_path / "probe.json")
+    options = SimpleNamespace(padding="packed", max_seq_length=128, masked_only_head=False, mlm_probability=0.15)
+    assert job.prepare(SimpleNamespace(job=options)) is prepared
+    assert [type(c).__name__ for c in added] == ["StepProbe"]
