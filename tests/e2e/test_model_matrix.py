@@ -78,6 +78,14 @@ def job_in_process(monkeypatch: pytest.MonkeyPatch) -> Iterator[Any]:
     yield run
     for signum, handler in handlers.items():
         signal.signal(signum, handler)
+    # The job's JSON console turned the libraries' progress bars off for the whole process: on again, as they were.
+    import datasets
+    import huggingface_hub
+    from transformers.utils import logging as hf_logging
+
+    datasets.enable_progress_bars()
+    hf_logging.enable_progress_bar()
+    huggingface_hub.utils.enable_progress_bars()
 
 
 def fills_a_mask(final: Path) -> None:
