@@ -113,6 +113,10 @@ run: ## docker run the image on all GPUs with ./data, ./output and a cache volum
 bench: venv ## Benchmark ours against the seed recipe (demo data) and run_mlm.py (real text); bench/results/
 	$(BIN)/python -m bench.run $(BENCH_ARGS)
 
+.PHONY: bench-store
+bench-store: venv ## What an output_dir in a bucket costs: upload/download per GiB and per save, moto on loopback
+	$(BIN)/python -m bench.store $(BENCH_STORE_ARGS)
+
 .PHONY: bench-data
 bench-data: venv ## Benchmark tokenization + packing as the corpus grows, ours vs run_mlm.py (bench/results/)
 	$(BIN)/python -m bench.data $(BENCH_DATA_ARGS)

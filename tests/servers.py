@@ -57,6 +57,21 @@ def s3_server(log: Path, environ: dict[str, str] | None = None) -> Iterator[str]
             process.wait(timeout=30)
 
 
+def aws_environment(endpoint: str, secret: str) -> dict[str, str]:
+    """The AWS_* variables a user sets for an S3-compatible server at ``endpoint``; botocore's own retries off (the
+    retries a test sees are the store's) and no credentials or metadata from elsewhere."""
+    return {
+        "AWS_ACCESS_KEY_ID": "mlm-tests",
+        "AWS_SECRET_ACCESS_KEY": secret,
+        "AWS_DEFAULT_REGION": "us-east-1",
+        "AWS_ENDPOINT_URL": endpoint,
+        "AWS_MAX_ATTEMPTS": "1",
+        "AWS_EC2_METADATA_DISABLED": "true",
+        "AWS_SHARED_CREDENTIALS_FILE": "/nonexistent",
+        "AWS_CONFIG_FILE": "/nonexistent",
+    }
+
+
 def s3_server_authenticating(log: Path, free_actions: int) -> AbstractContextManager[str]:
     """moto's S3 server checking credentials after its first ``free_actions`` requests (moto's
     INITIAL_NO_AUTH_ACTION_COUNT: spend them creating an IAM user and its access key); yields its endpoint URL."""
@@ -77,11 +92,14 @@ class FlakyProxy:
         self.url = ""
         self.lock = threading.Lock()
         self.failures: dict[str, list[str | None]] = {}
+        self.where: dict[str, str] = {}
         self.log: list[tuple[str, str, bool]] = []
 
-    def fail(self, n: int, method: str = "PUT", how: str = "500", after: int = 0) -> None:
+    def fail(self, n: int, method: str = "PUT", how: str = "500", after: int = 0, where: str = "") -> None:
+        """``where``: only requests whose path holds it count (and fail); the others pass."""
         with self.lock:
             self.failures[method] = [None] * after + [how] * n
+            self.where[method] = where
 
     def heal(self) -> None:
         with self.lock:
@@ -94,7 +112,7 @@ class FlakyProxy:
     def take(self, method: str, path: str) -> str | None:
         with self.lock:
             pending = self.failures.get(method)
-            how = pending.pop(0) if pending else None
+            how = pending.pop(0) if pending and self.where.get(method, "") in path else None
             self.log.append((method, path, how is not None))
             return how
 

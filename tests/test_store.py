@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.servers import FlakyProxy, flaky_proxy, s3_server_authenticating
+from tests.servers import FlakyProxy, aws_environment, flaky_proxy, s3_server_authenticating
 from tests.test_checkpoints import checkpoint, truncate
 from train.checkpoints import problem
 from train.errors import EXIT_CONFIG, EXIT_ENVIRONMENT, ConfigError, EnvironmentProblem, UserError
@@ -29,17 +29,8 @@ SECRET = "s3-secret-canary-7e57c0de"  # the secret key: must reach no message
 
 @pytest.fixture
 def aws(monkeypatch: pytest.MonkeyPatch, s3_endpoint: str) -> str:
-    """The usual AWS_* variables; botocore's own retries off, so that the retries seen are the store's."""
-    for name, value in {
-        "AWS_ACCESS_KEY_ID": "mlm-tests",
-        "AWS_SECRET_ACCESS_KEY": SECRET,
-        "AWS_DEFAULT_REGION": "us-east-1",
-        "AWS_ENDPOINT_URL": s3_endpoint,
-        "AWS_MAX_ATTEMPTS": "1",
-        "AWS_EC2_METADATA_DISABLED": "true",
-        "AWS_SHARED_CREDENTIALS_FILE": "/nonexistent",
-        "AWS_CONFIG_FILE": "/nonexistent",
-    }.items():
+    """The usual AWS_* variables (tests/servers.py's aws_environment)."""
+    for name, value in aws_environment(s3_endpoint, SECRET).items():
         monkeypatch.setenv(name, value)
     return s3_endpoint
 

@@ -53,6 +53,8 @@ def banner_record(config: Config, facts: dict[str, Any], handoff: Handoff | None
         "start_step": facts.get("start_step", 0),
         "output_dir": str(files.root),
         "logs": str(files.logs),
+        # output_dir in a store: output_dir above is the staging directory mirrored there.
+        "output_store": config.as_dict()["output_store"],
     }
     return record
 
@@ -133,6 +135,8 @@ def banner(config: Config, facts: dict[str, Any], handoff: Handoff | None = None
             f"{_count(record['eval_samples'])} eval samples"
         ),
         f"  steps      {_count(steps)} ({span}){resumed}",
-        f"  outputs    {files.root} (logs in {record['logs']}, report {files.report})",
+        f"  outputs    {files.root} (logs in {record['logs']}, report {files.report})"
+        if not record["output_store"]
+        else f"  outputs    {record['output_store']} (staged in {files.root})",
     ]
     return "\n".join(lines)

@@ -35,8 +35,10 @@ from train.model import (
     load_tokenizer,
     scratch_config,
     tokenizer_label,
+    trains_its_tokenizer,
 )
 from train.preemption import StopOnSignal
+from train.tokenizer_training import agree_on_tokenizer
 from train.trainer import MLMTrainer, losses_are_batch_means
 from train.words import word_starts
 
@@ -88,14 +90,15 @@ def argmax_logits(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
     return logits.argmax(dim=-1)
 
 
-def prepare(config: Config) -> Prepared:
-    """Data, tokenizer, model, collator and Trainer for this rank.
+def prepare(config: Config, resume: str | None = None, stopper: StopOnSignal | None = None) -> Prepared:
+    """Data, tokenizer, model, collator and Trainer for this rank (``resume``: the checkpoint it will resume from).
 
     Rank 0 reads the data, trains a tokenizer if one is needed and tokenizes; the other ranks then load the same
     results from the caches instead of repeating the work: each node's local rank 0 does it for its node, unless
-    the nodes share the cache, where world rank 0 does it for all."""
+    the nodes share the cache, where world rank 0 does it for all. A trained tokenizer is world rank 0's on every
+    node (and a resumed run's is its checkpoint's): train/tokenizer_training.py says why."""
     training, job = config.training, config.job
-    stopper = StopOnSignal()  # first: a stop while the data is prepared is still a stop with exit 75
+    stopper = stopper or StopOnSignal()  # first: a stop while the data is prepared is still a stop with exit 75
     arch = scratch_config(config)
     model_config = check_before_data(config, arch)
     if model_config is not None and job.padding in ISOLATING:  # refused before the data, where the config is known
@@ -103,7 +106,10 @@ def prepare(config: Config) -> Prepared:
     shared = cache_shared_with_rank_0(training)
     with training.main_process_first(local=not shared, desc="preparing data"):
         raw = load_raw(config)
-        tokenizer = load_tokenizer(config, raw, arch)
+        tokenizer = load_tokenizer(config, raw, arch, resume)
+    if trains_its_tokenizer(config, arch):
+        tokenizer = agree_on_tokenizer(tokenizer)
+    with training.main_process_first(local=not shared, desc="tokenizing"):
         corpus = build_corpus(config, raw, tokenizer, training.process_index, training.world_size)
     model = load_model(config, arch, tokenizer, model_config)
     head = "dense"

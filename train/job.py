@@ -35,6 +35,7 @@ from train.errors import (
 from train.handoff import Handoff
 from train.lease import OutputLease
 from train.lifetime import end_children
+from train.mirror import Mirror, UploadCheckpoints
 from train.outcome import divergence_message, evaluation_at, final_metrics
 from train.outputs import (
     RunRecord,
@@ -45,7 +46,7 @@ from train.outputs import (
     start_over,
     write_json_atomic,
 )
-from train.preemption import EvaluationInterrupted
+from train.preemption import EvaluationInterrupted, StopOnSignal
 from train.runfiles import RunFiles
 from train.trainer import apply_ddp_timeout, save_interrupted, tokens_seen_this_session
 
@@ -89,38 +90,57 @@ def run(config: Config) -> int:
     files = check_output_dir(config)
     check_cache_dir()
     handoff = Handoff.from_environ()
-    lease = OutputLease(files, config.source_of("output_dir"))
+    mirror = Mirror.of(config)  # None for a directory
+    lease = mirror.lease() if mirror else OutputLease(files, config.source_of("output_dir"))
     if distributed.is_world_zero():  # before output_dir changes: a second job must leave the first unharmed
         lease.acquire(wait_s=config.job.stop_timeout)
     try:
         set_seed(config.training.seed)
-        prepared = prepare(config)
+        stopper = StopOnSignal()  # first: a stop while a checkpoint downloads or the data is prepared is exit 75
+        resume = agreed_resume(config, mirror)  # before the data: a resumed run tokenizes with its checkpoint's
+        prepared = prepare(config, resume, stopper)
         logs.attach(prepared.trainer, config, prepared.facts(), handoff)
         prepared.trainer.add_callback(prepared.stopper)
         prepared.trainer.add_callback(prepared.guard)
-        record = RunRecord(config, files, prepared.facts(), handoff, started)
-        metrics = train(config, prepared, agreed_resume(config, prepared))
+        if mirror:  # after every callback that writes into a checkpoint
+            prepared.trainer.add_callback(UploadCheckpoints(mirror))
+        uploaded = mirror.upload_run_files if mirror else None
+        record = RunRecord(config, files, prepared.facts(), handoff, started, uploaded)
+        take_stream_position(config, prepared, resume)
+        metrics = train(config, prepared, resume)
         end_if_diverged_or_stopped(config, prepared, record)
-        finish(config, prepared, record, metrics)
+        finish(config, prepared, record, metrics, mirror)
         return 0
     finally:
         if distributed.is_world_zero():
             lease.release()
 
 
-def agreed_resume(config: Config, prepared: Prepared) -> str | None:
+def agreed_resume(config: Config, mirror: Mirror | None = None) -> str | None:
     """World rank 0 decides which checkpoint to resume from (and moves unusable ones aside); the others receive
-    its answer, so ranks sharing a volume never race renaming the same directories. A streamed corpus's ranks
-    then each take their saved position in it."""
+    its answer, so ranks sharing a volume never race renaming the same directories. With a store, rank 0 chooses
+    there and every node downloads the choice into its staging directory."""
     is_zero = distributed.is_world_zero()
-    if is_zero:
+    choice: list[str | None] = [None]
+    if is_zero and mirror:
+        choice = [mirror.start(warn)]
+    elif is_zero:
         start_over(config, warn)
-    choice = [decide_resume(config, warn) if is_zero else None]
+        choice = [decide_resume(config, warn)]
     if distributed.initialized():
         dist.broadcast_object_list(choice, src=0)
     resume = choice[0]
+    if mirror:
+        resume = mirror.fetch(resume)
+        distributed.barrier()
     if resume and is_zero:
         warn(f"resuming from {resume}")
+    return resume
+
+
+def take_stream_position(config: Config, prepared: Prepared, resume: str | None) -> None:
+    """A streamed corpus's ranks each take their saved position in it."""
+    is_zero = distributed.is_world_zero()
     if resume and prepared.corpus.streaming:
         training = config.training
         label = config.source_of("streaming")
@@ -128,7 +148,6 @@ def agreed_resume(config: Config, prepared: Prepared) -> str | None:
         prepared.trainer.stream_position = position
         if position is None and is_zero:
             warn(f"{resume} holds no stream position (saved by a run without streaming): the stream starts over")
-    return resume
 
 
 def train(config: Config, prepared: Prepared, resume: str | None) -> dict[str, Any]:
@@ -166,8 +185,11 @@ def end_if_diverged_or_stopped(config: Config, prepared: Prepared, record: RunRe
         )
 
 
-def finish(config: Config, prepared: Prepared, record: RunRecord, metrics: dict[str, Any]) -> None:
-    """World rank 0 writes final/, all_results.json and run.json, then pushes and logs to the trackers."""
+def finish(
+    config: Config, prepared: Prepared, record: RunRecord, metrics: dict[str, Any], mirror: Mirror | None = None
+) -> None:
+    """World rank 0 writes final/, all_results.json and run.json (and uploads them to a store), then pushes and
+    logs to the trackers."""
     files = record.files
     if distributed.is_world_zero():
         publish_final(files, prepared.write_model)
@@ -180,8 +202,10 @@ def finish(config: Config, prepared: Prepared, record: RunRecord, metrics: dict[
             world_size=config.training.world_size,
         )
         write_json_atomic(files.all_results, results)
+        if mirror:  # final/ before run.json says "finished"
+            mirror.publish()
         record.write("finished")
-        say(f"finished: model in {files.final}")
+        say(f"finished: model in {mirror.final_url if mirror else files.final}")
     # The other ranks wait for final/ here, not for the upload: a push of a large model outlasts ddp_timeout, and
     # a rank waiting in a collective that long would time out and fail a finished run.
     distributed.barrier()

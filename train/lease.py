@@ -40,7 +40,7 @@ def _start_time(pid: int) -> str | None:
         return None
 
 
-def _describe(holder: dict[str, Any]) -> str:
+def describe_holder(holder: dict[str, Any]) -> str:
     return f"pid {holder.get('pid')} on {holder.get('host')}, since {holder.get('started')}"
 
 
@@ -120,7 +120,7 @@ class OutputLease:
                 continue
             if self._alive_here(holder) or self.clock() >= deadline:
                 raise EnvironmentProblem(
-                    f"{self.label}={str(self.path.parent)!r} is in use by another run ({_describe(holder)}); "
+                    f"{self.label}={str(self.path.parent)!r} is in use by another run ({describe_holder(holder)}); "
                     "wait for it to end, stop it, or choose another output_dir"
                 )
             sleep(min(HEARTBEAT_S, max(deadline - self.clock(), 0.1)))

@@ -23,7 +23,7 @@ from train.config import Config
 from train.data import RawData
 from train.errors import ConfigError, first_line
 from train.hf import offline_hint
-from train.tokenizer_training import tokenizer_kind, train_tokenizer
+from train.tokenizer_training import checkpoint_tokenizer, tokenizer_kind, train_tokenizer
 
 WEIGHT_FILES = (
     "model.safetensors",
@@ -140,13 +140,14 @@ def check_model_config(config: Config, arch: Any) -> None:
         raise ConfigError(f"{label}: the model rejects this config ({why})") from None
 
 
-def load_tokenizer(config: Config, raw: RawData, arch: Any | None) -> Any:
+def load_tokenizer(config: Config, raw: RawData, arch: Any | None, resume: str | None = None) -> Any:
     """MLM_TOKENIZER_NAME's, the pretrained model's, or for a model built from scratch (``arch``) one trained on
-    the training text of the kind its family uses (train/tokenizer_training.py)."""
+    the training text of the kind its family uses (train/tokenizer_training.py): the checkpoint's when resuming."""
     job = config.job
-    name = job.tokenizer_name or (None if arch is not None else job.model_name_or_path)
+    name = None if trains_its_tokenizer(config, arch) else job.tokenizer_name or job.model_name_or_path
     if name is None:
-        return train_tokenizer(raw, config, tokenizer_kind(config, getattr(arch, "model_type", None)))
+        kind = tokenizer_kind(config, getattr(arch, "model_type", None))
+        return checkpoint_tokenizer(resume) or train_tokenizer(raw, config, kind)
     source = tokenizer_label(config)
     if name.startswith(("/", ".", "~")) and not Path(name).expanduser().exists():
         raise ConfigError(f"{source}={name!r}: no such local tokenizer directory")
@@ -160,6 +161,11 @@ def load_tokenizer(config: Config, raw: RawData, arch: Any | None) -> Any:
     if tokenizer.mask_token is None:
         raise ConfigError(f"{source}={name!r}: the tokenizer has no mask token; masked-LM training needs one")
     return tokenizer
+
+
+def trains_its_tokenizer(config: Config, arch: Any | None) -> bool:
+    """No tokenizer named: one is trained on the training text (:func:`load_tokenizer`)."""
+    return not config.job.tokenizer_name and arch is not None
 
 
 def tokenizer_label(config: Config) -> str:

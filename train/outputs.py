@@ -62,7 +62,11 @@ def check_output_dir(config: Config, dry_run: bool = False) -> RunFiles:
     except OSError as exc:
         message = f"{config.source_of('output_dir')}={str(files.root)!r}: not writable ({write_failure(exc)}); "
         raise EnvironmentProblem(message + "expected a writable directory") from None
-    if not dry_run:
+    if config.output_store:  # the store holds the run: its checks, not the staging directory's
+        from train.mirror import Mirror  # imports the Trainer's callback class: only a store's run needs it
+
+        Mirror(config).check(dry_run)
+    elif not dry_run:
         refuse_finished(config)
     return files
 
@@ -70,6 +74,10 @@ def check_output_dir(config: Config, dry_run: bool = False) -> RunFiles:
 def output_facts(config: Config) -> dict[str, Any]:
     """What a run would find in output_dir: a finished model (which it refuses to replace unless asked) and the
     checkpoint it would resume from, with the newer ones it would skip and why."""
+    if config.output_store:
+        from train.mirror import Mirror
+
+        return Mirror(config).facts()
     files = RunFiles(config.training.output_dir)
     chosen, skipped = resume_choice(config)
     finished = files.final.exists()
@@ -238,9 +246,16 @@ class RunRecord:
     """run.json and the report, written by world rank 0 whenever the run ends (finished, stopped, diverged)."""
 
     def __init__(
-        self, config: Config, files: RunFiles, facts: dict[str, Any], handoff: Handoff | None, started: str
+        self,
+        config: Config,
+        files: RunFiles,
+        facts: dict[str, Any],
+        handoff: Handoff | None,
+        started: str,
+        uploaded: Callable[[], None] | None = None,
     ) -> None:
         self.config, self.files, self.facts, self.handoff, self.started = config, files, facts, handoff, started
+        self.uploaded = uploaded  # called once the files are written: a store's mirror uploads them
 
     def write(self, status: str) -> None:
         if not is_world_zero():
@@ -260,6 +275,8 @@ class RunRecord:
         )
         write_json_atomic(self.files.run_json, document)
         write_report_safely(self.files)
+        if self.uploaded is not None:
+            self.uploaded()
 
 
 def write_report_safely(files: RunFiles) -> None:

@@ -53,6 +53,7 @@ TRANSIENT_CODES = frozenset(
     {"InternalError", "ServiceUnavailable", "SlowDown", "Throttling", "ThrottlingException", "RequestTimeout"}
     | {"TooManyRequests", "RequestLimitExceeded"}
 )
+VANISHED = "removed from the store while being read"  # a checkpoint newest_resumable could not download
 T = TypeVar("T")
 
 
@@ -64,6 +65,11 @@ def is_store_url(value: str | os.PathLike[str]) -> bool:
     import fsspec  # only a URL needs it
 
     return match["protocol"].lower() in fsspec.available_protocols()
+
+
+def without_credentials(url: str) -> str:
+    """``url`` as messages and run.json show it: a ``user:secret@`` after the protocol left out."""
+    return re.sub(r"^([a-z][a-z0-9+.-]*://)[^/@]*@", r"\1", url, flags=re.I)
 
 
 @dataclass(frozen=True)
@@ -169,7 +175,7 @@ class Store:
         try:  # its own instance: fsspec would share one (credentials and listings cached) per set of options
             self.fs, root = fsspec.core.url_to_fs(url, skip_instance_cache=True, **(storage_options or {}))
         except (ImportError, ValueError) as exc:  # no filesystem for the protocol, or its package missing
-            shown = re.sub(r"^([a-z][a-z0-9+.-]*://)[^/@]*@", r"\1", url, flags=re.I)
+            shown = without_credentials(url)
             raise ConfigError(f"{label}={shown!r}: not a store this image can write ({said(exc)})") from None
         self.root = root.rstrip("/")
         self.url = self.fs.unstrip_protocol(self.root)  # for messages: never holds credentials
@@ -263,15 +269,36 @@ class Store:
     # -- checkpoints --
     def upload_checkpoint(self, local: Path) -> int:
         """Upload a checkpoint directory of the staging dir, its ``.complete`` marker last; returns its step.
-        A copy of the same step already in the store (cut off, or saved again) is removed first."""
+        A copy of the same step already in the store (cut off, or saved again) is removed first. (Several ranks
+        share the work with the three steps: :meth:`remove`, :meth:`put_checkpoint_files`, :meth:`mark`.)"""
         if not is_checkpoint_name(local.name) or not local.is_dir():
             raise ValueError(f"{local}: not a checkpoint directory")
-        name, marker = NAMES.checkpoint(step_of(local)), local / COMPLETE_MARKER
-        self.remove(name)
-        for path in sorted(p for p in local.rglob("*") if p.is_file() and p != marker):
-            self.put(path, name / path.relative_to(local))
-        self.pipe(name / COMPLETE_MARKER, marker.read_bytes() if marker.is_file() else f"{console.now()}\n".encode())
+        self.remove(NAMES.checkpoint(step_of(local)))
+        self.put_checkpoint_files(local, lambda path: True)
+        self.mark(local)
         return step_of(local)
+
+    def put_checkpoint_files(self, local: Path, chosen: Callable[[Path], bool]) -> None:
+        """Upload the files of a local checkpoint that ``chosen`` accepts, never its marker."""
+        name = NAMES.checkpoint(step_of(local))
+        for path in sorted(p for p in local.rglob("*") if p.is_file() and p.name != COMPLETE_MARKER):
+            if chosen(path.relative_to(local)):
+                self.put(path, name / path.relative_to(local))
+
+    def mark(self, local: Path) -> None:
+        """Write the completeness marker of a checkpoint every file of which is uploaded."""
+        marker = local / COMPLETE_MARKER
+        body = marker.read_bytes() if marker.is_file() else f"{console.now()}\n".encode()
+        self.pipe(NAMES.checkpoint(step_of(local)) / COMPLETE_MARKER, body)
+
+    def move(self, name: str | PurePosixPath | Path, to: str | PurePosixPath | Path) -> None:
+        """Rename a directory of the store: each object copied (a server-side copy where the store has one, as
+        S3 does), then the original removed, its marker first. Cut off halfway, the original still stands."""
+        source = PurePosixPath(name)
+        for rel in sorted(self.listing(source), key=lambda rel: rel.name == COMPLETE_MARKER):  # the marker last
+            target = PurePosixPath(to) / rel.relative_to(source.as_posix())
+            self.retrying(f"copying {rel}", self.fs.copy, self.key(rel), self.key(target))
+        self.remove(source)
 
     def checkpoint_steps(self) -> dict[int, bool]:
         """Every checkpoint in the store, step -> whether it is complete (its marker is there)."""
@@ -317,7 +344,7 @@ class Store:
             try:
                 local = self.download_checkpoint(step, staging)
             except FileNotFoundError:
-                skipped.append((step, "removed from the store while being read"))
+                skipped.append((step, VANISHED))
                 continue
             reason = problem(local)
             if reason is None:

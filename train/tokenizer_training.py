@@ -8,12 +8,16 @@ from __future__ import annotations
 
 import os
 import sys
+import tempfile
 from collections.abc import Iterator
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
+import torch.distributed as dist
 from transformers import PreTrainedTokenizerFast
 
+from train import distributed
 from train.config import Config
 from train.data import RawData
 from train.hf import cache_key, cache_root
@@ -142,3 +146,33 @@ def _trainer(kind: Kind, vocab_size: int, tokens: list[str], show_progress: bool
             show_progress=show_progress,
         )  # fmt: skip
     return trainers.WordPieceTrainer(vocab_size=vocab_size, special_tokens=tokens, show_progress=show_progress)
+
+
+def checkpoint_tokenizer(resume: str | None) -> PreTrainedTokenizerFast | None:
+    """The tokenizer a resumed run must use when it trains its own: the checkpoint's. Training one again (on a
+    fresh machine, or after the cache was cleared) gives another vocabulary: the ``tokenizers`` trainers break
+    ties in hash-map order, which differs from process to process."""
+    if resume is None or not (Path(resume) / "tokenizer.json").is_file():
+        return None
+    return PreTrainedTokenizerFast.from_pretrained(resume)
+
+
+def agree_on_tokenizer(tokenizer: PreTrainedTokenizerFast) -> PreTrainedTokenizerFast:
+    """World rank 0's trained tokenizer on every rank. Each node trains its own where the nodes share no cache, and
+    (see :func:`checkpoint_tokenizer`) two trainings on the same text differ: rank 0's files are broadcast, and a
+    rank whose tokenizer differs loads them instead. One collective: every rank calls it."""
+    if not distributed.initialized():
+        return tokenizer
+    with tempfile.TemporaryDirectory(prefix="tokenizer-") as directory:
+        sent: list[tuple[str, dict[str, bytes]] | None] = [None]
+        if distributed.is_world_zero():
+            tokenizer.save_pretrained(directory)
+            files = {path.name: path.read_bytes() for path in Path(directory).iterdir() if path.is_file()}
+            sent = [(tokenizer.backend_tokenizer.to_str(), files)]
+        dist.broadcast_object_list(sent, src=0)
+        model, files = sent[0] or ("", {})
+        if model == tokenizer.backend_tokenizer.to_str():
+            return tokenizer
+        for name, data in files.items():
+            (Path(directory) / name).write_bytes(data)
+        return PreTrainedTokenizerFast.from_pretrained(directory)

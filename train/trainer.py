@@ -49,11 +49,13 @@ class MLMTrainer(Trainer):
 
     def _track_num_input_tokens(self, inputs: dict[str, Any]) -> None:
         """The Trainer counts real tokens as ``attention_mask.sum()``: a 4D per-document mask (train/packing.py)
-        would count positions squared, and ModernBERT's dict of masks has no sum. Without a 2D mask it counts the
-        tokens that are not padding, as it does where there is no mask. (Private hook, transformers 5.24.)"""
+        would count positions squared, and ModernBERT's dict of masks has no sum. Those layouts (packed, padding
+        free) have no padding position, so every position counts: counting the tokens that are not the pad id, as
+        the Trainer does without a mask, would miss a masked token randomly replaced by the pad token. (Private
+        hook, transformers 5.24.)"""
         mask = inputs.get("attention_mask")
         if mask is not None and not (isinstance(mask, torch.Tensor) and mask.dim() == 2):
-            inputs = {k: v for k, v in inputs.items() if k != "attention_mask"}
+            inputs = {**inputs, "attention_mask": torch.ones_like(inputs["input_ids"])}
         super()._track_num_input_tokens(inputs)
 
     def _issue_warnings_after_load(self, load_result: Any) -> None:

@@ -64,8 +64,8 @@ def job_in_process(monkeypatch: pytest.MonkeyPatch) -> Iterator[Any]:
                 monkeypatch.setenv(name, value)
         if stop_at is not None:
 
-            def prepare_and_stop(config: Any) -> Any:
-                prepared = prepare(config)
+            def prepare_and_stop(*args: Any) -> Any:
+                prepared = prepare(*args)
                 prepared.trainer.add_callback(SigtermAt(stop_at))  # before the stopper: it sees the signal
                 return prepared
 

@@ -27,8 +27,12 @@ from train.config.schema import ENV_PREFIX, NON_OPTION_ENV, SECRET_FIELDS, JobAr
 from train.config.validate import validate
 from train.config.yaml_file import read_yaml
 from train.errors import ConfigError
+from train.hf import cache_key, cache_root
+from train.store import LOCAL_PROTOCOLS, is_store_url, without_credentials
+from train.store import URL as STORE_URL
 
 REDACTED = "***"
+STAGING = "staging"  # the staging directories of store output_dirs, under our cache (train/hf.py's cache_root)
 
 
 @dataclass
@@ -40,6 +44,10 @@ class Config:
     sources: dict[str, str]
     # MLM_PUSH_TO_HUB as the user set it: the job pushes final/, the Trainer is told not to (see take_over_push).
     push_to_hub: bool = False
+    # output_dir as the user set it when it is a store's URL (training.output_dir is then the staging directory,
+    # see stage_outputs), and where it was set.
+    output_store: str | None = None
+    output_store_source: str = "output_dir"
 
     def source_of(self, name: str) -> str:
         """Where an option was set, as errors name it (``MLM_SEED``, ``job.yaml: seed``, ``--seed``), else its name."""
@@ -50,6 +58,7 @@ class Config:
         resolved: dict[str, Any] = dataclasses.asdict(self.job)
         resolved.update(_jsonable(self.training.to_dict()))
         resolved["push_to_hub"] = self.push_to_hub
+        resolved["output_store"] = without_credentials(self.output_store) if self.output_store else None
         if redact:
             for name in SECRET_FIELDS:
                 if resolved.get(name):
@@ -162,7 +171,31 @@ def load_config(argv: Sequence[str] | None = None, environ: Mapping[str, str] | 
     config = Config(job=job, training=training, sources=sources)
     split_trackers(config)
     take_over_push(config, environ)
+    stage_outputs(config, environ)
     return config
+
+
+def stage_outputs(config: Config, environ: Mapping[str, str]) -> None:
+    """An output_dir in a store (``s3://bucket/prefix``): the job trains into a local staging directory, which
+    train/mirror.py mirrors to the store, so every module that writes output_dir writes a directory. The store's
+    URL moves to ``Config.output_store``; ``training.output_dir`` becomes the staging directory (MLM_STAGING_DIR,
+    else one under our cache named by the URL: the same on every node and every run of that output_dir), and
+    errors about the local directory name MLM_STAGING_DIR."""
+    training, job = config.training, config.job
+    url = STORE_URL.match(training.output_dir)
+    if url and url["protocol"].lower() in LOCAL_PROTOCOLS:
+        training.output_dir = training.output_dir[url.end() :]  # file:///out is /out
+    if not url or not is_store_url(training.output_dir):
+        if url and url["protocol"].lower() not in LOCAL_PROTOCOLS:
+            raise ConfigError(
+                f"{config.source_of('output_dir')}={shown(training.output_dir)}: no filesystem for "
+                f"{url['protocol']}://; expected a directory or a store's URL (s3://, gs://, az://, ...)"
+            )
+        return
+    config.output_store, config.output_store_source = training.output_dir, config.source_of("output_dir")
+    staging = job.staging_dir or str(cache_root(environ) / STAGING / cache_key(training.output_dir))
+    training.output_dir = os.path.abspath(os.path.expanduser(staging))
+    config.sources["output_dir"] = config.sources.get("staging_dir", env_name("staging_dir"))
 
 
 def _nearest(name: str, known: Sequence[str]) -> str:

@@ -167,8 +167,21 @@ class JobArguments:
     trust_remote_code: bool = option(False, "Allow model/tokenizer code from the hub to run. Off unless set.")
     resume: str = option(
         "auto",
-        "auto: continue from the newest complete checkpoint in output_dir; never; or a path.",
+        "auto: continue from the newest complete checkpoint in output_dir; never; or a checkpoint's path or URL.",
         non_blank("auto, never or a checkpoint path"),
+    )
+    staging_dir: str | None = option(
+        None,
+        "Where a run whose output_dir is in a store (s3://, gs://, any fsspec URL) writes before mirroring there: "
+        "HF_HOME/mlm-trainer/staging/<a key of output_dir> when unset (the cache volume). It needs room for "
+        "save_total_limit + 1 checkpoints and the final model; unused with a local output_dir.",
+        non_blank("a directory"),
+    )
+    store_retry_timeout: int = option(
+        300,
+        "Seconds a call to an output_dir in a store keeps being retried on transient errors (connection lost, "
+        "5xx, throttling), waiting 1 s, 2 s, 4 s... up to 30 s between at most 6 attempts.",
+        integers(1, MAX_TIMEOUT_S, " seconds"),
     )
     overwrite_output_dir: bool = option(
         False,

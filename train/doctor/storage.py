@@ -12,7 +12,8 @@ from pathlib import Path
 from train import checkpoints, hf, outputs
 from train.config import Config
 from train.doctor.rows import FAIL, OK, WARN, Check
-from train.errors import ConfigError
+from train.errors import ConfigError, UserError
+from train.lease import describe_holder
 from train.runfiles import RunFiles
 
 GIB = 1024**3
@@ -49,6 +50,8 @@ def check_writable(name: str, path: Path, fix: str) -> Check:
 
 
 def check_output(config: Config) -> Check:
+    if config.output_store:
+        return check_store(config)
     output = RunFiles(config.training.output_dir).root
     label = config.source_of("output_dir")
     check = check_writable(
@@ -78,3 +81,27 @@ def check_cache(environ: Mapping[str, str]) -> Check:
         hf.hf_home(environ),
         "mount a writable volume at the cache (HF_HOME) or point HF_HOME at one",
     )
+
+
+def check_store(config: Config) -> Check:
+    """output_dir in a store: the staging directory writable, the store reachable and writable (the job's
+    preflight: a probe object written and removed), who holds its lease, and what a run would do there."""
+    from train.mirror import Mirror  # the store's packages and the Trainer's callback: only a store needs them
+
+    staging = check_writable(
+        "output_dir", RunFiles(config.training.output_dir).root, "set MLM_STAGING_DIR to a writable local directory"
+    )
+    if staging.status == FAIL:
+        staging.detail = f"staging directory {staging.detail}"
+        return staging
+    try:
+        mirror = Mirror(config)
+        mirror.check()
+        facts = mirror.facts()
+        holder = mirror.lease().holder()
+    except UserError as exc:
+        return Check("output_dir", FAIL, f"the job would refuse to start: {exc}")
+    held = f"; in use by another run ({describe_holder(holder)})" if holder else ""
+    detail = f"{mirror.store.url}: writable; a run would {facts['a run would']}{held}; staging {staging.detail}"
+    fix = "wait for it to end, or stop it (a lost holder's lease expires by itself)" if holder else ""
+    return Check("output_dir", WARN if holder else staging.status, detail, fix or staging.fix, data=facts)

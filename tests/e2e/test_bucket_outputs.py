@@ -1,0 +1,242 @@
+"""output_dir in a bucket (``MLM_OUTPUT_DIR=s3://...``) through the real front door (./entrypoint.sh -> launcher ->
+torchrun -> ranks) against a real S3-compatible server (moto's, on loopback): a SIGTERM after a checkpoint reached
+the bucket, a fresh machine (empty staging, empty cache) resuming from it with weights bit-identical to an
+uninterrupted run, a damaged checkpoint in the bucket, a missing bucket, refused credentials, a server failing
+mid-upload, and the secret key in no log or file."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import REPO, tiny_env
+from tests.servers import FlakyProxy, aws_environment, flaky_proxy
+from tests.test_store import authenticating  # noqa: F401 - a fixture: a moto server that checks credentials
+
+pytestmark = pytest.mark.slow
+
+SECRET = "bucket-secret-canary-5ec12e7"  # the secret key: must reach no log, file or object
+# 512 demo training samples in batches of 16: 32 steps, a checkpoint every 10, no dataloader workers.
+RESUMABLE = {"demo_samples": "640", "per_device_train_batch_size": "16", "save_strategy": "steps", "save_steps": "10"}
+
+
+@pytest.fixture(scope="module")
+def aws(s3_endpoint: str) -> dict[str, str]:
+    """The variables a user sets for S3 (tests/servers.py's aws_environment)."""
+    return aws_environment(s3_endpoint, SECRET)
+
+
+def filesystem(aws: dict[str, str]):  # noqa: ANN201 - s3fs is imported here only
+    import s3fs
+
+    return s3fs.S3FileSystem(
+        key=aws["AWS_ACCESS_KEY_ID"],
+        secret=aws["AWS_SECRET_ACCESS_KEY"],
+        endpoint_url=aws["AWS_ENDPOINT_URL"],
+        skip_instance_cache=True,
+    )
+
+
+@pytest.fixture
+def bucket(aws: dict[str, str]) -> str:
+    name = f"runs-{uuid.uuid4().hex[:12]}"
+    filesystem(aws).mkdir(name)
+    return name
+
+
+def machine_env(tmp_path: Path, url: str, aws: dict[str, str], machine: str, **options: str) -> dict[str, str]:
+    """A run on its own "machine": its own staging directory and its own (empty at first) cache."""
+    env = tiny_env(tmp_path / machine / "unused", log_format="text", **{**RESUMABLE, **options})
+    env.update(aws)
+    env.update(
+        MLM_OUTPUT_DIR=url,
+        MLM_STAGING_DIR=str(tmp_path / machine / "staging"),
+        HF_HOME=str(tmp_path / machine / "hf"),
+        PATH=f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}",
+    )
+    return env
+
+
+def entrypoint(env: dict[str, str], *args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([str(REPO / "entrypoint.sh"), *args], env=env, capture_output=True, text=True, timeout=600)
+
+
+def start(env: dict[str, str]) -> subprocess.Popen:
+    return subprocess.Popen(
+        [str(REPO / "entrypoint.sh")], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
+
+
+def wait_for_object(aws: dict[str, str], key: str, process: subprocess.Popen, timeout: float = 300) -> None:
+    fs, deadline = filesystem(aws), time.monotonic() + timeout
+    while not fs.exists(key):
+        assert process.poll() is None, f"exited {process.returncode} before {key} appeared: {process.stderr.read()}"
+        assert time.monotonic() < deadline, f"{key} did not appear in {timeout} s"
+        time.sleep(0.3)
+        fs.invalidate_cache()
+
+
+def complete_steps(aws: dict[str, str], prefix: str) -> list[int]:
+    fs = filesystem(aws)
+    return sorted(int(key.split("/")[-2].split("-")[1]) for key in fs.glob(f"{prefix}/checkpoint-*/.complete"))
+
+
+def assert_no_secret(aws: dict[str, str], prefix: str | None, *places: Path, texts: tuple[str, ...] = ()) -> None:
+    for text in texts:
+        assert SECRET not in text
+    for place in places:
+        for path in (p for p in place.rglob("*") if p.is_file()):
+            assert SECRET.encode() not in path.read_bytes(), path
+    fs = filesystem(aws)
+    for key in fs.find(prefix) if prefix else []:
+        assert SECRET.encode() not in fs.cat_file(key), key
+
+
+def test_a_stopped_run_resumes_on_a_fresh_machine_from_the_bucket_with_identical_weights(
+    tmp_path: Path, aws: dict[str, str], bucket: str
+) -> None:
+    straight = entrypoint(machine_env(tmp_path, f"s3://{bucket}/straight", aws, "a"))
+    assert straight.returncode == 0, straight.stderr[-3000:]
+    assert f"finished: model in s3://{bucket}/straight/final" in straight.stderr
+
+    url, fs = f"s3://{bucket}/run", filesystem(aws)
+    first = start(machine_env(tmp_path, url, aws, "b"))
+    wait_for_object(aws, f"{bucket}/run/checkpoint-10/.complete", first)
+    first.send_signal(signal.SIGTERM)
+    _, stopped = first.communicate(timeout=120)  # a bound against a hang, not a measurement
+    assert first.returncode == 75, stopped[-3000:]
+    assert max(complete_steps(aws, f"{bucket}/run")) >= 10
+    assert not fs.exists(f"{bucket}/run/final")
+
+    resumed = entrypoint(machine_env(tmp_path, url, aws, "c"))  # another machine: nothing of b's
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    assert "resuming from" in resumed.stderr
+    weights = "final/model.safetensors"
+    assert fs.cat_file(f"{bucket}/run/{weights}") == fs.cat_file(f"{bucket}/straight/{weights}")
+    assert fs.exists(f"{bucket}/run/final/.complete") and fs.exists(f"{bucket}/run/run.json")
+    history = fs.cat_file(f"{bucket}/run/logs/train.jsonl").decode()
+    assert history.count('"event": "banner"') == 2  # the stopped run's log, appended to on the other machine
+    assert_no_secret(aws, f"{bucket}/run", tmp_path, texts=(straight.stderr, stopped, resumed.stderr))
+
+
+def test_a_damaged_checkpoint_in_the_bucket_falls_back_to_the_one_before(
+    tmp_path: Path, aws: dict[str, str], bucket: str
+) -> None:
+    url, fs, prefix = f"s3://{bucket}/run", filesystem(aws), f"{bucket}/run"
+    done = entrypoint(machine_env(tmp_path, url, aws, "a", max_steps="20"))
+    assert done.returncode == 0, done.stderr[-3000:]
+    fs.rm(f"{prefix}/final", recursive=True)  # as if stopped after step 20
+    weights = f"{prefix}/checkpoint-20/model.safetensors"
+    fs.pipe_file(weights, fs.cat_file(weights)[:1000])  # cut short, marker intact
+
+    resumed = entrypoint(machine_env(tmp_path, url, aws, "b", max_steps="30"))
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    assert "cannot resume from checkpoint-20 (model.safetensors: truncated" in resumed.stderr
+    assert "resuming from checkpoint-10 instead" in resumed.stderr
+    assert fs.glob(f"{prefix}/.invalid-checkpoint-20-*/model.safetensors")  # set aside, not deleted
+    assert 30 in complete_steps(aws, prefix) and fs.exists(f"{prefix}/final/.complete")
+
+
+def test_a_missing_bucket_is_exit_2_before_training(tmp_path: Path, aws: dict[str, str]) -> None:
+    result = entrypoint(machine_env(tmp_path, "s3://no-such-bucket-here/run", aws, "a"))
+    assert result.returncode == 2, result.stderr[-3000:]
+    assert "MLM_OUTPUT_DIR='s3://no-such-bucket-here/run': the bucket does not exist" in result.stderr
+    assert "Traceback" not in result.stderr and "Tokenizing" not in result.stderr
+    assert_no_secret(aws, None, tmp_path, texts=(result.stderr, result.stdout))
+
+
+def test_refused_credentials_are_exit_3_before_training(
+    tmp_path: Path,
+    aws: dict[str, str],
+    authenticating: tuple[str, str, str],  # noqa: F811 - the fixture imported above
+) -> None:
+    endpoint, key_id, _ = authenticating
+    env = machine_env(tmp_path, "s3://any-bucket/run", {**aws, "AWS_ENDPOINT_URL": endpoint}, "a")
+    env["AWS_ACCESS_KEY_ID"] = key_id  # a key the server knows, with the wrong secret
+    result = entrypoint(env)
+    assert result.returncode == 3, result.stderr[-3000:]
+    assert "MLM_OUTPUT_DIR='s3://any-bucket/run':" in result.stderr and "refused" in result.stderr
+    assert SECRET not in result.stderr + result.stdout and "Tokenizing" not in result.stderr
+
+
+@pytest.fixture
+def proxy(aws: dict[str, str]) -> Iterator[FlakyProxy]:
+    with flaky_proxy(aws["AWS_ENDPOINT_URL"]) as served:
+        yield served
+
+
+def test_a_server_failing_mid_upload_is_exit_3_and_the_next_run_uploads_what_was_kept(
+    tmp_path: Path, aws: dict[str, str], bucket: str, proxy: FlakyProxy
+) -> None:
+    url, fs, prefix = f"s3://{bucket}/run", filesystem(aws), f"{bucket}/run"
+    env = machine_env(tmp_path, url, {**aws, "AWS_ENDPOINT_URL": proxy.url}, "a", store_retry_timeout="3")
+    proxy.fail(1000, "PUT", "500", after=2, where="/run/checkpoint-10/")  # two files land, then none
+    failed = entrypoint(env)
+    assert failed.returncode == 3, failed.stderr[-3000:]
+    said = failed.stderr.strip().splitlines()[-2]  # the rank's line; the launcher's last points at it
+    assert "writing checkpoint-10/" in said and "the local copy is kept" in said, failed.stderr[-3000:]
+    assert "Traceback" not in failed.stderr
+    staged = tmp_path / "a" / "staging" / "checkpoint-10"
+    assert (staged / "model.safetensors").is_file() and (staged / ".complete").is_file()
+    assert not complete_steps(aws, prefix)
+
+    proxy.heal()
+    again = entrypoint(env)
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert "uploading checkpoint-10, which the last run saved but did not finish uploading" in again.stderr
+    assert "resuming from" in again.stderr and fs.exists(f"{prefix}/final/.complete")
+
+
+def test_two_nodes_with_their_own_staging_resume_from_the_bucket(
+    tmp_path: Path, aws: dict[str, str], bucket: str
+) -> None:
+    """Two nodes sharing no volume (each its own staging directory and cache), as a PyTorchJob's pods: stopped
+    after a checkpoint reached the bucket, then started again on fresh machines, they resume from it together."""
+    from tests.e2e.test_multinode import free_port, node_env
+
+    url, fs, prefix = f"s3://{bucket}/run", filesystem(aws), f"{bucket}/run"
+
+    def nodes(machines: str) -> list[subprocess.Popen]:
+        port = free_port()
+        envs = [node_env(tmp_path / machines, rank, port) for rank in (0, 1)]
+        for rank, env in enumerate(envs):
+            env.update(aws, MLM_OUTPUT_DIR=url, MLM_STAGING_DIR=str(tmp_path / machines / f"staging{rank}"))
+            env.update({f"MLM_{k.upper()}": v for k, v in RESUMABLE.items()})
+        return [
+            subprocess.Popen([str(REPO / "entrypoint.sh"), "train"], env=env, stdout=subprocess.PIPE,
+                             stderr=subprocess.STDOUT, text=True)
+            for env in envs
+        ]  # fmt: skip
+
+    def ends(started: list[subprocess.Popen]) -> list[tuple[int, str]]:
+        try:
+            return [(node.wait(timeout=600), node.communicate()[0]) for node in started]
+        finally:
+            for node in started:
+                if node.poll() is None:
+                    node.kill()
+
+    first = nodes("first")
+    wait_for_object(aws, f"{prefix}/checkpoint-10/.complete", first[0])
+    for node in first:
+        node.send_signal(signal.SIGTERM)
+    for code, log in ends(first):
+        assert code == 75, log[-3000:]
+    saved = max(complete_steps(aws, prefix))
+    rng = {Path(key).name for key in fs.glob(f"{prefix}/checkpoint-{saved}/rng_state_*.pth")}
+    assert rng == {"rng_state_0.pth", "rng_state_1.pth"}  # each node uploaded its own rank's
+
+    again = ends(nodes("second"))  # fresh machines: empty staging directories and caches
+    for code, log in again:
+        assert code == 0, log[-3000:]
+    assert f"resuming from {tmp_path / 'second' / 'staging0' / f'checkpoint-{saved}'}" in again[0][1]
+    assert (tmp_path / "second" / "staging1" / f"checkpoint-{saved}" / "rng_state_1.pth").is_file()
+    assert fs.exists(f"{prefix}/final/.complete")
