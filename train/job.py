@@ -212,9 +212,13 @@ def finish(
     if distributed.is_world_zero():
         # Once final/ and run.json are written: the hub push and the trackers' final model and facts (exit 3 when
         # one fails, final/ kept). Imported here: trackers are loaded only by a run that reaches this point.
-        from train.publish import publish_run
+        from train.publish import CARD, publish_run
 
-        publish_run(config, files, step=prepared.trainer.state.global_step)
+        try:
+            publish_run(config, files, step=prepared.trainer.state.global_step)
+        finally:
+            if mirror and (files.final / CARD).is_file():  # the model card the push or MLflow wrote into final/
+                mirror.store.upload(files.root, files.final.relative_to(files.root) / CARD)
 
 
 def cleanup() -> None:

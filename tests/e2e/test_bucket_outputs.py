@@ -18,6 +18,9 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import REPO, tiny_env
+from tests.e2e.test_publish import REPO_ID, hub, push_env  # noqa: F401 - hub: the loopback hub's fixture
+from tests.e2e.test_trackers import mlflow_server  # noqa: F401 - a fixture: `mlflow server` on loopback
+from tests.hub_server import HubServer
 from tests.servers import FlakyProxy, aws_environment, flaky_proxy
 from tests.test_store import authenticating  # noqa: F401 - a fixture: a moto server that checks credentials
 
@@ -240,3 +243,29 @@ def test_two_nodes_with_their_own_staging_resume_from_the_bucket(
     assert f"resuming from {tmp_path / 'second' / 'staging0' / f'checkpoint-{saved}'}" in again[0][1]
     assert (tmp_path / "second" / "staging1" / f"checkpoint-{saved}" / "rng_state_1.pth").is_file()
     assert fs.exists(f"{prefix}/final/.complete")
+
+
+def test_a_bucket_run_pushes_to_the_hub_and_logs_its_model_to_mlflow(
+    tmp_path: Path,
+    aws: dict[str, str],
+    bucket: str,
+    hub: HubServer,  # noqa: F811 - the fixture imported above
+    mlflow_server: str,  # noqa: F811 - the fixture imported above
+) -> None:
+    """The hub push and MLflow's artifact upload read the staged final/: the same bytes as the bucket's."""
+    from mlflow.tracking import MlflowClient
+
+    hub.reset()
+    env = push_env(tmp_path / "out", hub)
+    env.update(machine_env(tmp_path, f"s3://{bucket}/run", aws, "a", push_to_hub="true", report_to="mlflow"))
+    env.update(MLFLOW_TRACKING_URI=mlflow_server, MLFLOW_EXPERIMENT_NAME=f"bucket-{bucket}")
+    env.pop("HF_HUB_OFFLINE", None)  # the push needs the hub; the data and the model are local anyway
+    result = entrypoint(env)
+    assert result.returncode == 0, result.stderr[-3000:]
+    fs, final = filesystem(aws), f"{bucket}/run/final"
+    weights = fs.cat_file(f"{final}/model.safetensors")
+    assert hub.repos[REPO_ID].files["model.safetensors"] == weights
+    assert fs.cat_file(f"{final}/README.md") == hub.repos[REPO_ID].files["README.md"]  # the card, in the bucket too
+    client = MlflowClient(tracking_uri=mlflow_server)
+    [run] = client.search_runs([client.get_experiment_by_name(f"bucket-{bucket}").experiment_id])
+    assert "final/model.safetensors" in {a.path for a in client.list_artifacts(run.info.run_id, "final")}
