@@ -74,7 +74,13 @@ def main(argv: list[str] | None = None) -> int:
                 "earlier checkpoints are intact: free space or use a larger volume, then run again to resume"
             ) from None
         found = timed_out(config, exc) or crash.worker_death(exc)
-        raise found or crash.unexpected(exc, files, distributed.world_rank()) from exc
+        if found is None:
+            found = crash.unexpected(exc, files, distributed.world_rank())
+            if config.output_store:  # the pod, and its staging directory, may be gone before anyone reads it
+                from train.mirror import upload_crash_log
+
+                upload_crash_log(config, files.crash_log(distributed.world_rank()))
+        raise found from exc
     finally:
         end_children()  # workers that ignore SIGTERM must not hold the rank's exit (train/lifetime.py)
 

@@ -267,3 +267,14 @@ class UploadCheckpoints(TrainerCallback):
             say(f"uploaded {local.name} to {store.url} ({size:,.1f} MiB in {time.monotonic() - started:.1f} s)")
         elif local.is_dir() and not (local / TRAINER_STATE).exists():
             shutil.rmtree(local, ignore_errors=True)  # this node's RNG states, uploaded: staging keeps no more
+
+
+def upload_crash_log(config: Config, log: Path) -> None:
+    """A rank's crash log into the store, at once and without long retries (the run is ending: its one line says
+    where the traceback is, in staging; this copies it where it outlives the machine). Never raises."""
+    try:
+        store = Store(config.output_store or "", label=config.output_store_source, retry=Retry(attempts=2, total_s=5))
+        if log.is_file():
+            store.put(log, log.relative_to(RunFiles(config.training.output_dir).root))
+    except Exception:  # noqa: BLE001 - a crash is being reported: the upload is a courtesy
+        return

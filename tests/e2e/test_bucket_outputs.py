@@ -269,3 +269,12 @@ def test_a_bucket_run_pushes_to_the_hub_and_logs_its_model_to_mlflow(
     client = MlflowClient(tracking_uri=mlflow_server)
     [run] = client.search_runs([client.get_experiment_by_name(f"bucket-{bucket}").experiment_id])
     assert "final/model.safetensors" in {a.path for a in client.list_artifacts(run.info.run_id, "final")}
+
+
+def test_a_crashed_ranks_traceback_reaches_the_bucket(tmp_path: Path, aws: dict[str, str], bucket: str) -> None:
+    # The Trainer looks the metric up after the evaluation at step 10 and raises: a mistake found mid-run.
+    options = {"eval_strategy": "steps", "eval_steps": "10", "metric_for_best_model": "nope"}
+    result = entrypoint(machine_env(tmp_path, f"s3://{bucket}/run", aws, "a", **options))
+    assert result.returncode == 1, result.stderr[-3000:]
+    assert "rank 0 crashed: KeyError" in result.stderr
+    assert b"Traceback" in filesystem(aws).cat_file(f"{bucket}/run/logs/crash-rank-0.txt")
