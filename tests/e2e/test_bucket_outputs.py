@@ -278,3 +278,19 @@ def test_a_crashed_ranks_traceback_reaches_the_bucket(tmp_path: Path, aws: dict[
     assert result.returncode == 1, result.stderr[-3000:]
     assert "rank 0 crashed: KeyError" in result.stderr
     assert b"Traceback" in filesystem(aws).cat_file(f"{bucket}/run/logs/crash-rank-0.txt")
+
+
+def test_a_second_job_on_the_same_bucket_is_refused_and_the_first_is_unharmed(
+    tmp_path: Path, aws: dict[str, str], bucket: str
+) -> None:
+    url = f"s3://{bucket}/run"
+    first = start(machine_env(tmp_path, url, aws, "a", demo_samples="6400"))  # 320 steps: still running
+    wait_for_object(aws, f"{bucket}/run/checkpoint-10/.complete", first)
+    second = entrypoint(machine_env(tmp_path, url, aws, "b"))
+    assert second.returncode == 3, second.stderr[-3000:]
+    assert f"MLM_OUTPUT_DIR='{url}' is in use by another run (pid" in second.stderr
+    assert first.poll() is None, "the first job ended while the second started"
+    first.send_signal(signal.SIGTERM)
+    _, stderr = first.communicate(timeout=120)
+    assert first.returncode == 75, stderr[-3000:]  # it saved and uploaded as if alone
+    assert "uploaded checkpoint-" in stderr and max(complete_steps(aws, f"{bucket}/run")) >= 10
