@@ -27,8 +27,8 @@ def install_probe(path: Path) -> None:
     """Wrap train.job.prepare so every Trainer it builds carries the probe."""
     prepare = job.prepare
 
-    def prepare_with_probe(config: Any) -> Any:
-        prepared = prepare(config)
+    def prepare_with_probe(config: Any, *args: Any) -> Any:
+        prepared = prepare(config, *args)
         settings = {
             "padding": config.job.padding,
             "max_seq_length": config.job.max_seq_length,

@@ -9,6 +9,7 @@ import copy
 import functools
 import os
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -55,6 +56,7 @@ class Prepared:
     head: str  # "masked-only" (train/head.py) or "dense"
     masking: dict[str, Any]  # the configured rates and the realised one (:func:`batch_facts`)
     packing: dict[str, Any]  # the padding mode and its efficiency (:func:`batch_facts`)
+    resume: str | None = None  # the checkpoint this rank resumes from (its node's copy)
 
     def write_model(self, directory: Path) -> None:
         """The trained model and its tokenizer, as AutoModelForMaskedLM / AutoTokenizer load them."""
@@ -90,24 +92,32 @@ def argmax_logits(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
     return logits.argmax(dim=-1)
 
 
-def prepare(config: Config, resume: str | None = None, stopper: StopOnSignal | None = None) -> Prepared:
-    """Data, tokenizer, model, collator and Trainer for this rank (``resume``: the checkpoint it will resume from).
+def prepare(config: Config, choose_resume: Callable[[], str | None] = lambda: None) -> Prepared:
+    """Data, tokenizer, model, collator and Trainer for this rank, and the checkpoint it resumes from.
+
+    ``choose_resume`` (every rank calls it: train/job.py's agreement) runs once the options, the model's config
+    and the data have been checked, so that bad input leaves output_dir as it was, and before the tokenizer: a
+    resumed run tokenizes with its checkpoint's.
 
     Rank 0 reads the data, trains a tokenizer if one is needed and tokenizes; the other ranks then load the same
     results from the caches instead of repeating the work: each node's local rank 0 does it for its node, unless
     the nodes share the cache, where world rank 0 does it for all. A trained tokenizer is world rank 0's on every
     node (and a resumed run's is its checkpoint's): train/tokenizer_training.py says why."""
     training, job = config.training, config.job
-    stopper = stopper or StopOnSignal()  # first: a stop while the data is prepared is still a stop with exit 75
+    stopper = StopOnSignal()  # first: a stop while the data is prepared (or a checkpoint downloads) is exit 75
     arch = scratch_config(config)
     model_config = check_before_data(config, arch)
     if model_config is not None and job.padding in ISOLATING:  # refused before the data, where the config is known
         check_isolation(config, model_config, attention_implementation(config, model_config))
     shared = cache_shared_with_rank_0(training)
+    trained = trains_its_tokenizer(config, arch)
     with training.main_process_first(local=not shared, desc="preparing data"):
         raw = load_raw(config)
-        tokenizer = load_tokenizer(config, raw, arch, resume)
-    if trains_its_tokenizer(config, arch):
+        tokenizer = None if trained else load_tokenizer(config, raw, arch)  # a named one: checked before resume
+    resume = choose_resume()
+    if tokenizer is None:  # trained: the checkpoint's when resuming, world rank 0's on every node
+        with training.main_process_first(local=not shared, desc="training the tokenizer"):
+            tokenizer = load_tokenizer(config, raw, arch, resume)
         tokenizer = agree_on_tokenizer(tokenizer)
     with training.main_process_first(local=not shared, desc="tokenizing"):
         corpus = build_corpus(config, raw, tokenizer, training.process_index, training.world_size)
@@ -171,7 +181,7 @@ def prepare(config: Config, resume: str | None = None, stopper: StopOnSignal | N
     masking, packing_facts = batch_facts(config, collator, corpus)
     return Prepared(
         trainer=trainer, tokenizer=tokenizer, corpus=corpus, stopper=stopper, guard=guard, head=head,
-        masking=masking, packing=packing_facts,
+        masking=masking, packing=packing_facts, resume=resume,
     )  # fmt: skip
 
 

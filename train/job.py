@@ -46,7 +46,7 @@ from train.outputs import (
     start_over,
     write_json_atomic,
 )
-from train.preemption import EvaluationInterrupted, StopOnSignal
+from train.preemption import EvaluationInterrupted
 from train.runfiles import RunFiles
 from train.trainer import apply_ddp_timeout, save_interrupted, tokens_seen_this_session
 
@@ -102,9 +102,8 @@ def run(config: Config) -> int:
         lease.acquire(wait_s=config.job.stop_timeout)
     try:
         set_seed(config.training.seed)
-        stopper = StopOnSignal()  # first: a stop while a checkpoint downloads or the data is prepared is exit 75
-        resume = agreed_resume(config, mirror)  # before the data: a resumed run tokenizes with its checkpoint's
-        prepared = prepare(config, resume, stopper)
+        prepared = prepare(config, lambda: agreed_resume(config, mirror))
+        resume = prepared.resume
         logs.attach(prepared.trainer, config, prepared.facts(), handoff)
         prepared.trainer.add_callback(prepared.stopper)
         prepared.trainer.add_callback(prepared.guard)

@@ -55,14 +55,17 @@ def bucket(aws: dict[str, str]) -> str:
     return name
 
 
-def machine_env(tmp_path: Path, url: str, aws: dict[str, str], machine: str, **options: str) -> dict[str, str]:
-    """A run on its own "machine": its own staging directory and its own (empty at first) cache."""
+def machine_env(
+    tmp_path: Path, url: str, aws: dict[str, str], machine: str, cache: str = "", **options: str
+) -> dict[str, str]:
+    """A run on its own "machine": its own staging directory and its own (empty at first) cache, or the cache of
+    machine ``cache``."""
     env = tiny_env(tmp_path / machine / "unused", log_format="text", **{**RESUMABLE, **options})
     env.update(aws)
     env.update(
         MLM_OUTPUT_DIR=url,
         MLM_STAGING_DIR=str(tmp_path / machine / "staging"),
-        HF_HOME=str(tmp_path / machine / "hf"),
+        HF_HOME=str(tmp_path / (cache or machine) / "hf"),
         PATH=f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}",
     )
     return env
@@ -110,8 +113,9 @@ def test_a_stopped_run_resumes_on_a_fresh_machine_from_the_bucket_with_identical
     assert straight.returncode == 0, straight.stderr[-3000:]
     assert f"finished: model in s3://{bucket}/straight/final" in straight.stderr
 
+    # The same machine's cache, so the same tokenizer: two trainings of one differ (train/tokenizer_training.py).
     url, fs = f"s3://{bucket}/run", filesystem(aws)
-    first = start(machine_env(tmp_path, url, aws, "b"))
+    first = start(machine_env(tmp_path, url, aws, "b", cache="a"))
     wait_for_object(aws, f"{bucket}/run/checkpoint-10/.complete", first)
     first.send_signal(signal.SIGTERM)
     _, stopped = first.communicate(timeout=120)  # a bound against a hang, not a measurement
