@@ -5,9 +5,10 @@
 #   bash bench/gpu.sh fetch   # where PyPI is reachable: download into .whl/ the wheels the GPU machine lacks
 #   bash bench/gpu.sh [demo]  # on the GPU machine, from the repository root: install .whl/ if present, run
 #   bash bench/gpu.sh heads   # the same for the heads series (below)
+#   bash bench/gpu.sh packing # the same for the packing series (below)
 #
 # On this workplace's device tool: run(command="bash bench/gpu.sh", carry=[".whl"], timeout_s=540), and the
-# same with "bash bench/gpu.sh heads".
+# same with "bash bench/gpu.sh heads" or "bash bench/gpu.sh packing".
 # The GPU image has torch and transformers but not datasets, and an older transformers: fetch carries the pinned
 # ones (requirements.lock) as wheels; nothing is downloaded there (that machine reaches no network).
 #
@@ -24,6 +25,14 @@
 # the masked-only head alternating, 2 pairs of 60 steps, each run's MFU logged (bench/flops.py: 6 x parameters +
 # attention, less the head work the masked-only head skips). The runs go pair after pair across the three
 # models, and the results are written after each complete pair, so the time limit keeps whole pairs.
+#
+# packing (python -m bench.run --device cuda --series packing, see bench/packing.py): bert-base from its config on
+# the same text and tokenizer, bf16 + tf32, attention as the job picks it (flash_attention_2 where the flash-attn
+# package is installed, which the preflight says; else SDPA, with a per-document mask); 256 blocks of 128 tokens a
+# step for packed and packed_crossing, and as many real tokens (about 1,600 lines) a step for dynamic and
+# padding_free: each mode's efficiency, 2 repeats of 30 steps of the four modes alternating, then packed and
+# packed_crossing from 3 seeds for 100 steps each, every model scored on held-out documents, each alone. Results
+# are written after every run, so the time limit keeps what was measured.
 set -Eeuo pipefail
 
 readonly BUDGET_S=${BENCH_BUDGET_S:-450}   # bench.run's share of the 8 minutes (start-up and copying aside)
@@ -59,10 +68,12 @@ install_wheels() {
 preflight() {
   nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.max.sm --format=csv,noheader
   "$PYTHON" - <<'EOF'
-import importlib, torch
+import importlib, importlib.util, torch
 assert torch.cuda.is_available(), "no CUDA device visible"
 versions = {name: importlib.import_module(name).__version__ for name in ("torch", "transformers", "datasets", "pyarrow")}
-print("versions:", versions, "| device:", torch.cuda.get_device_name())
+# The job's attention (auto) is flash_attention_2 only where flash-attn is installed: say which the runs will get.
+flash = "flash-attn installed" if importlib.util.find_spec("flash_attn") else "no flash-attn: SDPA"
+print("versions:", versions, "| device:", torch.cuda.get_device_name(), "|", flash)
 EOF
 }
 
@@ -75,8 +86,9 @@ main() {
       ;;
     demo) latest="latest.md" ;;
     heads) latest="latest-heads.md" ;;
+    packing) latest="latest-packing.md" ;;
     *)
-      log "unknown argument '$series': expected fetch, demo or heads"
+      log "unknown argument '$series': expected fetch, demo, heads or packing"
       return 2
       ;;
   esac

@@ -35,7 +35,7 @@ RECIPES: dict[str, str] = {
     "ours": "our default: dynamic padding (to the longest on a CPU, a multiple of 8 on a GPU), masked-only head",
     "ours-dense": "our default with masked_only_head off (the dense head)",
     "run_mlm": "run_mlm.py --line_by_line: DataCollatorForLanguageModeling pads each batch; dense head",
-    "packed": "ours with padding packed (128-token blocks), masked-only head",
+    "packed": "ours with padding packed (128-token blocks, documents kept apart), masked-only head",
     "run_mlm-group": "run_mlm.py's default: group_texts 128-token blocks; dense head",
     "packed-dense": "ours packed with masked_only_head off",
     "ours-compile": "our default with torch_compile (inductor); padded lengths are multiples of 8, so at most 16",

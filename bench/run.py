@@ -12,6 +12,10 @@ The command line of the series; it runs the selected ones one after the other, e
   against the dense head of the same model, per architecture, on the real series' text; bench/heads.py and
   bench/heads_series.py. Results: ``bench/results/<date>-<host>-heads.json`` and ``.md``, and
   ``bench/results/latest-heads.md``.
+- the packing series (``--series packing``; only when asked: about 18 minutes on 2 cores): the padding modes'
+  efficiency, speed, and the held-out loss of documents kept apart against attending across, on the real series'
+  text; bench/packing.py and bench/packing_series.py. Results: ``bench/results/<date>-<host>-packing.json`` and
+  ``.md``, and ``bench/results/latest-packing.md``.
 
 What the series share (the environment of a run, one measured torchrun process, the result files) is bench/runner.py.
 """
@@ -26,15 +30,16 @@ import tempfile
 from datetime import UTC, datetime
 from pathlib import Path
 
-from bench import heads, real
+from bench import heads, packing, real
 from bench.demo import DemoSettings, default_settings
 from bench.demo_series import run_demo_series
 from bench.heads_series import run_heads_series
+from bench.packing_series import run_packing_series
 from bench.real_series import run_real_series
 from bench.runner import ROOT, RunFailed
 
 RESULTS = ROOT / "bench" / "results"
-SERIES = ("demo", "real", "heads")
+SERIES = ("demo", "real", "heads", "packing")
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -43,7 +48,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument(
         "--series",
         help="comma-separated: demo (seed vs ours on the demo data), real (ours vs run_mlm.py on real text, "
-        "bench/real.py), heads (masked-only vs dense head per architecture, bench/heads.py; only when asked); "
+        "bench/real.py), heads (masked-only vs dense head per architecture, bench/heads.py; only when asked), "
+        "packing (the padding modes: efficiency, speed, held-out loss apart vs across, bench/packing.py; only "
+        "when asked); "
         "default demo,real on CPU, demo on GPU (bench/gpu.sh's budget)",
     )
     parser.add_argument("--repeats", type=int, help="pairs of runs (seed, ours); default 3 on CPU, 2 on GPU")
@@ -92,6 +99,25 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     heads_options.add_argument(
         "--heads-batch", type=int, help="128-token blocks per step (default 8 on CPU, 256 on GPU)"
     )
+    packing_options = parser.add_argument_group("packing series (bench/packing.py)")
+    packing_options.add_argument(
+        "--packing-architectures",
+        help=f"comma-separated: {', '.join(packing.ARCHITECTURES)} (default bert)",
+    )
+    packing_options.add_argument(
+        "--packing-modes", help=f"comma-separated, alternated in this order (default {','.join(packing.MODES)})"
+    )
+    packing_options.add_argument(
+        "--packing-size", choices=tuple(heads.SIZES), help="mid: 6 x 384 (default on CPU); base: 12 x 768 (GPU)"
+    )
+    packing_options.add_argument("--packing-repeats", type=int, help="rounds of the modes' speed runs (default 3)")
+    packing_options.add_argument("--packing-steps", type=int, help="steps per speed run (default 8 on CPU)")
+    packing_options.add_argument(
+        "--packing-blocks", type=int, help="128-token blocks per step; the other modes as many tokens (default 8)"
+    )
+    packing_options.add_argument("--packing-seeds", type=int, help="quality runs' seeds (default 3; 0: none)")
+    packing_options.add_argument("--packing-quality-steps", type=int, help="steps per quality run (default 50 on CPU)")
+    packing_options.add_argument("--packing-heldout", type=int, help="held-out documents (default 1000)")
     parser.add_argument("--workdir", type=Path, help="caches and run outputs (default: a temporary directory)")
     parser.add_argument("--results-dir", type=Path, default=RESULTS)
     parser.add_argument("--tag", help="suffix of the result files: <date>-<host>-<tag>.json")
@@ -109,7 +135,7 @@ def resolve_device(requested: str) -> str:
 
 def selected_series(args: argparse.Namespace, device: str) -> list[str]:
     """--series, or by default demo and real on a CPU and only the demo series on a GPU (bench/gpu.sh's time
-    budget); the heads series only when asked (about 30 minutes on 2 cores)."""
+    budget); the heads and packing series only when asked (about 30 and 18 minutes on 2 cores)."""
     series = args.series.split(",") if args.series else (["demo"] if device == "cuda" else ["demo", "real"])
     unknown = [s for s in series if s not in SERIES]
     if unknown:
@@ -163,6 +189,22 @@ def heads_settings(args: argparse.Namespace, device: str) -> heads.HeadsSettings
     return settings
 
 
+def packing_settings(args: argparse.Namespace, device: str) -> packing.PackingSettings:
+    """The packing series' defaults for the device, with what the command line sets (--threads, --logging-steps and
+    --real-corpus-mb apply to it too)."""
+    settings = packing.default_packing_settings(device)
+    set_given(settings, size=args.packing_size, repeats=args.packing_repeats, max_steps=args.packing_steps,
+              blocks=args.packing_blocks, seeds=args.packing_seeds, quality_steps=args.packing_quality_steps,
+              heldout=args.packing_heldout, corpus_mb=args.real_corpus_mb, threads=args.threads,
+              logging_steps=args.logging_steps)  # fmt: skip
+    if args.packing_architectures:
+        settings.architectures = args.packing_architectures.split(",")
+    if args.packing_modes:
+        settings.modes = args.packing_modes.split(",")
+    packing.check(settings)
+    return settings
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     device = resolve_device(args.device)
@@ -171,6 +213,7 @@ def main(argv: list[str] | None = None) -> int:
     try:  # checked before any run, so a misspelt name costs no demo series
         real_config = real_settings(args, device) if "real" in series else None
         heads_config = heads_settings(args, device) if "heads" in series else None
+        packing_config = packing_settings(args, device) if "packing" in series else None
     except ValueError as exc:
         raise SystemExit(f"bench: {exc}") from None
     workdir = args.workdir or Path(tempfile.mkdtemp(prefix="mlm-bench-"))
@@ -185,6 +228,8 @@ def main(argv: list[str] | None = None) -> int:
         run_real_series(real_config, workdir, args.results_dir, stem, bool(args.tag))
     if heads_config is not None:
         run_heads_series(heads_config, workdir, args.results_dir, stem, bool(args.tag))
+    if packing_config is not None:
+        run_packing_series(packing_config, workdir, args.results_dir, stem, bool(args.tag))
     if not args.workdir:
         shutil.rmtree(workdir, ignore_errors=True)
     return 0

@@ -8,6 +8,7 @@ import contextlib
 import copy
 import functools
 import os
+import random
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -199,14 +200,18 @@ def check_isolation(config: Config, model_config: Any, attn_implementation: str 
 
 
 def batch_facts(config: Config, collator: MaskingCollator, corpus: Corpus) -> tuple[dict[str, Any], dict[str, Any]]:
-    """How the training data is masked and laid out, measured on its first samples in training-size batches (a
-    stream's are not read twice: its evaluation samples, masked as training masks them, stand in; None without
-    either): the configured rates and the realised share of real tokens masked (special tokens are never masked,
-    and whole words mask as many tokens as the chosen words have, so it is what the loss really averages over);
-    the padding mode and its efficiency, real tokens per position computed."""
+    """How the training data is masked and laid out, measured on samples drawn at random (seeded) in training-size
+    batches, as the Trainer's shuffled sampler draws them: neighbouring lines of a file tend to be alike in length,
+    so the first ones would overstate a padded layout's efficiency (a stream's are not read twice: its evaluation
+    samples, masked as training masks them, stand in; None without either): the configured rates and the
+    realised share of real tokens masked (special tokens are never masked, and whole words mask as many tokens as
+    the chosen words have, so it is what the loss really averages over); the padding mode and its efficiency,
+    real tokens per position computed."""
     job, size = config.job, config.training.per_device_train_batch_size
     dataset = corpus.train if not corpus.streaming else corpus.validation
-    sample = [dataset[i] for i in range(min(MEASURED_SAMPLES, len(dataset)))] if dataset is not None else []
+    count = min(MEASURED_SAMPLES, len(dataset)) if dataset is not None else 0
+    drawn = random.Random(config.training.seed).sample(range(len(dataset)), count) if dataset is not None else []
+    sample = [dataset[i] for i in drawn]
     measured = collator.measure([sample[i : i + size] for i in range(0, len(sample), size)])
     masking = {
         "mlm_probability": job.mlm_probability,

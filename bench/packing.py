@@ -1,0 +1,500 @@
+"""The packing series of ``make bench``: how the padding modes lay real text out, how fast each trains, and what
+keeping a packed block's documents apart does to the loss on whole documents.
+
+Modes (``--padding``, train/config/schema.py): ``packed`` (documents concatenated into 128-token blocks and kept
+apart: positions restart per document, block-diagonal attention, train/packing.py), ``packed_crossing`` (the same
+blocks attending across documents, run_mlm.py's group_texts), ``dynamic`` (each batch padded to its longest
+example; to a multiple of 8 on a GPU) and ``padding_free`` (a batch's examples laid end to end in one row, kept
+apart, no padding). Every run is the heads series' masked-only run of an architecture (bench/heads.py: the real
+series' packed recipe, a model from scratch at the mid size, the real-text corpus and its 30,522-token WordPiece)
+with another ``--padding``, in a fresh torchrun process timed by the same probe. Three measurements:
+
+1. layout: per mode, the packing efficiency (real tokens / positions computed) computed as the job computes it
+   (its collator's ``measure()`` in training-size batches) over samples drawn at random, as the Trainer draws
+   them (the job's own figure, beside it from each run's run.json, takes its first 256 in file order), and the
+   share of the corpus's tokens the mode trains on (packing drops each map batch's last partial block, dynamic
+   padding cuts lines past 128 tokens);
+2. speed: real tokens/s of every mode, the modes alternating repeat after repeat, ratios taken within a repeat.
+   The unpacked modes get as many real tokens per step as the packed ones (``examples_per_step``), so a ratio
+   compares the layouts, not the optimizer step's share of a step;
+3. quality: ``packed`` and ``packed_crossing`` trained from the same seed on the same blocks for the same steps
+   (the same tokens, the same masks: the collator masks by sample index), then each held-out document (lines
+   removed from the training file, bench/packing_series.py) evaluated alone, with masks fixed by ``EVAL_SEED``,
+   the same for every model; the loss per masked token, per seed, and crossing - isolated, min - max over seeds.
+
+This module is the pure part (tested in tests/bench/test_packing_series.py): the settings, run flags, run order,
+the held-out split and evaluation, the summary and the report; bench/packing_series.py prepares the data and runs.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from bench import heads, real
+from bench.report import MIB, _range, _ratio, machine
+from bench.stats import spread
+
+BLOCK = real.BLOCK  # max_seq_length of every run, and the packed modes' block
+MODES: dict[str, str] = {
+    "packed": "128-token blocks, each document attending to itself only, positions restarting (train/packing.py)",
+    "packed_crossing": "the same blocks, attention across documents (run_mlm.py's group_texts)",
+    "dynamic": "each batch padded to its longest example (a multiple of 8 on a GPU)",
+    "padding_free": "each batch's examples end to end in one row, kept apart, no padding",
+}
+PACKED = ("packed", "packed_crossing")  # the modes whose examples are blocks (train.data.PACKED)
+ISOLATED, CROSSING = "packed", "packed_crossing"  # the quality comparison's two modes
+# The issue's targets for the packing efficiency (issue 28).
+TARGETS: dict[str, float] = {"packed": 0.95, "padding_free": 1.0}
+# The heads series' architectures that keep documents apart on SDPA when built from scratch:<type>: deberta-v2
+# takes a config.json and eager attention only, and ESM-2's token_dropout mixes a row's documents (refused by
+# train/packing.py), so both are left out.
+ARCHITECTURES = ("bert", "roberta", "modernbert", "electra", "albert", "xlm-roberta")
+EVAL_SEED = 0  # the held-out documents' masks: one seed for every model, so their losses compare position by position
+MAX_ACCEPTED_LOAD_EXCESS = 0.5  # load average above the runs' threads by more than this: the machine was shared
+
+
+# Real tokens/s ratios, each taken within a repeat (bench.real.paired).
+COMPARISONS = (
+    real.Comparison("documents apart (packed / packed_crossing)", ISOLATED, CROSSING),
+    real.Comparison("packed / dynamic", ISOLATED, "dynamic"),
+    real.Comparison("packed_crossing / dynamic", CROSSING, "dynamic"),
+    real.Comparison("padding_free / dynamic", "padding_free", "dynamic"),
+    real.Comparison("padding_free / packed", "padding_free", ISOLATED),
+)
+
+
+@dataclass
+class PackingSettings:
+    device: str
+    architectures: list[str] = field(default_factory=lambda: ["bert"])
+    modes: list[str] = field(default_factory=lambda: list(MODES))
+    size: str = "mid"
+    repeats: int = 3  # speed: rounds of every mode
+    max_steps: int = 8  # speed: steps per run (7 timed after the first fifth)
+    blocks: int = 8  # 128-token blocks per step; the unpacked modes get as many real tokens per step
+    seeds: int = 3  # quality: training seeds, each a packed and a packed_crossing run
+    quality_steps: int = 50
+    # Quality runs only: the Trainer's 5e-5 barely moves a model from scratch in 50 steps (its loss stays near
+    # ln 30,522 = 10.3); at 5e-4 the mid model reaches a training loss of 6.1-6.8 (measured, 3 seeds), where the
+    # context a model learns to use starts to show in the held-out loss.
+    learning_rate: float = 5e-4
+    warmup_steps: int = 5
+    heldout: int = 1000  # held-out documents (lines), each evaluated alone
+    measured_samples: int = 8192  # samples collated per mode for the efficiency (the job measures 256)
+    logging_steps: int = 2
+    corpus_mb: float = 8.0  # the real series' corpus
+    threads: int | None = 1  # OMP_NUM_THREADS of each run; None: as the launcher sets it
+
+
+def default_packing_settings(device: str) -> PackingSettings:
+    if device == "cuda":
+        # One H200, bench/gpu.sh packing: BERT-base, 256 blocks of 128 tokens per step (32,768 real tokens, the
+        # unpacked modes as many), 2 repeats of 30 steps, then 3 seeds of 100 quality steps. Estimated, not
+        # measured (no GPU has run it): 20-25 s per fresh process, so about 3.5 minutes of speed runs and 3 of
+        # quality runs after a minute or two of corpus, tokenizer and caches: within gpu.sh's budget, and the
+        # results are written after each repeat and each seed, so the time limit keeps what was measured.
+        return PackingSettings("cuda", size="base", repeats=2, max_steps=30, blocks=256, quality_steps=100,
+                               learning_rate=3e-4, warmup_steps=10, logging_steps=10, threads=None)  # fmt: skip
+    # On a 2-core CPU, one thread per run, measured here on a machine shared with a test suite (load 2-5): a
+    # mid-size masked-only step of 1,024 real tokens takes 1.2-1.8 s packed, 1.6-1.9 s padding-free (one
+    # 1,000-token row) and 3.5-4.5 s with dynamic padding (51 random lines padded to their longest, 76-109 tokens:
+    # the corpus's line lengths have a long tail; 8 s under heavier load); a fresh process 8-11 s to its first
+    # step. A repeat of the four speed runs took 2.5 minutes, a 50-step quality run 70-100 s and its evaluation
+    # (1,000 documents) 5-15 s; the series 17.5 minutes with the corpus, tokenizer and caches made anew.
+    return PackingSettings("cpu")
+
+
+def check(settings: PackingSettings) -> None:
+    """Unknown names and sizes too small to measure are errors that say what is known."""
+    for name in settings.architectures:
+        if name not in ARCHITECTURES:
+            raise ValueError(f"unknown architecture {name!r}; expected one of {', '.join(ARCHITECTURES)}")
+    for mode in settings.modes:
+        if mode not in MODES:
+            raise ValueError(f"unknown padding mode {mode!r}; expected one of {', '.join(MODES)}")
+    if len(set(settings.modes)) != len(settings.modes):
+        raise ValueError(f"padding modes named twice: {','.join(settings.modes)}")
+    if settings.size not in heads.SIZES:
+        raise ValueError(f"unknown size {settings.size!r}; expected one of {', '.join(heads.SIZES)}")
+    if settings.max_steps < 2 or settings.quality_steps < 2:
+        raise ValueError("at least 2 steps are needed to time a run (max_steps and quality_steps)")
+    positive = ("repeats", "blocks", "heldout", "measured_samples", "logging_steps")
+    for name in positive:
+        if getattr(settings, name) < 1:
+            raise ValueError(f"{name} must be at least 1, not {getattr(settings, name)}")
+    if settings.seeds < 0:
+        raise ValueError(f"seeds must be at least 0 (0: no quality runs), not {settings.seeds}")
+    if settings.seeds and not {ISOLATED, CROSSING} <= set(settings.modes):
+        raise ValueError(f"the quality runs compare {ISOLATED} with {CROSSING}: name both, or give 0 seeds")
+
+
+def examples_per_step(mode: str, settings: PackingSettings, tokens_per_example: float) -> int:
+    """Samples per step: ``blocks`` for the packed modes; for the others as many examples as make the same real
+    tokens on average (``tokens_per_example``: the corpus's mean, specials included)."""
+    if mode in PACKED:
+        return settings.blocks
+    if tokens_per_example <= 0:
+        raise ValueError(f"tokens_per_example={tokens_per_example}: the corpus has no tokens")
+    return max(1, round(settings.blocks * BLOCK / tokens_per_example))
+
+
+def quality_seeds(settings: PackingSettings) -> list[int]:
+    """The quality runs' training seeds: the real series' seed and the next ones."""
+    return [real.SEED + i for i in range(settings.seeds)]
+
+
+def replace_flags(argv: Sequence[str], values: dict[str, str]) -> list[str]:
+    """``argv`` with each named flag's value replaced; a flag that is not there is an error (a recipe whose flags
+    changed must not silently keep the old value)."""
+    missing = [name for name in values if name not in argv]
+    if missing:
+        raise ValueError(f"flags not in the run's arguments: {', '.join(missing)}")
+    return [values.get(argv[i - 1], arg) if i else arg for i, arg in enumerate(argv)]
+
+
+def run_flags(
+    name: str, mode: str, settings: PackingSettings, corpus: str, tokenizer: str, batch: int, seed: int | None = None
+) -> list[str]:
+    """One run's arguments: the heads series' masked-only run of the architecture (the real series' packed recipe
+    with that model) with this padding mode and batch. ``seed`` given: a quality run (its seed, its steps and a
+    learning rate a short run learns with); else a speed run."""
+    steps = settings.max_steps if seed is None else settings.quality_steps
+    shape = heads.HeadsSettings(
+        settings.device, architectures=[name], size=settings.size, max_steps=steps, batch_size=batch,
+        logging_steps=settings.logging_steps, corpus_mb=settings.corpus_mb, threads=settings.threads,
+    )  # fmt: skip
+    argv = replace_flags(
+        heads.run_flags(name, "masked-only", shape, corpus, tokenizer, f"scratch:{name}"), {"--padding": mode}
+    )
+    if seed is None:
+        return argv
+    warmup = ["--warmup_steps", str(settings.warmup_steps)]
+    return [*replace_flags(argv, {"--seed": str(seed)}), "--learning_rate", str(settings.learning_rate), *warmup]
+
+
+def describe_flags(settings: PackingSettings) -> dict[str, list[str]]:
+    """Each mode's speed-run flags as the report lists them, with placeholders for the machine's paths and the
+    batch (it depends on the corpus), and the quality runs' additions."""
+    first = settings.architectures[0]
+    described = {
+        mode: replace_flags(
+            run_flags(first, mode, settings, "<corpus>", "<tokenizer>", 1), {"--per_device_train_batch_size": "<batch>"}
+        )
+        for mode in settings.modes
+    }
+    # Every argument list here is flag, value, flag, value...: the quality runs' differences as flag value pairs.
+    speed, quality = (
+        dict(zip(argv[::2], argv[1::2], strict=True))
+        for argv in (run_flags(first, ISOLATED, settings, "<c>", "<t>", 1, seed=s) for s in (None, real.SEED))
+    )
+    described["quality runs, beside those"] = [f"{k} {v}" for k, v in quality.items() if speed.get(k) != v]
+    return described
+
+
+def speed_schedule(settings: PackingSettings) -> list[tuple[int, str, str]]:
+    """(repeat, architecture, mode) in run order: every mode of an architecture one after the other, repeat after
+    repeat, so load from elsewhere hits the modes of a repeat alike and a time limit keeps whole repeats."""
+    return [
+        (rep, name, mode)
+        for rep in range(1, settings.repeats + 1)
+        for name in settings.architectures
+        for mode in settings.modes
+    ]
+
+
+def quality_schedule(settings: PackingSettings) -> list[tuple[int, str, str]]:
+    """(seed, architecture, mode): isolated then crossing, seed after seed."""
+    return [(seed, name, mode) for seed in quality_seeds(settings) for name in settings.architectures
+            for mode in (ISOLATED, CROSSING)]  # fmt: skip
+
+
+def split_heldout(lines: Sequence[str], count: int, fits: Callable[[str], bool]) -> tuple[list[str], list[str]]:
+    """(training lines, held-out documents): ``count`` distinct lines spread evenly over the corpus (in each of
+    ``count`` equal stretches of its distinct lines, the first that ``fits``: is short enough to be evaluated
+    whole), and every occurrence of them taken out of the training lines."""
+    if count < 1:
+        raise ValueError(f"held-out documents: {count}; at least 1")
+    distinct = [line for line in dict.fromkeys(lines) if line.strip()]
+    if len(distinct) < 2 * count:  # most of the corpus stays for training
+        raise ValueError(f"{count} held-out documents asked of a corpus of {len(distinct)} distinct lines")
+    stride = len(distinct) // count
+    stretches = (distinct[start : start + stride] for start in range(0, stride * count, stride))
+    heldout = [line for line in (next(filter(fits, stretch), None) for stretch in stretches) if line is not None]
+    if len(heldout) < count:
+        raise ValueError(f"only {len(heldout)} of {count} stretches of the corpus have a line short enough to hold out")
+    taken = set(heldout)
+    return [line for line in lines if line not in taken], heldout
+
+
+def heldout_loss(
+    model: Any,
+    tokenizer: Any,
+    documents: Sequence[str],
+    *,
+    max_length: int = BLOCK,
+    mlm_probability: float = 0.15,
+    seed: int = EVAL_SEED,
+    batch_size: int = 64,
+) -> dict[str, Any]:
+    """Masked-LM loss per masked token over ``documents``, each evaluated alone: a row holds one document, and a
+    batch only documents of one length, so no row is padded or shares attention (the same as one forward per
+    document, in fewer calls). Masks come from the job's collator (train/collator.py: 80/10/10, never a special
+    token) seeded by (``seed``, 0, document index): every model is scored on the same positions."""
+    import torch
+
+    from train.collator import IGNORE_INDEX, MaskingCollator
+    from train.data import SAMPLE_INDEX
+
+    if not documents:
+        raise ValueError("no held-out documents to evaluate")
+    encoded = tokenizer(list(documents), return_special_tokens_mask=True, truncation=False, verbose=False)
+    too_long = [i for i, ids in enumerate(encoded["input_ids"]) if len(ids) > max_length]
+    if too_long:
+        raise ValueError(f"{len(too_long)} held-out document(s) longer than {max_length} tokens (first: #{too_long[0]})"
+                         ": they cannot be evaluated whole")  # fmt: skip
+    collator = MaskingCollator(
+        pad_token_id=tokenizer.pad_token_id, mask_token_id=tokenizer.mask_token_id, vocab_size=len(tokenizer),
+        mlm_probability=mlm_probability, seed=seed, pad_to_multiple_of=None,
+    )  # fmt: skip
+    by_length: dict[int, list[dict[str, Any]]] = defaultdict(list)
+    for index, (ids, special) in enumerate(zip(encoded["input_ids"], encoded["special_tokens_mask"], strict=True)):
+        by_length[len(ids)].append({"input_ids": ids, "special_tokens_mask": special, SAMPLE_INDEX: index})
+    total, masked = 0.0, 0
+    device = next(model.parameters()).device
+    model.eval()
+    with torch.inference_mode():
+        for length in sorted(by_length):
+            group = by_length[length]
+            for start in range(0, len(group), batch_size):
+                batch = {k: v.to(device) for k, v in collator(group[start : start + batch_size]).items()}
+                logits = model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"]).logits
+                chosen = batch["labels"] != IGNORE_INDEX
+                targets = batch["labels"][chosen]
+                loss = torch.nn.functional.cross_entropy(logits[chosen].float(), targets, reduction="sum")
+                total += float(loss)
+                masked += int(chosen.sum())
+    if masked == 0:
+        raise ValueError(f"no token of the {len(documents)} held-out document(s) was masked")
+    return {
+        "loss": total / masked,
+        "masked_tokens": masked,
+        "documents": len(documents),
+        "tokens": sum(len(ids) for ids in encoded["input_ids"]),
+    }
+
+
+# ------------------------------------------------------------------------------------------------------ summary
+
+SPEED_METRICS = ("real_tokens_per_s", "samples_per_s", "peak_memory_bytes", "wall_s")
+
+
+def summarise(
+    runs: list[dict[str, Any]], quality: list[dict[str, Any]], layout: dict[str, Any], settings: PackingSettings
+) -> dict[str, Any]:
+    """The efficiency of each mode against its target, and per architecture: each mode's speed (min / median /
+    max), the ratios within each repeat, and the held-out losses per seed with crossing - isolated."""
+    efficiency = {
+        mode: {**facts, "target": TARGETS.get(mode),
+               "met": facts["efficiency"] >= TARGETS[mode] - 1e-9 if mode in TARGETS else None}
+        for mode, facts in layout.items()
+    }  # fmt: skip
+    per_architecture: dict[str, Any] = {}
+    for name in settings.architectures:
+        mine = [r for r in runs if r["architecture"] == name]
+        modes = {}
+        for mode in settings.modes:
+            rs = [r for r in mine if r["recipe"] == mode]
+            if rs:
+                modes[mode] = {m: spread([r[m] for r in rs]) for m in SPEED_METRICS}
+                modes[mode]["step_s"] = spread([heads.step_seconds(r) for r in rs])
+                banner = [r["packing"]["efficiency"] for r in rs if (r.get("packing") or {}).get("efficiency")]
+                modes[mode]["banner_efficiency"] = spread(banner) if banner else None
+        ratios = []
+        for comparison in COMPARISONS:
+            values = list(real.paired(mine, comparison).values())
+            if values:
+                ratios.append({"label": comparison.label, "values": values, **spread(values)})
+        per_architecture[name] = {
+            "parameters": mine[0]["probe"]["parameters"] if mine else None,
+            "modes": modes,
+            "ratios": ratios,
+            "quality": summarise_quality([q for q in quality if q["architecture"] == name]),
+        }
+    return {"efficiency": efficiency, "architectures": per_architecture}
+
+
+def summarise_quality(runs: list[dict[str, Any]]) -> dict[str, Any] | None:
+    """Per seed the two held-out losses and crossing - isolated (seeds with both runs only), min / median / max."""
+    losses: dict[int, dict[str, float]] = defaultdict(dict)
+    for run in runs:
+        losses[run["seed"]][run["recipe"]] = run["heldout"]["loss"]
+    seeds = sorted(s for s, pair in losses.items() if ISOLATED in pair and CROSSING in pair)
+    if not seeds:
+        return None
+    rows = [{"seed": s, "isolated": losses[s][ISOLATED], "crossing": losses[s][CROSSING]} for s in seeds]
+    differences = [row["crossing"] - row["isolated"] for row in rows]
+    # The quality runs are speed runs too, with a longer window: isolated / crossing real tokens/s per seed.
+    speed = list(real.paired(runs, real.Comparison("", ISOLATED, CROSSING)).values())
+    return {
+        "seeds": rows,
+        "speed": {"values": speed, **spread(speed)},
+        "isolated": spread([row["isolated"] for row in rows]),
+        "crossing": spread([row["crossing"] for row in rows]),
+        "difference": {"values": differences, **spread(differences)},
+        "isolated_lower": sum(d > 0 for d in differences),
+    }
+
+
+# ------------------------------------------------------------------------------------------------------- report
+
+NOTES = (
+    "Efficiency: real tokens / positions computed, from the job's own collator (train/collator.py `measure()`) in "
+    "each mode's training-size batches of samples drawn at random, as the Trainer draws them; the banner's figure "
+    "is the job's own (run.json `packing`: its first 256 samples in file order, where neighbouring lines have "
+    "similar lengths, so it overstates what dynamic padding realises on a shuffled corpus whose line lengths "
+    "have a long tail). It counts positions, not attention pairs: a packed row on "
+    "SDPA still scores all 128 x 128 pairs under its block-diagonal mask, and a padding-free row all of its "
+    "length squared (flash attention's varlen path computes only each document's). Tokens kept: the tokens a mode "
+    "trains on, of all the corpus's tokens (specials included): packing drops each 1,000-line map batch's last "
+    "partial block; dynamic padding and padding-free cut lines past 128 tokens. Real tokens/s: the Trainer's count "
+    "over the steps after the first fifth; ratios are taken within each repeat (above 1: the first mode is "
+    "faster). Held-out loss: the mean cross-entropy per masked token over the held-out documents, each evaluated "
+    "alone after training, with the same masks for every model; crossing - isolated above 0: keeping documents "
+    "apart gave the lower loss."
+)
+
+
+def run_line(run: dict[str, Any]) -> str:
+    held = f", held-out loss {run['heldout']['loss']:.4f}" if run.get("heldout") else ""
+    return (
+        f"packing {run['label']}: {run['real_tokens_per_s']:,.0f} real tokens/s, {heads.step_seconds(run):.3f} "
+        f"s/step, wall {run['wall_s']:.1f} s, final loss {run['final_loss']:.3f}{held}"
+    )
+
+
+def _pct(value: float | None) -> str:
+    return "–" if value is None else f"{value:.1%}"
+
+
+def shared_machine(runs: list[dict[str, Any]], threads: int | None) -> str:
+    """A sentence on the load the runs saw: other work on the machine shows as a load average above the runs'."""
+    loads = [x for r in runs for x in r["load_avg_1m"]]
+    if not loads:
+        return ""
+    own = threads or 1
+    peak = max(loads)
+    if peak > own + MAX_ACCEPTED_LOAD_EXCESS:
+        return (
+            f"The machine was shared: other work ran beside the benchmark (1-minute load average up to {peak:.1f} "
+            f"around the runs, which use {own} thread(s) each); the modes alternate, so it hit them alike, and "
+            "the ratios are taken within each repeat. "
+        )
+    return f"The machine was otherwise idle (1-minute load average at most {peak:.1f} around the runs). "
+
+
+def markdown(result: dict[str, Any]) -> str:
+    """The packing series' report: efficiency per mode, then per architecture speed, ratios and held-out loss."""
+    env, settings, corpus, runs = result["environment"], result["settings"], result["corpus"], result["runs"]
+    quality = result["quality_runs"]
+    out = [f"# Benchmark: packing modes, documents apart or across ({result['date'][:10]}, {env['host']})\n"]
+    add = out.append
+    held = result["heldout"]
+    add(
+        f"{machine(result)}; torch {env['torch']}, transformers {env['transformers']}. Data: the real series' "
+        f"{corpus['bytes'] / MIB:.1f} MiB of real English ({corpus['source']}), one document per line, less "
+        f"{held['documents']:,} held-out lines ({held['tokens']:,} tokens); its WordPiece tokenizer "
+        f"({result['tokenizer_vocab']:,} tokens). {', '.join(result['architectures'])} from scratch at the "
+        f"{settings['size']} size (overrides under Flags), max_seq_length {BLOCK}, the masked-only head. Speed: "
+        f"{settings['repeats']} repeat(s) of {' / '.join(settings['modes'])}, {settings['max_steps']} steps each, "
+        f"{settings['blocks']} blocks ({settings['blocks'] * BLOCK:,} tokens) a step for the packed modes and as "
+        "many real tokens on average for the others, each run a fresh torchrun process. Quality: "
+        f"{settings['seeds']} seed(s), {ISOLATED} then {CROSSING}, {settings['quality_steps']} steps of "
+        f"{settings['blocks']} blocks (the same blocks, masks and tokens for both), learning rate "
+        f"{settings['learning_rate']:g} after {settings['warmup_steps']} warm-up steps. "
+        + shared_machine(runs + quality, settings["threads"])
+        + "\n"
+    )
+    add("## Packing efficiency: real tokens / positions computed\n")
+    add("| mode | what | examples per step | real tokens per example | efficiency | the banner's | target | "
+        "tokens kept |")  # fmt: skip
+    add("|---|---|---|---|---|---|---|---|")
+    summary = result["summary"]
+    first = next(iter(summary["architectures"].values()), {"modes": {}})
+    for mode, facts in summary["efficiency"].items():
+        banner = (first["modes"].get(mode) or {}).get("banner_efficiency")
+        if facts["target"] is None:
+            goal = "–"
+        else:
+            goal = f"≥ {facts['target']:.0%}: {'met' if facts['met'] else '**not met**'}"
+        add(
+            f"| {mode} | {MODES[mode]} | {facts['batch']:,} | {facts['tokens_per_example']:.1f} | "
+            f"**{facts['efficiency']:.1%}** ({facts['samples']:,} samples) | "
+            f"{_range(banner, '.1%') if banner else '–'} | {goal} | {_pct(facts['tokens_kept'])} |"
+        )
+    add("")
+    for name, s in summary["architectures"].items():
+        params = f"{s['parameters'] / 1e6:.1f} M parameters" if s["parameters"] else "no run"
+        add(f"## {name} ({params}): real tokens/s, min – max over the repeats\n")
+        add("| mode | real tokens/s | s/step | peak MiB | wall s |")
+        add("|---|---|---|---|---|")
+        for mode, m in s["modes"].items():
+            memory = {k: v / MIB for k, v in m["peak_memory_bytes"].items()}
+            add(
+                f"| {mode} | {_range(m['real_tokens_per_s'], ',.0f')} | {_range(m['step_s'], '.3f')} | "
+                f"{_range(memory, ',.0f')} | {_range(m['wall_s'], '.1f')} |"
+            )
+        add("")
+        if s["ratios"]:
+            add("| real tokens/s ratio | median [min – max] | per repeat |")
+            add("|---|---|---|")
+            for c in s["ratios"]:
+                add(f"| {c['label']} | **{_ratio(c)}** | {', '.join(f'{v:.2f}' for v in c['values'])} |")
+            add("")
+        q = s["quality"]
+        if q:
+            add(f"### {name}: held-out loss on whole documents, each alone (per masked token)\n")
+            add(f"| seed | isolated ({ISOLATED}) | crossing ({CROSSING}) | crossing − isolated |")
+            add("|---|---|---|---|")
+            for row in q["seeds"]:
+                add(f"| {row['seed']} | {row['isolated']:.4f} | {row['crossing']:.4f} | "
+                    f"{row['crossing'] - row['isolated']:+.4f} |")  # fmt: skip
+            d, speed = q["difference"], q["speed"]
+            add(
+                f"| min – max | {_range(q['isolated'], '.4f')} | {_range(q['crossing'], '.4f')} | "
+                f"**{d['min']:+.4f} – {d['max']:+.4f}** |"
+            )
+            add(
+                f"\nIsolated lower in {q['isolated_lower']} of {len(q['seeds'])} seed(s). The same runs' real "
+                f"tokens/s, isolated / crossing over {settings['quality_steps']} steps: **{_ratio(speed)}** (per seed: "
+                f"{', '.join(f'{v:.2f}' for v in speed['values'])}).\n"
+            )
+    for failure in result.get("failures") or []:
+        add(f"- **{failure['architecture']} {failure['mode']}** failed ({failure['label']}): "
+            f"{failure['error'].splitlines()[0]}")  # fmt: skip
+    if result.get("failures"):
+        add("")
+
+    add("## Every run, in the order they ran\n")
+    add("| run | mode | batch | real tokens/s | s/step | wall s | first step s | peak MiB | final loss | held-out loss "
+        "| load avg (before, after) |")  # fmt: skip
+    add("|---|---|---|---|---|---|---|---|---|---|---|")
+    for run in runs + quality:
+        load = ", ".join(f"{x:.1f}" for x in run["load_avg_1m"])
+        held_loss = f"{run['heldout']['loss']:.4f}" if run.get("heldout") else "–"
+        add(
+            f"| {run['label']} | {run['recipe']} | {run['probe']['samples_per_step']:,} | "
+            f"{run['real_tokens_per_s']:,.0f} | {heads.step_seconds(run):.3f} | {run['wall_s']:.1f} | "
+            f"{run['first_step_s']:.1f} | {run['peak_memory_bytes'] / MIB:,.0f} | {run['final_loss']:.3f} | "
+            f"{held_loss} | {load} |"
+        )
+    add("")
+    add("## Flags\n")
+    for name, overrides in result["architectures"].items():
+        add(f"- **{name}**: `--model_name_or_path scratch:{name} --config_overrides {overrides}`")
+    for mode, flags in result["flags"].items():
+        add(f"- **{mode}**: `{' '.join(flags)}`")
+    add(f"\n{NOTES}")
+    return "\n".join(out) + "\n"
