@@ -11,7 +11,7 @@ with another ``--padding``, in a fresh torchrun process timed by the same probe.
 
 1. layout: per mode, the packing efficiency (real tokens / positions computed) computed as the job computes it
    (its collator's ``measure()`` in training-size batches) over samples drawn at random, as the Trainer draws
-   them (the job's own figure, beside it from each run's run.json, takes its first 256 in file order), and the
+   them (the job's own figure, beside it from each run's run.json, draws its 256 samples at random too), and the
    share of the corpus's tokens the mode trains on (packing drops each map batch's last partial block, dynamic
    padding cuts lines past 128 tokens);
 2. speed: real tokens/s of every mode, the modes alternating repeat after repeat, ratios taken within a repeat.
@@ -23,7 +23,8 @@ with another ``--padding``, in a fresh torchrun process timed by the same probe.
    the same for every model; the loss per masked token, per seed, and crossing - isolated, min - max over seeds.
 
 This module is the pure part (tested in tests/bench/test_packing_series.py): the settings, run flags, run order,
-the held-out split and evaluation, the summary and the report; bench/packing_series.py prepares the data and runs.
+the held-out split and evaluation; bench/packing_report.py the summary and the report; bench/packing_series.py
+prepares the data and runs.
 """
 
 from __future__ import annotations
@@ -34,8 +35,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from bench import heads, real
-from bench.report import MIB, _range, _ratio, machine
-from bench.stats import spread
 
 BLOCK = real.BLOCK  # max_seq_length of every run, and the packed modes' block
 MODES: dict[str, str] = {
@@ -284,217 +283,3 @@ def heldout_loss(
         "documents": len(documents),
         "tokens": sum(len(ids) for ids in encoded["input_ids"]),
     }
-
-
-# ------------------------------------------------------------------------------------------------------ summary
-
-SPEED_METRICS = ("real_tokens_per_s", "samples_per_s", "peak_memory_bytes", "wall_s")
-
-
-def summarise(
-    runs: list[dict[str, Any]], quality: list[dict[str, Any]], layout: dict[str, Any], settings: PackingSettings
-) -> dict[str, Any]:
-    """The efficiency of each mode against its target, and per architecture: each mode's speed (min / median /
-    max), the ratios within each repeat, and the held-out losses per seed with crossing - isolated."""
-    efficiency = {
-        mode: {**facts, "target": TARGETS.get(mode),
-               "met": facts["efficiency"] >= TARGETS[mode] - 1e-9 if mode in TARGETS else None}
-        for mode, facts in layout.items()
-    }  # fmt: skip
-    per_architecture: dict[str, Any] = {}
-    for name in settings.architectures:
-        mine = [r for r in runs if r["architecture"] == name]
-        modes = {}
-        for mode in settings.modes:
-            rs = [r for r in mine if r["recipe"] == mode]
-            if rs:
-                modes[mode] = {m: spread([r[m] for r in rs]) for m in SPEED_METRICS}
-                modes[mode]["step_s"] = spread([heads.step_seconds(r) for r in rs])
-                banner = [r["packing"]["efficiency"] for r in rs if (r.get("packing") or {}).get("efficiency")]
-                modes[mode]["banner_efficiency"] = spread(banner) if banner else None
-        ratios = []
-        for comparison in COMPARISONS:
-            values = list(real.paired(mine, comparison).values())
-            if values:
-                ratios.append({"label": comparison.label, "values": values, **spread(values)})
-        per_architecture[name] = {
-            "parameters": mine[0]["probe"]["parameters"] if mine else None,
-            "modes": modes,
-            "ratios": ratios,
-            "quality": summarise_quality([q for q in quality if q["architecture"] == name]),
-        }
-    return {"efficiency": efficiency, "architectures": per_architecture}
-
-
-def summarise_quality(runs: list[dict[str, Any]]) -> dict[str, Any] | None:
-    """Per seed the two held-out losses and crossing - isolated (seeds with both runs only), min / median / max."""
-    losses: dict[int, dict[str, float]] = defaultdict(dict)
-    for run in runs:
-        losses[run["seed"]][run["recipe"]] = run["heldout"]["loss"]
-    seeds = sorted(s for s, pair in losses.items() if ISOLATED in pair and CROSSING in pair)
-    if not seeds:
-        return None
-    rows = [{"seed": s, "isolated": losses[s][ISOLATED], "crossing": losses[s][CROSSING]} for s in seeds]
-    differences = [row["crossing"] - row["isolated"] for row in rows]
-    # The quality runs are speed runs too, with a longer window: isolated / crossing real tokens/s per seed.
-    speed = list(real.paired(runs, real.Comparison("", ISOLATED, CROSSING)).values())
-    return {
-        "seeds": rows,
-        "speed": {"values": speed, **spread(speed)},
-        "isolated": spread([row["isolated"] for row in rows]),
-        "crossing": spread([row["crossing"] for row in rows]),
-        "difference": {"values": differences, **spread(differences)},
-        "isolated_lower": sum(d > 0 for d in differences),
-    }
-
-
-# ------------------------------------------------------------------------------------------------------- report
-
-NOTES = (
-    "Efficiency: real tokens / positions computed, from the job's own collator (train/collator.py `measure()`) in "
-    "each mode's training-size batches of samples drawn at random, as the Trainer draws them; the banner's figure "
-    "is the job's own (run.json `packing`: its first 256 samples in file order, where neighbouring lines have "
-    "similar lengths, so it overstates what dynamic padding realises on a shuffled corpus whose line lengths "
-    "have a long tail). It counts positions, not attention pairs: a packed row on "
-    "SDPA still scores all 128 x 128 pairs under its block-diagonal mask, and a padding-free row all of its "
-    "length squared (flash attention's varlen path computes only each document's). Tokens kept: the tokens a mode "
-    "trains on, of all the corpus's tokens (specials included): packing drops each 1,000-line map batch's last "
-    "partial block; dynamic padding and padding-free cut lines past 128 tokens. Real tokens/s: the Trainer's count "
-    "over the steps after the first fifth; ratios are taken within each repeat (above 1: the first mode is "
-    "faster). Held-out loss: the mean cross-entropy per masked token over the held-out documents, each evaluated "
-    "alone after training, with the same masks for every model; crossing - isolated above 0: keeping documents "
-    "apart gave the lower loss."
-)
-
-
-def run_line(run: dict[str, Any]) -> str:
-    held = f", held-out loss {run['heldout']['loss']:.4f}" if run.get("heldout") else ""
-    return (
-        f"packing {run['label']}: {run['real_tokens_per_s']:,.0f} real tokens/s, {heads.step_seconds(run):.3f} "
-        f"s/step, wall {run['wall_s']:.1f} s, final loss {run['final_loss']:.3f}{held}"
-    )
-
-
-def _pct(value: float | None) -> str:
-    return "–" if value is None else f"{value:.1%}"
-
-
-def shared_machine(runs: list[dict[str, Any]], threads: int | None) -> str:
-    """A sentence on the load the runs saw: other work on the machine shows as a load average above the runs'."""
-    loads = [x for r in runs for x in r["load_avg_1m"]]
-    if not loads:
-        return ""
-    own = threads or 1
-    peak = max(loads)
-    if peak > own + MAX_ACCEPTED_LOAD_EXCESS:
-        return (
-            f"The machine was shared: other work ran beside the benchmark (1-minute load average up to {peak:.1f} "
-            f"around the runs, which use {own} thread(s) each); the modes alternate, so it hit them alike, and "
-            "the ratios are taken within each repeat. "
-        )
-    return f"The machine was otherwise idle (1-minute load average at most {peak:.1f} around the runs). "
-
-
-def markdown(result: dict[str, Any]) -> str:
-    """The packing series' report: efficiency per mode, then per architecture speed, ratios and held-out loss."""
-    env, settings, corpus, runs = result["environment"], result["settings"], result["corpus"], result["runs"]
-    quality = result["quality_runs"]
-    out = [f"# Benchmark: packing modes, documents apart or across ({result['date'][:10]}, {env['host']})\n"]
-    add = out.append
-    held = result["heldout"]
-    add(
-        f"{machine(result)}; torch {env['torch']}, transformers {env['transformers']}. Data: the real series' "
-        f"{corpus['bytes'] / MIB:.1f} MiB of real English ({corpus['source']}), one document per line, less "
-        f"{held['documents']:,} held-out lines ({held['tokens']:,} tokens); its WordPiece tokenizer "
-        f"({result['tokenizer_vocab']:,} tokens). {', '.join(result['architectures'])} from scratch at the "
-        f"{settings['size']} size (overrides under Flags), max_seq_length {BLOCK}, the masked-only head. Speed: "
-        f"{settings['repeats']} repeat(s) of {' / '.join(settings['modes'])}, {settings['max_steps']} steps each, "
-        f"{settings['blocks']} blocks ({settings['blocks'] * BLOCK:,} tokens) a step for the packed modes and as "
-        "many real tokens on average for the others, each run a fresh torchrun process. Quality: "
-        f"{settings['seeds']} seed(s), {ISOLATED} then {CROSSING}, {settings['quality_steps']} steps of "
-        f"{settings['blocks']} blocks (the same blocks, masks and tokens for both), learning rate "
-        f"{settings['learning_rate']:g} after {settings['warmup_steps']} warm-up steps. "
-        + shared_machine(runs + quality, settings["threads"])
-        + "\n"
-    )
-    add("## Packing efficiency: real tokens / positions computed\n")
-    add("| mode | what | examples per step | real tokens per example | efficiency | the banner's | target | "
-        "tokens kept |")  # fmt: skip
-    add("|---|---|---|---|---|---|---|---|")
-    summary = result["summary"]
-    first = next(iter(summary["architectures"].values()), {"modes": {}})
-    for mode, facts in summary["efficiency"].items():
-        banner = (first["modes"].get(mode) or {}).get("banner_efficiency")
-        if facts["target"] is None:
-            goal = "–"
-        else:
-            goal = f"≥ {facts['target']:.0%}: {'met' if facts['met'] else '**not met**'}"
-        add(
-            f"| {mode} | {MODES[mode]} | {facts['batch']:,} | {facts['tokens_per_example']:.1f} | "
-            f"**{facts['efficiency']:.1%}** ({facts['samples']:,} samples) | "
-            f"{_range(banner, '.1%') if banner else '–'} | {goal} | {_pct(facts['tokens_kept'])} |"
-        )
-    add("")
-    for name, s in summary["architectures"].items():
-        params = f"{s['parameters'] / 1e6:.1f} M parameters" if s["parameters"] else "no run"
-        add(f"## {name} ({params}): real tokens/s, min – max over the repeats\n")
-        add("| mode | real tokens/s | s/step | peak MiB | wall s |")
-        add("|---|---|---|---|---|")
-        for mode, m in s["modes"].items():
-            memory = {k: v / MIB for k, v in m["peak_memory_bytes"].items()}
-            add(
-                f"| {mode} | {_range(m['real_tokens_per_s'], ',.0f')} | {_range(m['step_s'], '.3f')} | "
-                f"{_range(memory, ',.0f')} | {_range(m['wall_s'], '.1f')} |"
-            )
-        add("")
-        if s["ratios"]:
-            add("| real tokens/s ratio | median [min – max] | per repeat |")
-            add("|---|---|---|")
-            for c in s["ratios"]:
-                add(f"| {c['label']} | **{_ratio(c)}** | {', '.join(f'{v:.2f}' for v in c['values'])} |")
-            add("")
-        q = s["quality"]
-        if q:
-            add(f"### {name}: held-out loss on whole documents, each alone (per masked token)\n")
-            add(f"| seed | isolated ({ISOLATED}) | crossing ({CROSSING}) | crossing − isolated |")
-            add("|---|---|---|---|")
-            for row in q["seeds"]:
-                add(f"| {row['seed']} | {row['isolated']:.4f} | {row['crossing']:.4f} | "
-                    f"{row['crossing'] - row['isolated']:+.4f} |")  # fmt: skip
-            d, speed = q["difference"], q["speed"]
-            add(
-                f"| min – max | {_range(q['isolated'], '.4f')} | {_range(q['crossing'], '.4f')} | "
-                f"**{d['min']:+.4f} – {d['max']:+.4f}** |"
-            )
-            add(
-                f"\nIsolated lower in {q['isolated_lower']} of {len(q['seeds'])} seed(s). The same runs' real "
-                f"tokens/s, isolated / crossing over {settings['quality_steps']} steps: **{_ratio(speed)}** (per seed: "
-                f"{', '.join(f'{v:.2f}' for v in speed['values'])}).\n"
-            )
-    for failure in result.get("failures") or []:
-        add(f"- **{failure['architecture']} {failure['mode']}** failed ({failure['label']}): "
-            f"{failure['error'].splitlines()[0]}")  # fmt: skip
-    if result.get("failures"):
-        add("")
-
-    add("## Every run, in the order they ran\n")
-    add("| run | mode | batch | real tokens/s | s/step | wall s | first step s | peak MiB | final loss | held-out loss "
-        "| load avg (before, after) |")  # fmt: skip
-    add("|---|---|---|---|---|---|---|---|---|---|---|")
-    for run in runs + quality:
-        load = ", ".join(f"{x:.1f}" for x in run["load_avg_1m"])
-        held_loss = f"{run['heldout']['loss']:.4f}" if run.get("heldout") else "–"
-        add(
-            f"| {run['label']} | {run['recipe']} | {run['probe']['samples_per_step']:,} | "
-            f"{run['real_tokens_per_s']:,.0f} | {heads.step_seconds(run):.3f} | {run['wall_s']:.1f} | "
-            f"{run['first_step_s']:.1f} | {run['peak_memory_bytes'] / MIB:,.0f} | {run['final_loss']:.3f} | "
-            f"{held_loss} | {load} |"
-        )
-    add("")
-    add("## Flags\n")
-    for name, overrides in result["architectures"].items():
-        add(f"- **{name}**: `--model_name_or_path scratch:{name} --config_overrides {overrides}`")
-    for mode, flags in result["flags"].items():
-        add(f"- **{mode}**: `{' '.join(flags)}`")
-    add(f"\n{NOTES}")
-    return "\n".join(out) + "\n"

@@ -16,7 +16,7 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from bench import heads, packing, real, report
+from bench import heads, packing, packing_report, real, report
 from bench.real_series import prepare_real
 from bench.runner import RunFailed, result_header, run_dir, run_once, write_results
 from train.runfiles import RunFiles
@@ -179,8 +179,8 @@ def run_packing_series(
 
     def write() -> str:
         result = {**context, "runs": runs, "quality_runs": quality,
-                  "summary": packing.summarise(runs, quality, layout, settings)}  # fmt: skip
-        markdown = packing.markdown(result)
+                  "summary": packing_report.summarise(runs, quality, layout, settings)}  # fmt: skip
+        markdown = packing_report.markdown(result)
         write_results(results_dir, results_stem(stem), result, markdown, None if tagged else "latest-packing.md")
         return markdown
 
@@ -192,7 +192,7 @@ def run_packing_series(
         run = measure(name, mode, f"packing-{rep}-{name}-{mode}", argv, rep=rep)
         if run is not None:
             runs.append(run)
-            log(packing.run_line(run))
+            log(packing_report.run_line(run))
             markdown = write()
     for seed, name, mode in packing.quality_schedule(settings):
         if (name, mode) in failed:
@@ -203,7 +203,7 @@ def run_packing_series(
         if run is not None:
             run["heldout"] = score_heldout(workdir, label, tokenizer, heldout)
             quality.append(run)
-            log(packing.run_line(run))
+            log(packing_report.run_line(run))
             markdown = write()
     print(markdown)
     log(f"bench packing: results in {results_dir / results_stem(stem)}.json and .md")

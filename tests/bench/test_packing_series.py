@@ -7,7 +7,7 @@ from dataclasses import asdict
 
 import pytest
 
-from bench import heads, packing
+from bench import heads, packing, packing_report
 from bench.run import packing_settings, parse_args, selected_series
 from tests.bench.records import flag, real_run
 
@@ -240,7 +240,7 @@ LAYOUT = {
 
 def test_the_summary_takes_ratios_within_a_repeat_and_checks_the_efficiency_targets():
     settings = packing.PackingSettings("cpu")
-    summary = packing.summarise(RUNS, QUALITY, LAYOUT, settings)
+    summary = packing_report.summarise(RUNS, QUALITY, LAYOUT, settings)
     efficiency = summary["efficiency"]
     assert (efficiency["packed"]["target"], efficiency["packed"]["met"]) == (0.95, True)
     assert (efficiency["padding_free"]["target"], efficiency["padding_free"]["met"]) == (1.0, False)
@@ -260,7 +260,7 @@ def test_the_summary_takes_ratios_within_a_repeat_and_checks_the_efficiency_targ
 
 def report(runs, quality, failures=()) -> str:
     settings = packing.PackingSettings("cpu")
-    return packing.markdown({
+    return packing_report.markdown({
         "date": "2026-01-01T00:00:00+00:00",
         "environment": {"host": "h", "gpu": None, "cpu_count": 2, "torch": "t", "transformers": "x"},
         "settings": asdict(settings),
@@ -272,7 +272,7 @@ def report(runs, quality, failures=()) -> str:
         "failures": list(failures),
         "runs": runs,
         "quality_runs": quality,
-        "summary": packing.summarise(runs, quality, LAYOUT, settings),
+        "summary": packing_report.summarise(runs, quality, LAYOUT, settings),
     })  # fmt: skip
 
 
@@ -291,7 +291,7 @@ def test_the_report_shows_the_efficiency_the_ratios_and_the_held_out_losses():
     assert "The machine was shared" in text and "up to 3.2" in text  # the runs' load averages say so
     assert "| packing-seed44-bert-packed | packed | 32 |" in text and "| 7.4500 |" in text
     assert "- **bert**: `--model_name_or_path scratch:bert --config_overrides num_hidden_layers=6," in text
-    assert packing.run_line(QUALITY[0]).startswith("packing packing-seed42-bert-packed: 900 real tokens/s")
+    assert packing_report.run_line(QUALITY[0]).startswith("packing packing-seed42-bert-packed: 900 real tokens/s")
 
 
 def test_an_idle_machine_is_said_to_be_idle_and_a_report_without_runs_still_renders():
