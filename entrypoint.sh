@@ -105,9 +105,13 @@ _main() {
 	prepare)
 		shift
 		withhold_secrets "$@"
-		exec "$PYTHON" -m train.prepare "${ARGS[@]}"
+		exec "$PYTHON" -m train.run.prepare "${ARGS[@]}"
 		;;
-	gpus | doctor | report)
+	gpus)
+		shift
+		exec "$PYTHON" -m train.machine "$@"
+		;;
+	doctor | report)
 		shift
 		exec "$PYTHON" -m "train.$command" "$@"
 		;;

@@ -47,7 +47,7 @@ def prepare(settings: DemoSettings, workdir: Path) -> tuple[Path, dict[str, Any]
     use_local_hf(workdir)
     from train.config import load_config
     from train.data import load_raw
-    from train.tokenizer_training import train_tokenizer
+    from train.model.tokenizer_training import train_tokenizer
 
     model = ["--model_name_or_path", "scratch:distilbert", "--config_overrides", settings.model_overrides]
     config = load_config(model, environ={})
@@ -69,7 +69,7 @@ def time_tokenization(workdir: Path, argv: list[str]) -> dict[str, Any]:
     process, as a second run of the job would: it must read everything from the cache (bench/tokenization.py)."""
     from train.config import load_config
     from train.data import load_raw, tokenize
-    from train.model import load_tokenizer, scratch_config
+    from train.model.load import load_tokenizer, scratch_config
 
     home = workdir / "hf-tokenization"
     shutil.rmtree(home, ignore_errors=True)

@@ -48,7 +48,7 @@ EOF
 section "NVML count == torch.cuda.device_count()"
 CUDA_DEVICE_ORDER=PCI_BUS_ID timeout 120 "$PYTHON" - <<'EOF' || fail "NVML and torch disagree"
 import sys, torch
-from train.gpus import detect
+from train.machine.gpus import detect
 inventory = detect()
 nvml, cuda = len(inventory.gpus), torch.cuda.device_count()
 print(f"NVML (after CUDA_VISIBLE_DEVICES): {nvml}   torch.cuda.device_count(): {cuda}   torch CUDA {torch.version.cuda}")
@@ -95,7 +95,7 @@ if ((GPUS >= 2)); then
 	# The launcher's decisions (precision, backend) passed by hand; no torchrun, so no LOCAL_RANK and no DDP.
 	FLAGS=$("$PYTHON" -c 'import json,sys; print(" ".join(json.load(open(sys.argv[1]))["decision_flags"]))' "$WORK/plan.json")
 	# shellcheck disable=SC2086 # the flags are words
-	run_demo dataparallel "$PYTHON" -m train.job $FLAGS
+	run_demo dataparallel "$PYTHON" -m train.run.job $FLAGS
 fi
 
 section "gpu_check: OK"

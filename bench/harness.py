@@ -1,7 +1,7 @@
-"""``python -m bench.harness [job options]``: the per-rank program ``train.job``, unchanged, plus a probe.
+"""``python -m bench.harness [job options]``: the per-rank program ``train.run.job``, unchanged, plus a probe.
 
-The benchmark runs this under torchrun in place of ``train.job`` so that it needs no hook in ``train/``: it wraps
-``train.job.prepare`` to add one callback (bench/probe.py's StepProbe), then runs ``train.job.main`` exactly
+The benchmark runs this under torchrun in place of ``train.run.job`` so that it needs no hook in ``train/``: it wraps
+``train.run.job.prepare`` to add one callback (bench/probe.py's StepProbe), then runs ``train.run.job.main`` exactly
 as the job would. Rank 0 writes the probe's record as JSON to the file named by ``BENCH_PROBE_FILE``; without that
 variable it adds nothing.
 """
@@ -16,15 +16,15 @@ import os  # noqa: E402
 from pathlib import Path  # noqa: E402
 from typing import Any  # noqa: E402
 
-import train.job as job  # noqa: E402
+import train.run.job as job  # noqa: E402
 from bench.probe import PROBE_FILE_ENV, StepProbe  # noqa: E402
-from train.errors import exit_process, run_main  # noqa: E402
+from train.common.errors import exit_process, run_main  # noqa: E402
 
 IMPORTED = time.time()
 
 
 def install_probe(path: Path) -> None:
-    """Wrap train.job.prepare so every Trainer it builds carries the probe."""
+    """Wrap train.run.job.prepare so every Trainer it builds carries the probe."""
     prepare = job.prepare
 
     def prepare_with_probe(config: Any, *args: Any) -> Any:
@@ -49,4 +49,4 @@ if __name__ == "__main__":
         code = run_main(job.main)
     finally:
         job.cleanup()
-    exit_process(code)  # as train.job exits
+    exit_process(code)  # as train.run.job exits

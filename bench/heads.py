@@ -1,6 +1,6 @@
 """The heads series of ``make bench``: the masked-only head against the same model's dense head, per architecture.
 
-Our job's vocabulary projection runs at masked positions only while training (train/head.py); with
+Our job's vocabulary projection runs at masked positions only while training (train/model/head.py); with
 ``masked_only_head`` off it projects every position (the dense head). Each architecture (bert, roberta,
 modernbert, deberta-v2, electra, albert, xlm-roberta, esm) is built from scratch at one size (mid on a CPU: 6
 layers, hidden 384, intermediate 1536, 6 heads; base on a GPU: 12 x 768, ModernBERT-base's own 22 layers) and

@@ -2,7 +2,7 @@
 keeping a packed block's documents apart does to the loss on whole documents.
 
 Modes (``--padding``, train/config/schema.py): ``packed`` (documents concatenated into 128-token blocks and kept
-apart: positions restart per document, block-diagonal attention, train/packing.py), ``packed_crossing`` (the same
+apart: positions restart per document, block-diagonal attention, train/model/packing.py), ``packed_crossing`` (the same
 blocks attending across documents, run_mlm.py's group_texts), ``dynamic`` (each batch padded to its longest
 example; to a multiple of 8 on a GPU) and ``padding_free`` (a batch's examples laid end to end in one row, kept
 apart, no padding). Every run is the heads series' masked-only run of an architecture (bench/heads.py: the real
@@ -38,7 +38,7 @@ from bench import heads, real
 
 BLOCK = real.BLOCK  # max_seq_length of every run, and the packed modes' block
 MODES: dict[str, str] = {
-    "packed": "128-token blocks, each document attending to itself only, positions restarting (train/packing.py)",
+    "packed": "128-token blocks, each document attending to itself only, positions restarting (train/model/packing.py)",
     "packed_crossing": "the same blocks, attention across documents (run_mlm.py's group_texts)",
     "dynamic": "each batch padded to its longest example (a multiple of 8 on a GPU)",
     "padding_free": "each batch's examples end to end in one row, kept apart, no padding",
@@ -49,7 +49,7 @@ ISOLATED, CROSSING = "packed", "packed_crossing"  # the quality comparison's two
 TARGETS: dict[str, float] = {"packed": 0.95, "padding_free": 1.0}
 # The heads series' architectures that keep documents apart on SDPA when built from scratch:<type>: deberta-v2
 # takes a config.json and eager attention only, and ESM-2's token_dropout mixes a row's documents (refused by
-# train/packing.py), so both are left out.
+# train/model/packing.py), so both are left out.
 ARCHITECTURES = ("bert", "roberta", "modernbert", "electra", "albert", "xlm-roberta")
 EVAL_SEED = 0  # the held-out documents' masks: one seed for every model, so their losses compare position by position
 MAX_ACCEPTED_LOAD_EXCESS = 0.5  # load average above the runs' threads by more than this: the machine was shared
@@ -240,12 +240,12 @@ def heldout_loss(
 ) -> dict[str, Any]:
     """Masked-LM loss per masked token over ``documents``, each evaluated alone: a row holds one document, and a
     batch only documents of one length, so no row is padded or shares attention (the same as one forward per
-    document, in fewer calls). Masks come from the job's collator (train/collator.py: 80/10/10, never a special
+    document, in fewer calls). Masks come from the job's collator (train/model/collator.py: 80/10/10, never a special
     token) seeded by (``seed``, 0, document index): every model is scored on the same positions."""
     import torch
 
-    from train.collator import IGNORE_INDEX, MaskingCollator
     from train.data import SAMPLE_INDEX
+    from train.model.collator import IGNORE_INDEX, MaskingCollator
 
     if not documents:
         raise ValueError("no held-out documents to evaluate")

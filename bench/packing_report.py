@@ -84,8 +84,8 @@ def summarise_quality(runs: list[dict[str, Any]]) -> dict[str, Any] | None:
 # ------------------------------------------------------------------------------------------------------- report
 
 NOTES = (
-    "Efficiency: real tokens / positions computed, from the job's own collator (train/collator.py `measure()`) in "
-    "each mode's training-size batches of samples drawn at random, as the Trainer draws them; the banner's figure "
+    "Efficiency: real tokens / positions computed, from the job's own collator (train/model/collator.py `measure()`) "
+    "in each mode's training-size batches of samples drawn at random, as the Trainer draws them; the banner's figure "
     "is the job's own (run.json `packing`: its first 256 samples in file order, where neighbouring lines have "
     "similar lengths, so it overstates what dynamic padding realises on a shuffled corpus whose line lengths "
     "have a long tail). It counts positions, not attention pairs: a packed row on "

@@ -1,6 +1,6 @@
 """The probe the benchmark adds to a Trainer: when each optimizer step ends, and what the figures need.
 
-Shared by bench.harness (our job, ``train.job``) and bench.run_mlm (transformers' run_mlm.py recipe), so both
+Shared by bench.harness (our job, ``train.run.job``) and bench.run_mlm (transformers' run_mlm.py recipe), so both
 recipes are timed by the same code. It records when each optimizer step ends (wall clock, so the parent can
 subtract the time it started the process), the logged losses, the real tokens per sample, the model's size and
 the peak memory; rank 0 writes them as JSON to the file named by ``BENCH_PROBE_FILE`` when training ends.

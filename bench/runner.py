@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.stats import run_metrics
-from train.runfiles import RunFiles
+from train.outputs.runfiles import RunFiles
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -76,7 +76,7 @@ def run_once(
     threads: int | None,
     module: str = "bench.harness",
 ) -> dict[str, Any]:
-    """One fresh torchrun process of ``module`` (bench.harness: train.job plus the probe; bench.run_mlm:
+    """One fresh torchrun process of ``module`` (bench.harness: train.run.job plus the probe; bench.run_mlm:
     run_mlm.py's recipe plus the same probe); its figures."""
     directory = fresh_run_dir(workdir, label)
     directory.mkdir(parents=True)
@@ -120,7 +120,7 @@ def warm_cache(argv: list[str]) -> None:
     timed run pays for tokenizing."""
     from train.config import load_config
     from train.data import load_raw, tokenize
-    from train.model import load_tokenizer, scratch_config
+    from train.model.load import load_tokenizer, scratch_config
 
     config = load_config(argv, environ={})
     raw = load_raw(config)

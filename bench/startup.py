@@ -3,7 +3,7 @@
 The floor of any job on this stack is importing torch, transformers and datasets (``bare``; transformers imports
 lazily, so that does not load the Trainer). Against it, in fresh processes alternating ``repeats`` times: what a
 training step needs (``trainer``: bare plus ``from transformers import Trainer``), our rank program (``job``:
-``import train.job``) and our launcher (``launcher``). Each is timed inside its process, around the import
+``import train.run.job``) and our launcher (``launcher``). Each is timed inside its process, around the import
 statement only (interpreter start and exit excluded), and as the process's whole wall clock. Then the warm
 2-step demo run through ``entrypoint.sh`` to its end (launcher, torchrun, rank, final evaluation on 64 samples,
 the model written): its wall, its time to the first step, and the steps' own time (the Trainer's
@@ -30,10 +30,10 @@ from bench.stats import spread
 IMPORTS: dict[str, str] = {
     "bare": "import torch, transformers, datasets",
     "trainer": "import torch, transformers, datasets; from transformers import Trainer",
-    "job": "import train.job",
+    "job": "import train.run.job",
     "launcher": "import train.launch.__main__",
 }
-JOB_IMPORT_TARGET = 1.2  # import train.job / bare
+JOB_IMPORT_TARGET = 1.2  # import train.run.job / bare
 DEMO_RUN_TARGET = 2.0  # (warm demo wall - its steps) / bare
 
 TIMER = "import time; _t = time.perf_counter(); {statement}; print(time.perf_counter() - _t)"
@@ -118,7 +118,7 @@ def targets(summary: dict[str, Any]) -> list[dict[str, Any]]:
     """The issue's two start-up targets: the measured median ratio, the target and whether it is met."""
     rows = [
         {
-            "what": "import train.job / bare import",
+            "what": "import train.run.job / bare import",
             "ratio": summary["imports"]["job"]["ratio_to_bare"]["median"],
             "target": JOB_IMPORT_TARGET,
         }

@@ -2,8 +2,8 @@
 
 Against moto's S3-compatible server on loopback (the one the tests use; a real store's bandwidth and latency
 differ, so these are the job's own overheads plus loopback HTTP, a lower bound): the seconds per GiB to upload a
-checkpoint with train/store.py (marker last, every file one PUT or a multipart upload) and to download it, min-max
-over repeats; then a demo run of the job to a bucket, whose per-save upload lines ("uploaded checkpoint-N ... in
+checkpoint with train/outputs/store.py (marker last, every file one PUT or a multipart upload) and to download it,
+min-max over repeats; then a demo run of the job to a bucket, whose per-save upload lines ("uploaded checkpoint-N ... in
 X s") give the extra seconds each save costs. Writes bench/results/<date>-vm-store.{json,md} and latest-store.md.
 """
 
@@ -66,7 +66,7 @@ def fake_checkpoint(root: Path, step: int, mib: int) -> Path:
 
 
 def raw_transfers(url: str, sizes: list[int], repeats: int, work: Path) -> list[dict[str, Any]]:
-    from train.store import Store
+    from train.outputs.store import Store
 
     rows = []
     for mib in sizes:

@@ -11,10 +11,10 @@ import json
 import sys
 import time
 
+from train.common.hf import cache_root
 from train.config import load_config
 from train.data import load_raw, tokenize
-from train.hf import cache_root
-from train.model import load_tokenizer, scratch_config
+from train.model.load import load_tokenizer, scratch_config
 
 
 def main(argv: list[str]) -> int:

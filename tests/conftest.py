@@ -57,7 +57,7 @@ def tiny_env(output_dir: Path, **options: str) -> dict[str, str]:
 def run_torchrun(env: dict[str, str], nproc: int = 1, *args: str, timeout: int = 600) -> subprocess.CompletedProcess:
     """The per-rank job under a real torchrun (gloo on CPU), as the launcher would start it."""
     torchrun = Path(sys.executable).with_name("torchrun")
-    command = [str(torchrun), "--standalone", f"--nproc-per-node={nproc}", "-m", "train.job"]
+    command = [str(torchrun), "--standalone", f"--nproc-per-node={nproc}", "-m", "train.run.job"]
     # As the launcher decides on CPU: gloo, and --use_cpu so that CPU ranks really form DDP (without it each
     # rank trains its own copy).
     command += ["--ddp_backend", "gloo", "--use_cpu", "true"]

@@ -1,5 +1,5 @@
 """The one NVML fake every test uses, at the pynvml function boundary: the devices, MIG instances, driver and
-per-device utilisation that ``train.gpus`` (the only NVML reader) asks for. The rest of NVML is left real."""
+per-device utilisation that ``train.machine.gpus`` (the only NVML reader) asks for. The rest of NVML is left real."""
 
 from __future__ import annotations
 
@@ -38,7 +38,7 @@ class FakeNvml:
 def install(
     monkeypatch: pytest.MonkeyPatch, fake: FakeNvml | None = None, init_error: type[pynvml.NVMLError] | None = None
 ) -> FakeNvml:
-    """Replace the pynvml functions train.gpus calls with ones reading ``fake``."""
+    """Replace the pynvml functions train.machine.gpus calls with ones reading ``fake``."""
     fake = fake or FakeNvml([])
 
     def init():

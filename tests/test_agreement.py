@@ -18,8 +18,8 @@ import pytest
 import train.launch.__main__ as launch_main
 from tests.doctor.helpers import checks, fast_nccl
 from tests.fakes import FakeDevice, FakeNvml, h100s, install, uuid_of
+from train.common.errors import run_main
 from train.doctor import machine
-from train.errors import run_main
 
 GIB = 2**30
 TORCH_CUDA = "12.4"

@@ -12,8 +12,8 @@ import pytest
 import torch
 from transformers import TrainerControl, TrainerState
 
-from train.callbacks import CheckpointCompleteMarker, DivergenceGuard, EpochForCollator, finite_weights
-from train.runfiles import COMPLETE_MARKER, OPTIONS_NAME, RunFiles
+from train.outputs.runfiles import COMPLETE_MARKER, OPTIONS_NAME, RunFiles
+from train.run.callbacks import CheckpointCompleteMarker, DivergenceGuard, EpochForCollator, finite_weights
 
 
 def state(step: int, epoch: float = 0.0, zero: bool = True) -> TrainerState:

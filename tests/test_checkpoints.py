@@ -11,7 +11,9 @@ import pytest
 import torch
 from safetensors.torch import save_file
 
-from train.checkpoints import (
+from train.common.errors import ConfigError
+from train.config import load_config
+from train.outputs.checkpoints import (
     decide_resume,
     mark_complete,
     problem,
@@ -19,9 +21,7 @@ from train.checkpoints import (
     resumed_options,
     tidy_aside,
 )
-from train.config import load_config
-from train.errors import ConfigError
-from train.runfiles import ASIDE_PREFIX, COMPLETE_MARKER, RunFiles
+from train.outputs.runfiles import ASIDE_PREFIX, COMPLETE_MARKER, RunFiles
 
 
 def config(tmp_path: Path, **env: str):

@@ -6,7 +6,7 @@ import functools
 
 import torch
 
-from train.collator import IGNORE_INDEX, MaskingCollator
+from train.model.collator import IGNORE_INDEX, MaskingCollator
 
 PAD, CLS, SEP, MASK, VOCAB = 0, 2, 3, 4, 1000
 
@@ -119,7 +119,7 @@ def test_whole_words_are_masked_together_and_stay_index_seeded() -> None:
 def test_documents_apart_packed_rows_and_flattened_batches() -> None:
     from transformers import BertConfig
 
-    from train.packing import isolated_inputs
+    from train.model.packing import isolated_inputs
 
     config = BertConfig(vocab_size=VOCAB, hidden_size=32, num_hidden_layers=1, num_attention_heads=2)
     isolate = functools.partial(isolated_inputs, config=config, attn_implementation="sdpa")

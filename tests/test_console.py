@@ -1,12 +1,12 @@
-"""train.console: the prefix, levels and JSON records every module's user-facing lines go through."""
+"""train.common.console: the prefix, levels and JSON records every module's user-facing lines go through."""
 
 from __future__ import annotations
 
 import io
 import json
 
-from train import console
-from train.errors import ConfigError, run_main
+from train.common import console
+from train.common.errors import ConfigError, run_main
 
 
 def test_lines_and_levels(capsys):
@@ -50,7 +50,7 @@ def test_a_closed_pipe_ends_a_sub_command_quietly(tmp_path):
 
     from tests.conftest import REPO
 
-    script = "import sys; from train.errors import run_main; sys.exit(run_main(lambda a: [print('x' * 100) for _ in range(10**5)]))"
+    script = "import sys; from train.common.errors import run_main; sys.exit(run_main(lambda a: [print('x' * 100) for _ in range(10**5)]))"
     reader = subprocess.Popen(["head", "-c", "10"], stdin=subprocess.PIPE, stdout=subprocess.DEVNULL)
     writer = subprocess.run(
         [sys.executable, "-c", script], stdout=reader.stdin, stderr=subprocess.PIPE, text=True, cwd=REPO
@@ -68,7 +68,7 @@ def test_exit_process_keeps_the_code_and_what_shutdown_does(tmp_path):
     script = f"""
 import atexit, threading, time
 from pathlib import Path
-from train.errors import exit_process
+from train.common.errors import exit_process
 out = open({str(tmp_path / "buffered.txt")!r}, "w")
 out.write("written before exit")  # never closed: flushed when shutdown clears the module
 atexit.register(lambda: Path({str(tmp_path / "atexit.txt")!r}).write_text("ran"))

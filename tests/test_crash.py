@@ -5,10 +5,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from train.crash import collective_timeout, signal_named, unexpected, worker_death
-from train.errors import EXIT_CRASH, EXIT_ENVIRONMENT, first_line
+from train.common.errors import EXIT_CRASH, EXIT_ENVIRONMENT, first_line
 from train.launch.torchrun import killed_rank
-from train.runfiles import RunFiles
+from train.outputs.runfiles import RunFiles
+from train.run.crash import collective_timeout, signal_named, unexpected, worker_death
 
 
 def test_first_line() -> None:
@@ -57,7 +57,7 @@ def test_an_unexpected_exception_keeps_its_traceback_in_the_rank_log(tmp_path: P
 
 REPORT = b"""torch.distributed.elastic.multiprocessing.errors.ChildFailedError:
 ============================================================
-train.job FAILED
+train.run.job FAILED
 ------------------------------------------------------------
 Failures:
   <NO_OTHER_FAILURES>

@@ -8,8 +8,10 @@ import pynvml
 import pytest
 
 from tests.fakes import FakeDevice, FakeNvml, h100s, install, uuid_of
-from train import gpus
-from train.errors import EnvironmentProblem
+from train.common.errors import EnvironmentProblem
+from train.machine import __main__ as cli
+from train.machine import gpus
+from train.machine.sampler import Sampler
 
 
 def indices(inventory: gpus.Inventory) -> list[int]:
@@ -182,9 +184,9 @@ def test_no_driver_check_without_gpu(monkeypatch):
 
 def test_gpus_command_prints_a_table(monkeypatch, capsys):
     install(monkeypatch, h100s(2))
-    monkeypatch.setattr(gpus, "torch_cuda_version", lambda: "12.4")
+    monkeypatch.setattr(cli, "torch_cuda_version", lambda: "12.4")
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "1")
-    assert gpus.main([]) == 0
+    assert cli.main([]) == 0
     lines = capsys.readouterr().out.splitlines()
     assert lines[0].split() == ["cuda", "nvml", "name", "memory", "cc", "mig", "uuid"]
     assert lines[1].split()[:2] == ["0", "1"] and uuid_of(1) in lines[1] and "80.0 GiB" in lines[1]
@@ -193,10 +195,10 @@ def test_gpus_command_prints_a_table(monkeypatch, capsys):
 
 def test_gpus_command_cpu_mode_and_json(monkeypatch, capsys):
     install(monkeypatch, init_error=pynvml.NVMLError_LibraryNotFound)
-    monkeypatch.setattr(gpus, "torch_cuda_version", lambda: None)
-    assert gpus.main([]) == 0
+    monkeypatch.setattr(cli, "torch_cuda_version", lambda: None)
+    assert cli.main([]) == 0
     assert capsys.readouterr().out.startswith("no GPU visible: CPU mode (no NVIDIA driver")
-    assert gpus.main(["--json"]) == 0
+    assert cli.main(["--json"]) == 0
     document = json.loads(capsys.readouterr().out)
     assert document["gpus"] == [] and "no NVIDIA driver" in document["cpu_reason"]
 
@@ -205,11 +207,11 @@ def test_gpus_command_exits_3_on_old_driver(monkeypatch, capsys):
     fake = h100s(1)
     fake.cuda = 11080
     install(monkeypatch, fake)
-    monkeypatch.setattr(gpus, "torch_cuda_version", lambda: "12.8")
+    monkeypatch.setattr(cli, "torch_cuda_version", lambda: "12.8")
     monkeypatch.delenv("MLM_DEBUG", raising=False)
-    from train.errors import run_main
+    from train.common.errors import run_main
 
-    assert run_main(gpus.main, []) == 3
+    assert run_main(cli.main, []) == 3
     assert "too old" in capsys.readouterr().err
 
 
@@ -220,7 +222,7 @@ def test_sampler_reads_the_devices_it_was_handed_by_uuid(monkeypatch):
     fake = h100s(4)
     fake.devices[2].util_pct, fake.devices[2].memory_used = 97, 30 * 2**30
     install(monkeypatch, fake)
-    sampler = gpus.Sampler([uuid_of(2), uuid_of(0), "GPU-gone"])
+    sampler = Sampler([uuid_of(2), uuid_of(0), "GPU-gone"])
     sampler.start()
     found = sampler.sample()
     sampler.stop()
@@ -235,7 +237,7 @@ def test_sampler_reads_the_devices_it_was_handed_by_uuid(monkeypatch):
 def test_sampler_without_nvml_or_devices_is_silent(monkeypatch):
     install(monkeypatch, init_error=pynvml.NVMLError_LibraryNotFound)
     for uuids in ([uuid_of(0)], []):
-        sampler = gpus.Sampler(uuids)
+        sampler = Sampler(uuids)
         sampler.start()
         assert sampler.sample() == []
         sampler.stop()

@@ -1,4 +1,4 @@
-"""The masked-only head (train/head.py), one rule for every architecture: the same loss and gradients as the
+"""The masked-only head (train/model/head.py), one rule for every architecture: the same loss and gradients as the
 model's dense head, no [batch, length, vocab] logits while training, and the saved model a standard masked LM.
 Tiny models built from configs (two layers, width 32): no hub, no files, about a second each."""
 
@@ -11,8 +11,8 @@ import torch
 from transformers import AutoModelForMaskedLM, DistilBertForMaskedLM
 
 from tools.models import ARCHITECTURES, VOCAB, tiny_config
-from train.errors import ConfigError
-from train.head import use_masked_only_head
+from train.common.errors import ConfigError
+from train.model.head import use_masked_only_head
 
 
 def tiny(kind: str) -> torch.nn.Module:
@@ -136,7 +136,7 @@ def test_a_model_the_rule_does_not_fit_is_refused_before_training_and_keeps_its_
 
 
 def test_parameters_the_loss_never_reaches_are_frozen_and_named() -> None:
-    from train.head import freeze_what_the_loss_never_reaches
+    from train.model.head import freeze_what_the_loss_never_reaches
 
     esm = tiny("esm")
     use_masked_only_head(esm)

@@ -1,4 +1,4 @@
-"""train.hf: the one rule for HF_HOME, the hub cache, offline mode and local paths, checked against huggingface_hub."""
+"""train.common.hf: the one rule for HF_HOME, the hub cache, offline mode and local paths, checked against huggingface_hub."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from train import hf
+from train.common import hf
 
 
 def test_hf_home_follows_huggingface_hub(monkeypatch, tmp_path):

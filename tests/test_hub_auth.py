@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from train.errors import EXIT_CONFIG, ConfigError
-from train.hub_auth import check_push, has_token, token_file, valid_repo_id
+from train.common.errors import EXIT_CONFIG, ConfigError
+from train.common.hub_auth import check_push, has_token, token_file, valid_repo_id
 
 
 def test_the_token_file_is_hf_token_path_else_in_hf_home(tmp_path: Path) -> None:

@@ -10,9 +10,9 @@ import sys
 
 import pytest
 
-from train.errors import EnvironmentProblem
-from train.lease import EXPIRY_S, OutputLease
-from train.runfiles import RunFiles
+from train.common.errors import EnvironmentProblem
+from train.outputs.lease import EXPIRY_S, OutputLease
+from train.outputs.runfiles import RunFiles
 
 
 def test_second_job_on_this_host_is_refused_and_the_first_keeps_its_lease(tmp_path):

@@ -1,4 +1,4 @@
-"""train.logs: JSON lines on stdout and in output_dir/logs/train.jsonl, readable text lines, the banner, GPU metrics
+"""train.run.logs: JSON lines on stdout and in output_dir/logs/train.jsonl, readable text lines, the banner, GPU metrics
 through a fake NVML, and the wiring into a real (tiny) Trainer."""
 
 from __future__ import annotations
@@ -16,11 +16,12 @@ from transformers import Trainer
 from transformers.trainer_callback import PrinterCallback, ProgressCallback
 
 from tests.fakes import h100s, install, uuid_of
-from train import console, logs
-from train.banner import banner
+from train.common import console
+from train.common.handoff import Handoff
 from train.config import load_config
-from train.handoff import Handoff
-from train.runfiles import RunFiles
+from train.outputs.runfiles import RunFiles
+from train.run import logs
+from train.run.banner import banner
 
 TRAIN_KEYS = {
     "event",
@@ -176,7 +177,7 @@ EIGHT_H100S = Handoff(
     nnodes="2",
     gpus=["NVIDIA H100 80GB HBM3"] * 8,
     gpu_uuids=[uuid_of(i) for i in range(8)],
-    command=["torchrun", "-m", "train.job"],
+    command=["torchrun", "-m", "train.run.job"],
 )
 
 

@@ -1,4 +1,4 @@
-"""An output_dir in a store: the configuration's staging directory, and train/mirror.py's rules against a real
+"""An output_dir in a store: the configuration's staging directory, and train/outputs/mirror.py's rules against a real
 S3-compatible server (moto's, on loopback): who uploads which file of a checkpoint, what a run would do, starting
 over, a cut-off upload uploaded again, staging cleared of earlier runs, the log fetched to be appended to."""
 
@@ -11,12 +11,12 @@ import pytest
 
 from tests.test_checkpoints import checkpoint
 from tests.test_store import aws, bucket  # noqa: F401 - fixtures: the AWS_* variables, a fresh bucket
+from train.common.errors import ConfigError
+from train.common.hf import cache_key, cache_root
 from train.config import load_config
-from train.errors import ConfigError
-from train.hf import cache_key, cache_root
-from train.mirror import Mirror, writer_of
-from train.runfiles import COMPLETE_MARKER, RunFiles
-from train.store import NAMES
+from train.outputs.mirror import Mirror, writer_of
+from train.outputs.runfiles import COMPLETE_MARKER, RunFiles
+from train.outputs.store import NAMES
 
 
 @pytest.mark.parametrize(

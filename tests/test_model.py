@@ -8,14 +8,14 @@ from pathlib import Path
 
 import pytest
 
-from train.errors import ConfigError
+from train.common.errors import ConfigError
 
 VOCAB = 97
 
 
 def test_overrides_are_constructor_arguments_so_derived_fields_follow() -> None:
     from train.config import load_config
-    from train.model import scratch_config
+    from train.model.load import scratch_config
 
     # update_from_string on a built ModernBERT config left its 22 layer_types beside num_hidden_layers=2, and the
     # first checkpoint save refused it after all the training.
@@ -29,7 +29,7 @@ def test_overrides_are_constructor_arguments_so_derived_fields_follow() -> None:
 
 def test_a_config_the_model_would_reject_at_its_first_save_is_refused_before_any_data(tmp_path: Path) -> None:
     from train.config import load_config
-    from train.model import scratch_config
+    from train.model.load import scratch_config
 
     inconsistent = {"model_type": "modernbert", "num_hidden_layers": 2, "layer_types": ["full_attention"] * 3}
     (tmp_path / "config.json").write_text(json.dumps(inconsistent))
@@ -45,7 +45,7 @@ def test_attention_is_the_models_best_and_the_option_overrides_it(model_type: st
     from transformers import AutoConfig, AutoModelForMaskedLM
 
     from train.config import load_config
-    from train.model import attention_implementation
+    from train.model.load import attention_implementation
 
     small = {"hidden_size": 32, "intermediate_size": 64, "num_hidden_layers": 1, "num_attention_heads": 2}
     arch = AutoConfig.for_model(model_type, vocab_size=50, **small)
@@ -59,7 +59,7 @@ def test_attention_is_the_models_best_and_the_option_overrides_it(model_type: st
 
 def test_overrides_as_a_yaml_mapping_take_lists(tmp_path: Path) -> None:
     from train.config import load_config
-    from train.model import scratch_config
+    from train.model.load import scratch_config
 
     # ModernBERT's layer_types is a list: key=value pairs cannot say it, a YAML mapping can.
     (tmp_path / "job.yaml").write_text(
@@ -76,7 +76,7 @@ def test_overrides_as_a_yaml_mapping_take_lists(tmp_path: Path) -> None:
 
 def test_a_type_without_a_masked_lm_class_is_refused_before_any_data(tmp_path: Path) -> None:
     from train.config import load_config
-    from train.model import check_before_data, scratch_config
+    from train.model.load import check_before_data, scratch_config
 
     with pytest.raises(ConfigError, match=r"MLM_MODEL_NAME_OR_PATH='scratch:gpt2': 'gpt2' has no masked-LM class"):
         scratch_config(load_config([], {"MLM_MODEL_NAME_OR_PATH": "scratch:gpt2"}))

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 
 import pytest
 
-from train.outcome import divergence_message, evaluation_at, final_metrics, perplexity, real_tokens_per_second
+from train.run.outcome import divergence_message, evaluation_at, final_metrics, perplexity, real_tokens_per_second
 
 
 @dataclass

@@ -9,10 +9,10 @@ from pathlib import Path
 
 import pytest
 
+from train.common.errors import EXIT_CONFIG, EXIT_ENVIRONMENT, ConfigError, EnvironmentProblem
 from train.config import load_config
-from train.errors import EXIT_CONFIG, EXIT_ENVIRONMENT, ConfigError, EnvironmentProblem
-from train.outputs import LOW_SPACE_BYTES, check_output_dir, disk_full, publish_final
-from train.runfiles import RunFiles
+from train.outputs.local import LOW_SPACE_BYTES, check_output_dir, disk_full, publish_final
+from train.outputs.runfiles import RunFiles
 
 
 def config(tmp_path: Path, **env: str):
@@ -70,8 +70,8 @@ def test_full_output_device_is_reported(tmp_path: Path) -> None:
 
 
 def test_overwrite_starts_a_finished_run_over_and_a_restart_then_resumes(tmp_path: Path) -> None:
-    from train.checkpoints import decide_resume
-    from train.outputs import start_over
+    from train.outputs.checkpoints import decide_resume
+    from train.outputs.local import start_over
 
     PREVIOUS = RunFiles(tmp_path).final_previous.name
 

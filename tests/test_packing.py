@@ -1,4 +1,4 @@
-"""Packing without cross-document attention (train/packing.py), proven on every supported architecture: with the
+"""Packing without cross-document attention (train/model/packing.py), proven on every supported architecture: with the
 isolated inputs no document's loss has a gradient on another document's embeddings (exactly zero), each document's
 logits in the packed rows are those of the document run alone (positions restart at the model's own offset), and
 the plain packed inputs do mix documents (so the zero means something). Tiny models built from configs (two layers,
@@ -15,9 +15,9 @@ import torch.nn.functional as F
 from transformers import AttentionInterface, AutoConfig, AutoModelForMaskedLM, DistilBertConfig
 from transformers.masking_utils import ALL_MASK_ATTENTION_FUNCTIONS, flash_attention_mask
 
-from train.errors import ConfigError
-from train.head import use_masked_only_head
-from train.packing import (
+from train.common.errors import ConfigError
+from train.model.head import use_masked_only_head
+from train.model.packing import (
     PADDING,
     document_ids_from_lengths,
     isolated_inputs,

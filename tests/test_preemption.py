@@ -16,8 +16,8 @@ from torch.utils.data import DataLoader, Dataset
 from transformers import TrainerControl, TrainerState
 
 from tests.conftest import REPO
-from train.errors import STOP_SIGNALS
-from train.preemption import EvaluationInterrupted, StopOnSignal, leave_signals_to_rank
+from train.common.errors import STOP_SIGNALS
+from train.run.preemption import EvaluationInterrupted, StopOnSignal, leave_signals_to_rank
 
 ARGS = SimpleNamespace(device=torch.device("cpu"))
 
@@ -73,7 +73,7 @@ def test_a_signal_during_an_evaluation_ends_it_at_once(stopper: StopOnSignal) ->
 def test_a_second_ctrl_c_exits_130_at_once() -> None:
     code = (
         "import os, signal, time\n"
-        "from train.preemption import StopOnSignal\n"
+        "from train.run.preemption import StopOnSignal\n"
         "s = StopOnSignal()\n"
         "os.kill(os.getpid(), signal.SIGINT)\n"
         "assert s.received == signal.SIGINT\n"

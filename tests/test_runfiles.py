@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from train.runfiles import RunFiles, is_checkpoint_name, step_of
+from train.outputs.runfiles import RunFiles, is_checkpoint_name, step_of
 
 
 def test_the_layout() -> None:

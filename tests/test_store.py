@@ -17,12 +17,12 @@ import pytest
 
 from tests.servers import FlakyProxy, aws_environment, flaky_proxy, s3_server_authenticating
 from tests.test_checkpoints import checkpoint, truncate
-from train.checkpoints import problem
-from train.errors import EXIT_CONFIG, EXIT_ENVIRONMENT, ConfigError, EnvironmentProblem, UserError
-from train.lease import EXPIRY_S
-from train.runfiles import COMPLETE_MARKER
-from train.store import NAMES, Retry, Store, is_store_url
-from train.store_lease import StoreLease, capabilities
+from train.common.errors import EXIT_CONFIG, EXIT_ENVIRONMENT, ConfigError, EnvironmentProblem, UserError
+from train.outputs.checkpoints import problem
+from train.outputs.lease import EXPIRY_S
+from train.outputs.runfiles import COMPLETE_MARKER
+from train.outputs.store import NAMES, Retry, Store, is_store_url
+from train.outputs.store_lease import StoreLease, capabilities
 
 SECRET = "s3-secret-canary-7e57c0de"  # the secret key: must reach no message
 
@@ -378,9 +378,9 @@ def test_a_stale_lease_is_taken_over_by_exactly_one_job_and_a_live_one_is_not(aw
 
 
 def test_where_the_store_ignores_conditions_the_lease_falls_back_and_says_so(aws, bucket, monkeypatch) -> None:
-    import train.store_lease
+    import train.outputs.store_lease
 
-    monkeypatch.setattr(train.store_lease, "capabilities", lambda store: (False, False))
+    monkeypatch.setattr(train.outputs.store_lease, "capabilities", lambda store: (False, False))
     said = Said()
     lease = StoreLease(make_store(f"s3://{bucket}/run", said=said))
     lease.settle_s = 0.05

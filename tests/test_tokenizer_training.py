@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import pytest
 
+from train.common.errors import ConfigError
 from train.config import load_config
 from train.data import DEMO_SENTENCE, load_raw
-from train.errors import ConfigError
-from train.tokenizer_training import BPE, UNIGRAM, WORDPIECE, tokenizer_kind, train_tokenizer
+from train.model.tokenizer_training import BPE, UNIGRAM, WORDPIECE, tokenizer_kind, train_tokenizer
 
 TEXT = DEMO_SENTENCE  # the demo corpus is this sentence: every piece of it is in the vocabulary
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 from transformers import DistilBertConfig, DistilBertForMaskedLM
 
-from train.trainer import tied_parameter_names
+from train.run.trainer import tied_parameter_names
 
 
 def test_tied_weights_are_named_and_nothing_else() -> None:
@@ -18,8 +18,8 @@ def test_tied_weights_are_named_and_nothing_else() -> None:
 def test_evaluation_batches_come_from_the_evaluation_collator(tmp_path) -> None:
     from transformers import TrainingArguments
 
-    from train.collator import MaskingCollator
-    from train.trainer import MLMTrainer
+    from train.model.collator import MaskingCollator
+    from train.run.trainer import MLMTrainer
 
     config = DistilBertConfig(n_layers=1, dim=32, hidden_dim=64, n_heads=2, vocab_size=50, max_position_embeddings=16)
     training = MaskingCollator(pad_token_id=0, mask_token_id=4, vocab_size=50, mlm_probability=0.3)

@@ -6,10 +6,10 @@ from __future__ import annotations
 import pytest
 
 from tests.test_tokenizer_training import config_for
+from train.common.errors import ConfigError
 from train.data import load_raw
-from train.errors import ConfigError
-from train.tokenizer_training import BPE, UNIGRAM, WORDPIECE, train_tokenizer
-from train.words import word_starts
+from train.model.tokenizer_training import BPE, UNIGRAM, WORDPIECE, train_tokenizer
+from train.model.words import word_starts
 
 TEXT = "training demonstration sample"  # words of the demo text, in pieces at a 45-token vocabulary
 

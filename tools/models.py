@@ -55,12 +55,12 @@ def full_row(model_type: str) -> tuple[str, str, str, str]:
     """:func:`row` and on which attention implementations the model keeps a packed row's documents apart."""
     from transformers import AutoModelForMaskedLM
 
+    from train.common.errors import ConfigError
     from train.config import load_config
     from train.config.schema import JobArguments
-    from train.errors import ConfigError
-    from train.head import use_masked_only_head
-    from train.model import attention_implementation
-    from train.tokenizer_training import tokenizer_kind
+    from train.model.head import use_masked_only_head
+    from train.model.load import attention_implementation
+    from train.model.tokenizer_training import tokenizer_kind
 
     config = load_config([], {})
     arch = tiny_config(model_type)
@@ -70,7 +70,7 @@ def full_row(model_type: str) -> tuple[str, str, str, str]:
         head = "masked-only"
     except ConfigError:
         head = "dense"
-    from train.packing import SUPPORTED, unsupported_reason
+    from train.model.packing import SUPPORTED, unsupported_reason
 
     # Of the implementations MLM_ATTN_IMPLEMENTATION offers, the ones the model keeps documents apart on.
     offered = typing.get_args(typing.get_type_hints(JobArguments)["attn_implementation"])

@@ -16,7 +16,7 @@ from tests.bench.records import flag, real_run
 def built_config(name: str, settings: heads.HeadsSettings, tmp_path) -> object:
     """The architecture's config as our job builds it from the run's flags (train.model.scratch_config)."""
     from train.config import load_config
-    from train.model import scratch_config
+    from train.model.load import scratch_config
 
     model = f"scratch:{name}"
     if heads.config_json(name) is not None:

@@ -162,7 +162,7 @@ def alone(model, tokenizer, documents, seed):
     """The reference: one forward per document, with the masks the job's collator draws for its index."""
     import torch
 
-    from train.collator import IGNORE_INDEX, MaskingCollator
+    from train.model.collator import IGNORE_INDEX, MaskingCollator
 
     collator = MaskingCollator(tokenizer.pad_token_id, tokenizer.mask_token_id, len(tokenizer), seed=seed,
                                mlm_probability=0.15, pad_to_multiple_of=None)  # fmt: skip

@@ -22,10 +22,10 @@ def test_startup_ratios_are_taken_per_round_and_checked_against_the_targets():
     assert summary["imports"]["job"]["ratio_to_bare"]["max"] == pytest.approx(1.3)
     assert summary["demo"]["overhead_to_bare"]["median"] == pytest.approx(7.0 / 3.0)  # (8 - 1) / median bare 3
     rows = {row["what"]: row for row in summary["targets"]}
-    assert rows["import train.job / bare import"]["met"] is True
+    assert rows["import train.run.job / bare import"]["met"] is True
     assert rows["warm 2-step demo run less its steps / bare import"]["met"] is False
     text = "\n".join(report.startup_markdown(summary))
-    assert "| `import train.job` | 3.90 [3.30 – 4.40] | 4.40 [3.80 – 4.90] | 1.10 [1.10 – 1.30] |" in text
+    assert "| `import train.run.job` | 3.90 [3.30 – 4.40] | 4.40 [3.80 – 4.90] | 1.10 [1.10 – 1.30] |" in text
     assert "| warm 2-step demo run less its steps / bare import | 2.33 | ≤ 2.0 | **no** |" in text
 
 

@@ -7,8 +7,8 @@ from pathlib import Path
 import pytest
 
 from tests.config.helpers import REPO, write_yaml
+from train.common.errors import EXIT_CONFIG, ConfigError
 from train.config import load_config, move_hub_token_to_env
-from train.errors import EXIT_CONFIG, ConfigError
 
 
 def test_precedence_default_yaml_env_cli(tmp_path: Path) -> None:

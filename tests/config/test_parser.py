@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from train.common.errors import ConfigError
 from train.config import (
     BOUNDS,
     JobArguments,
@@ -17,7 +18,6 @@ from train.config import (
     tokens_seen_mode,
 )
 from train.config.schema import BOUND
-from train.errors import ConfigError
 
 
 def test_the_parser_is_built_from_fields_that_carry_bounds_and_leaves_them_there() -> None:

@@ -8,8 +8,8 @@ from typing import Any
 import pytest
 
 from tests.config.helpers import value_of, write_yaml
+from train.common.errors import EXIT_CONFIG, ConfigError
 from train.config import load_config
-from train.errors import EXIT_CONFIG, ConfigError
 
 INT64_OVER = str(2**63)
 
@@ -119,7 +119,7 @@ INT64_OVER = str(2**63)
         ([], {"MLM_LOG_RANKS": "-1"}, r"MLM_LOG_RANKS='-1': expected distinct local ranks"),
         ([], {"MLM_LOG_RANKS": "0,,1"}, r"MLM_LOG_RANKS='0,,1': expected distinct local ranks"),
         ([], {"MLM_LOG_RANKS": "1024"}, r"MLM_LOG_RANKS='1024': expected distinct local ranks from 0 to 1023"),
-        # config_overrides syntax (unknown keys are train/model.py's, through update_from_string)
+        # config_overrides syntax (unknown keys are train/model/load.py's, through update_from_string)
         ([], {"MLM_CONFIG_OVERRIDES": "n_layers2"}, r"MLM_CONFIG_OVERRIDES='n_layers2': expected comma-separated key="),
         ([], {"MLM_CONFIG_OVERRIDES": "n_layers=2,"}, r"MLM_CONFIG_OVERRIDES='n_layers=2,': expected comma-separated"),
         ([], {"MLM_CONFIG_OVERRIDES": "dim=1=2"}, r"MLM_CONFIG_OVERRIDES='dim=1=2': expected comma-separated"),

@@ -7,8 +7,8 @@ from pathlib import Path
 import pytest
 import yaml
 
+from train.common.errors import ConfigError
 from train.config import load_config, read_yaml
-from train.errors import ConfigError
 
 
 def test_an_empty_file_sets_nothing(tmp_path: Path) -> None:

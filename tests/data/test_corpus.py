@@ -9,7 +9,7 @@ from datasets import IterableDataset
 
 from tests.data.helpers import config_for, jsonl, write_shards
 from train.data import Corpus, IndexedExamples, build_corpus, load_raw, real_token_count, truncation
-from train.tokenizer_training import train_tokenizer
+from train.model.tokenizer_training import train_tokenizer
 
 LONG = ["one two three four five six seven eight nine ten eleven twelve", "short one", "a b c d e f g h i j k"]
 

@@ -9,9 +9,9 @@ import datasets
 import pytest
 
 from tests.data.helpers import LINES, bad, config_for, jsonl, write_compressed, write_formats, write_shards
+from train.common.errors import ConfigError
 from train.config import load_config
 from train.data import DEMO_SENTENCE, load_raw
-from train.errors import ConfigError
 
 
 def test_demo_is_the_seed_data_split_80_20() -> None:

@@ -8,10 +8,10 @@ from pathlib import Path
 import pytest
 
 from tests.data.helpers import bad, config_for, write_compressed, write_formats, write_shards
-from train import hf
+from train.common import hf
+from train.common.errors import ConfigError
 from train.data import load_raw
 from train.data.sources import data_format, is_remote, resolve, resolve_files, shown_url, source_files
-from train.errors import ConfigError
 
 
 def test_format_looks_through_one_compression_suffix() -> None:

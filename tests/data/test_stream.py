@@ -10,6 +10,7 @@ import torch
 from torchdata.stateful_dataloader import StatefulDataLoader
 
 from tests.data.helpers import config_for, write_shards
+from train.common.errors import ConfigError
 from train.data import (
     SAMPLE_INDEX,
     StreamPosition,
@@ -18,9 +19,8 @@ from train.data import (
     stream_training_overrides,
     tokenized_stream,
 )
-from train.errors import ConfigError
-from train.runfiles import STREAM_STATE, RunFiles
-from train.tokenizer_training import train_tokenizer
+from train.model.tokenizer_training import train_tokenizer
+from train.outputs.runfiles import STREAM_STATE, RunFiles
 
 
 def prepared(source: Path, **env: str):

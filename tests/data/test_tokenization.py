@@ -8,6 +8,7 @@ import datasets
 import pytest
 
 from tests.data.helpers import config_for, jsonl, write_formats
+from train.common.errors import ConfigError
 from train.data import SAMPLE_INDEX, load_raw, real_token_count, tokenization, tokenize, truncation
 from train.data.tokenization import (
     CUT_TOKENS,
@@ -17,8 +18,7 @@ from train.data.tokenization import (
     preprocessing_workers,
     tokenizer_fingerprint,
 )
-from train.errors import ConfigError
-from train.tokenizer_training import train_tokenizer
+from train.model.tokenizer_training import train_tokenizer
 
 
 def test_padding_modes_keep_the_same_real_tokens(tmp_path: Path) -> None:

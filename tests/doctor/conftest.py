@@ -8,7 +8,7 @@ import os
 import pytest
 
 from tests.doctor.helpers import GIB
-from train import resources
+from train.machine import resources
 
 CLUSTER = ("MASTER_", "PET_", "CUDA_VISIBLE", "NVIDIA_VISIBLE", "SLURM_")
 CLUSTER_NAMES = ("NNODES", "NODE_RANK", "GROUP_RANK", "JOB_COMPLETION_INDEX", "WORLD_SIZE", "RANK", "LOCAL_RANK")

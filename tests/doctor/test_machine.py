@@ -7,10 +7,10 @@ import pytest
 
 from tests.doctor.helpers import GIB, checks, fast_nccl
 from tests.fakes import FakeDevice, FakeNvml, h100s, install, no_driver, uuid_of
-from train import resources
 from train.doctor import machine
-from train.gpus import Inventory
 from train.launch.plan import launcher_config
+from train.machine import resources
+from train.machine.gpus import Inventory
 
 # ---- gpus and driver ---------------------------------------------------------------------------------------------
 

@@ -9,9 +9,9 @@ import sys
 from tests.conftest import REPO
 from tests.doctor.helpers import checks
 from tests.fakes import no_driver
+from train.common.errors import run_main
 from train.doctor import network
 from train.doctor.__main__ import main
-from train.errors import run_main
 
 
 def rows_of(out: str) -> dict[str, str]:
@@ -49,7 +49,7 @@ def test_json_output(env, monkeypatch, capsys):
 
 
 def test_auto_format_is_json_when_stdout_is_not_a_terminal(env, monkeypatch, capsys):
-    # The console's one rule (train.console.resolve_format): pytest's captured stdout is not a terminal.
+    # The console's one rule (train.common.console.resolve_format): pytest's captured stdout is not a terminal.
     no_driver(monkeypatch)
     monkeypatch.setenv("MLM_LOG_FORMAT", "auto")
     assert run_main(main, []) == 0

@@ -8,9 +8,9 @@ import socket
 import pytest
 import torch
 
+from train.common.errors import UserError
 from train.doctor import network
 from train.doctor.machine import TorchView
-from train.errors import UserError
 from train.launch.rendezvous import wait_for_address
 
 # ---- NCCL ----------------------------------------------------------------------------------------------------------

@@ -1,5 +1,5 @@
-"""Model, tokenizer and dataset: local paths (train.hf.looks_local), the hub, the caches and offline mode
-(train.hf)."""
+"""Model, tokenizer and dataset: local paths (train.common.hf.looks_local), the hub, the caches and offline mode
+(train.common.hf)."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
 """output_dir and the HF cache: writable through outputs.probe_write, free space, a finished final/ (the job's
-refusal), and the checkpoint a run would resume from (train.checkpoints.resume_choice)."""
+refusal), and the checkpoint a run would resume from (train.outputs.checkpoints.resume_choice)."""
 
 from __future__ import annotations
 
@@ -11,12 +11,12 @@ import pytest
 
 from tests.doctor.helpers import checks
 from tests.fakes import no_driver
-from train import outputs
 from train.doctor import storage
+from train.outputs import local as outputs
 
 
 def resumable(checkpoint: Path) -> Path:
-    """A checkpoint train.checkpoints accepts: trainer_state.json naming its step and whole weights."""
+    """A checkpoint train.outputs.checkpoints accepts: trainer_state.json naming its step and whole weights."""
     checkpoint.mkdir(parents=True)
     step = int(checkpoint.name.rsplit("-", 1)[1])
     (checkpoint / "trainer_state.json").write_text(json.dumps({"global_step": step}))

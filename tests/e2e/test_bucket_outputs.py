@@ -113,7 +113,7 @@ def test_a_stopped_run_resumes_on_a_fresh_machine_from_the_bucket_with_identical
     assert straight.returncode == 0, straight.stderr[-3000:]
     assert f"finished: model in s3://{bucket}/straight/final" in straight.stderr
 
-    # The same machine's cache, so the same tokenizer: two trainings of one differ (train/tokenizer_training.py).
+    # The same machine's cache, so the same tokenizer: two trainings of one differ (train/model/tokenizer_training.py).
     url, fs = f"s3://{bucket}/run", filesystem(aws)
     first = start(machine_env(tmp_path, url, aws, "b", cache="a"))
     wait_for_object(aws, f"{bucket}/run/checkpoint-10/.complete", first)

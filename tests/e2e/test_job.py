@@ -95,7 +95,7 @@ def test_real_tokens_are_the_trainers_count(finished_run: Path) -> None:
 def test_a_finished_final_is_not_overwritten(finished_run: Path) -> None:
     before = (finished_run / "final" / "model.safetensors").read_bytes()
     env = tiny_env(finished_run)
-    result = subprocess.run([sys.executable, "-m", "train.job"], env=env, cwd=REPO, capture_output=True, text=True)
+    result = subprocess.run([sys.executable, "-m", "train.run.job"], env=env, cwd=REPO, capture_output=True, text=True)
     assert result.returncode == 2
     assert "holds a finished model in final/; set MLM_OVERWRITE_OUTPUT_DIR=true" in result.stderr
     assert "Traceback" not in result.stderr

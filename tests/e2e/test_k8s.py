@@ -43,8 +43,8 @@ from tests.e2e.k8s_manifests import (
     trainer_replicated_job,
     workload,
 )
+from train.common.errors import EXIT_CONFIG, EXIT_ENVIRONMENT, EXIT_PREEMPTED
 from train.config import NON_OPTION_ENV, load_config
-from train.errors import EXIT_CONFIG, EXIT_ENVIRONMENT, EXIT_PREEMPTED
 
 # A current Kubernetes that kubernetes-validate bundles schemas for.
 KUBERNETES_VERSION = "1.34.0"
@@ -579,7 +579,7 @@ def run_plan(pod_env: dict[str, str]) -> subprocess.CompletedProcess:
 
 
 def torchrun_options(command: list[str]) -> dict[str, str | None]:
-    """torchrun's own options (before ``-m train.job``): ``--flag value`` pairs, None for a bare flag."""
+    """torchrun's own options (before ``-m train.run.job``): ``--flag value`` pairs, None for a bare flag."""
     head = command[1 : command.index("-m")]
     options: dict[str, str | None] = {}
     for i, arg in enumerate(head):

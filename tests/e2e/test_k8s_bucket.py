@@ -45,9 +45,9 @@ from tests.e2e.test_k8s import (
     validate,
 )
 from tests.test_store import authenticating  # noqa: F401 - a fixture: a moto server that checks credentials
+from train.common.errors import EXIT_ENVIRONMENT
 from train.config import NON_OPTION_ENV, load_config
-from train.errors import EXIT_ENVIRONMENT
-from train.runfiles import COMPLETE_MARKER
+from train.outputs.runfiles import COMPLETE_MARKER
 
 COMPONENT = "bucket-outputs"
 EXAMPLE = "multi-node-bucket"  # the ready overlay: multi-node-indexed with the component

@@ -50,8 +50,8 @@ class SigtermAt(TrainerCallback):
 @pytest.fixture
 def job_in_process(monkeypatch: pytest.MonkeyPatch) -> Iterator[Any]:
     """A function running the job's main() here with an environment; the stop signals' handlers restored after."""
-    from train import job
-    from train.errors import STOP_SIGNALS, run_main
+    from train.common.errors import STOP_SIGNALS, run_main
+    from train.run import job
 
     handlers = {signum: signal.getsignal(signum) for signum in STOP_SIGNALS}
     prepare = job.prepare

@@ -99,7 +99,7 @@ def test_two_nodes_train_together_and_write_one_final(tmp_path: Path) -> None:
     assert run["config"]["use_cpu"] is True and run["config"]["ddp_backend"] == "gloo"
     # The launcher's decisions, handed to the ranks (MLM_LAUNCH), not re-derived there: the command it ran,
     # the node count and the precision.
-    assert "--node-rank" in run["command"] and run["command"][run["command"].index("-m") + 1] == "train.job"
+    assert "--node-rank" in run["command"] and run["command"][run["command"].index("-m") + 1] == "train.run.job"
     assert run["hardware"]["nnodes"] == "2" and run["hardware"]["precision"] == "fp32"
     banner = json.loads((tmp_path / "node0/output/logs/train.jsonl").read_text().splitlines()[0])
     assert (banner["event"], banner["nodes"], banner["launched"]) == ("banner", "2", True)

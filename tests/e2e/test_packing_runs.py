@@ -1,4 +1,4 @@
-"""The padding modes that keep documents apart (MLM_PADDING packed and padding_free, train/packing.py) through the
+"""The padding modes that keep documents apart (MLM_PADDING packed and padding_free, train/model/packing.py) through the
 real job, on 400 distinct lines of 7 to 17 tokens (tests/data/helpers.py's shards) with a 2-layer, 64-wide
 DistilBERT: a run stopped by a real SIGTERM and run again ends with the uninterrupted run's weights, bit for bit (also
 streamed, through DataLoader workers); two ranks under a real torchrun (gloo) train on exactly the batches and masks
@@ -27,8 +27,8 @@ from tests.data.helpers import write_shards
 from tests.e2e import test_model_matrix
 from tests.e2e.test_model_matrix import OVERRIDES, STEPS, STOP_AT
 from tests.e2e.test_reliability import records
-from train.collator import MaskingCollator
-from train.runfiles import STREAM_STATE
+from train.model.collator import MaskingCollator
+from train.outputs.runfiles import STREAM_STATE
 
 pytestmark = pytest.mark.slow
 job_in_process = test_model_matrix.job_in_process  # the fixture, for this module's tests too
@@ -65,7 +65,7 @@ def record_batches(directory: str, rank: str) -> None:
 
     import torch
 
-    from train.collator import MaskingCollator
+    from train.model.collator import MaskingCollator
 
     made = MaskingCollator.__call__
     numbers = itertools.count()

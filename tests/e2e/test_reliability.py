@@ -35,7 +35,7 @@ def wait_for(path: Path, process: subprocess.Popen, timeout: float = 300) -> Non
 
 
 def rank_pids(launcher_pid: int) -> list[int]:
-    """The train.job processes below the launcher (torchrun's workers)."""
+    """The train.run.job processes below the launcher (torchrun's workers)."""
     found = []
     for proc in Path("/proc").iterdir():
         if not proc.name.isdigit():
@@ -44,7 +44,7 @@ def rank_pids(launcher_pid: int) -> list[int]:
             cmdline = (proc / "cmdline").read_bytes().split(b"\0")
         except OSError:
             continue
-        is_rank = b"train.job" in cmdline and not any(b"torchrun" in part for part in cmdline[:2])
+        is_rank = b"train.run.job" in cmdline and not any(b"torchrun" in part for part in cmdline[:2])
         if is_rank and is_descendant(int(proc.name), launcher_pid):
             found.append(int(proc.name))
     return found

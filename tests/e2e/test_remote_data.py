@@ -12,8 +12,8 @@ import pytest
 
 from tests.conftest import REPO, tiny_env
 from tests.data.helpers import config_for, corpus_line
+from train.common.errors import ConfigError
 from train.data import load_raw
-from train.errors import ConfigError
 
 pytestmark = pytest.mark.slow
 

@@ -13,7 +13,7 @@ import torch
 from tests.conftest import REPO, tiny_env
 from tests.data.helpers import write_shards
 from tests.e2e.test_reliability import start, wait_for
-from train.runfiles import STREAM_STATE
+from train.outputs.runfiles import STREAM_STATE
 
 pytestmark = pytest.mark.slow
 

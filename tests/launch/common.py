@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from tests.fakes import FakeDevice, FakeNvml, no_driver, uuid_of
-from train.errors import run_main
+from train.common.errors import run_main
 from train.launch import __main__ as launcher
 
 CUDA_BUILD = "12.4"
@@ -57,7 +57,7 @@ def torchrun_flags(document: dict) -> list[str]:
 
 def job_flags(document: dict) -> list[str]:
     command = document["command"]
-    assert command[command.index("-m") + 1] == "train.job"
+    assert command[command.index("-m") + 1] == "train.run.job"
     return command[command.index("-m") + 2 :]
 
 

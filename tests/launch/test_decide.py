@@ -8,8 +8,8 @@ import pytest
 
 from tests.fakes import FakeDevice, FakeNvml, h100s, install, uuid_of
 from tests.launch.common import gpus_of, job_flags, plan_ok, run_plan
+from train.common.errors import ConfigError, EnvironmentProblem
 from train.config import MAX_PROCESSES, shown
-from train.errors import ConfigError, EnvironmentProblem
 from train.launch import decide
 
 
@@ -119,7 +119,7 @@ def test_a_huge_pet_nproc_per_node_exits_2_in_one_line(monkeypatch, capsys, base
 
 def test_usable_cpus_is_capped_by_the_cgroup_quota(tmp_path):
     """A pod limited to 1.5 CPUs gets 2 workers' worth, not the node's count; no quota leaves the affinity mask."""
-    from train.resources import cgroup_cpu_quota, usable_cpus
+    from train.machine.resources import cgroup_cpu_quota, usable_cpus
 
     mask = len(os.sched_getaffinity(0))
     v2 = tmp_path / "v2"

@@ -10,13 +10,13 @@ import pytest
 
 from tests.fakes import h100s, install, uuid_of
 from tests.launch.common import PYTORCHJOB, STOP, job_flags, plan_ok, run_plan, torchrun_flags
-from train import gpus
+from train.common.errors import run_main
+from train.common.handoff import Handoff
 from train.config import load_config
-from train.errors import run_main
-from train.handoff import Handoff
 from train.launch import __main__ as launcher
 from train.launch import decide, torchrun
 from train.launch import plan as planning
+from train.machine import gpus
 
 
 def test_single_gpu(monkeypatch, capsys, base_env):

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from train.errors import UserError
+from train.common.errors import UserError
 from train.launch import rendezvous
 
 

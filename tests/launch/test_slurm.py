@@ -15,7 +15,7 @@ import pytest
 
 from tests.fakes import h100s, install, uuid_of
 from tests.launch.common import STOP, plan_ok, run_plan, torchrun_flags
-from train.errors import ConfigError
+from train.common.errors import ConfigError
 from train.launch import slurm
 from train.launch import topology as cluster
 from train.launch.slurm import HostlistError, expand_hostlist

@@ -6,7 +6,7 @@ import pytest
 
 from tests.fakes import h100s, install, uuid_of
 from tests.launch.common import plan_ok, torchrun_flags
-from train.errors import ConfigError
+from train.common.errors import ConfigError
 from train.launch import topology as cluster
 
 

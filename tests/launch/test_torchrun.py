@@ -19,10 +19,10 @@ import pytest
 
 from tests.conftest import REPO
 from tests.launch.common import PYTORCHJOB
-from train import gpus
 from train.config import load_config
 from train.launch import plan as planning
 from train.launch import torchrun
+from train.machine import gpus
 
 
 @pytest.fixture

@@ -12,7 +12,7 @@ from typing import Any
 
 from PIL import Image
 
-from train.runfiles import RunFiles
+from train.outputs.runfiles import RunFiles
 
 SVG = "{http://www.w3.org/2000/svg}"
 

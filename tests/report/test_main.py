@@ -11,9 +11,9 @@ from pathlib import Path
 import pytest
 
 from tests.report.helpers import train_record, write_jsonl
-from train.errors import run_main
+from train.common.errors import run_main
+from train.outputs.runfiles import RunFiles
 from train.report.__main__ import main
-from train.runfiles import RunFiles
 
 REPO = Path(__file__).resolve().parents[2]
 PYTHON = sys.executable
@@ -51,7 +51,7 @@ def test_help_without_warnings():
 
 
 def test_importing_the_package_loads_no_plotting_or_torch():
-    """train.job imports write_report when a run ends: the import itself must not pay for matplotlib or torch."""
+    """train.run.job imports write_report when a run ends: the import itself must not pay for matplotlib or torch."""
     code = "import sys, train.report; print(sorted(m for m in ('matplotlib', 'torch', 'transformers') if m in sys.modules))"
     done = subprocess.run([PYTHON, "-c", code], cwd=REPO, capture_output=True, text=True, check=True)
     assert done.stdout.strip() == "[]"

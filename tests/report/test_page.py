@@ -29,11 +29,11 @@ from tests.report.helpers import (
     train_record,
     write_jsonl,
 )
+from train.outputs.runfiles import TRAINER_STATE, RunFiles
 from train.report import plots
 from train.report.page import STYLE, write_report
 from train.report.runlog import load_run
 from train.report.schedule import lr_schedule
-from train.runfiles import TRAINER_STATE, RunFiles
 
 REPO = Path(__file__).resolve().parents[2]
 PYTHON = sys.executable
@@ -59,7 +59,7 @@ def real_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
     for name in ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT"):
         env.pop(name, None)
     torchrun = str(Path(PYTHON).with_name("torchrun"))
-    command = [torchrun, "--standalone", "--nproc-per-node", "1", "-m", "train.job", "--ddp_backend", "gloo"]
+    command = [torchrun, "--standalone", "--nproc-per-node", "1", "-m", "train.run.job", "--ddp_backend", "gloo"]
     done = subprocess.run(command, cwd=REPO, env=env, capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr[-3000:]
     return out
@@ -68,7 +68,9 @@ def real_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.mark.slow
 def test_real_run_logs_and_report(real_run: Path, tmp_path: Path):
     files = RunFiles(real_run)
-    assert files.train_jsonl.is_file(), "the job wrote no logs/train.jsonl: train/job.py must call train.logs.attach()"
+    assert files.train_jsonl.is_file(), (
+        "the job wrote no logs/train.jsonl: train/run/job.py must call train.run.logs.attach()"
+    )
     records = [json.loads(line) for line in files.train_jsonl.read_text().splitlines()]
     events = [r["event"] for r in records]
     assert events[0] == "banner" and events.count("train") == 5 and "eval" in events, events

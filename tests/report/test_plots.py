@@ -11,10 +11,10 @@ from pathlib import Path
 import pytest
 
 from tests.report.helpers import element, linear_warmup, markers, train_record, write_jsonl
+from train.outputs.runfiles import RunFiles
 from train.report import plots
 from train.report.runlog import RunLog, load_run
 from train.report.schedule import Schedule
-from train.runfiles import RunFiles
 
 
 def logged(tmp_path: Path, records: list[dict]) -> RunLog:

@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 
 from tests.report.helpers import train_record, write_jsonl
-from train.errors import ConfigError
+from train.common.errors import ConfigError
+from train.outputs.runfiles import TRAINER_STATE, RunFiles
 from train.report.runlog import load_run, number, status_of
-from train.runfiles import TRAINER_STATE, RunFiles
 
 
 def test_partial_log_of_an_interrupted_resumed_run(tmp_path: Path):

@@ -11,10 +11,10 @@ from typing import Any
 import pytest
 
 from tests.report.helpers import cosine_warmup, linear_warmup, run_json, train_record, write_jsonl
+from train.outputs.runfiles import RunFiles
 from train.report import schedule as schedule_module
 from train.report.runlog import load_run
 from train.report.schedule import lr_schedule, warmup_steps
-from train.runfiles import RunFiles
 
 
 def logged_run(tmp_path: Path, rate: Callable[[int], float], steps: range, run: dict | None) -> None:

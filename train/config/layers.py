@@ -20,19 +20,19 @@ from typing import Any
 
 from transformers import TrainingArguments
 
-from train import hub_auth
+from train.common import hub_auth
+from train.common.errors import ConfigError
+from train.common.hf import cache_key, cache_root
 from train.config.bounds import shown
 from train.config.parser import build_parser, expected_type, option_actions
 from train.config.schema import ENV_PREFIX, NON_OPTION_ENV, SECRET_FIELDS, JobArguments, env_name
 from train.config.validate import validate
 from train.config.yaml_file import read_yaml
-from train.errors import ConfigError
-from train.hf import cache_key, cache_root
-from train.store import LOCAL_PROTOCOLS, is_store_url, without_credentials
-from train.store import URL as STORE_URL
+from train.outputs.store import LOCAL_PROTOCOLS, is_store_url, without_credentials
+from train.outputs.store import URL as STORE_URL
 
 REDACTED = "***"
-STAGING = "staging"  # the staging directories of store output_dirs, under our cache (train/hf.py's cache_root)
+STAGING = "staging"  # the staging directories of store output_dirs, under our cache (train/common/hf.py's cache_root)
 
 
 @dataclass
@@ -177,7 +177,7 @@ def load_config(argv: Sequence[str] | None = None, environ: Mapping[str, str] | 
 
 def stage_outputs(config: Config, environ: Mapping[str, str]) -> None:
     """An output_dir in a store (``s3://bucket/prefix``): the job trains into a local staging directory, which
-    train/mirror.py mirrors to the store, so every module that writes output_dir writes a directory. The store's
+    train/outputs/mirror.py mirrors to the store, so every module that writes output_dir writes a directory. The store's
     URL moves to ``Config.output_store``; ``training.output_dir`` becomes the staging directory (MLM_STAGING_DIR,
     else one under our cache named by the URL: the same on every node and every run of that output_dir), and
     errors about the local directory name MLM_STAGING_DIR."""
@@ -271,8 +271,8 @@ def take_over_push(config: Config, environ: Mapping[str, str]) -> None:
     MLM_PUSH_TO_HUB, MLM_HUB_MODEL_ID and MLM_HUB_PRIVATE_REPO are TrainingArguments fields, but the Trainer's own
     push creates the repository when it is built and uploads output_dir (checkpoints, logs, training_args.bin) at
     every save. The job pushes final/ instead, once, from rank 0, after final/ and run.json are written
-    (train/publish.py): the Trainer gets push_to_hub=False, Config.push_to_hub keeps the choice, and what the push
-    needs is checked by train.hub_auth before any training rather than after it."""
+    (train/publish/__init__.py): the Trainer gets push_to_hub=False, Config.push_to_hub keeps the choice, and what
+    the push needs is checked by train.common.hub_auth before any training rather than after it."""
     training = config.training
     config.push_to_hub, training.push_to_hub = bool(training.push_to_hub), False
     if config.push_to_hub:

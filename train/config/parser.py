@@ -15,9 +15,9 @@ from typing import Any
 from transformers import HfArgumentParser, TrainingArguments
 from transformers.hf_argparser import string_to_bool
 
+from train.common.errors import ConfigError
 from train.config.bounds import SHOWN_CHARS, help_with
 from train.config.schema import BOUND, PROJECT_DEFAULTS, TRAINING_BOUNDS, JobArguments
-from train.errors import ConfigError
 
 TOKENS_SEEN_MODES = ("all", "non_padding", "no")
 

@@ -12,9 +12,9 @@ import math
 from collections.abc import Mapping
 from typing import Any, NoReturn
 
+from train.common.errors import ConfigError
 from train.config.bounds import INT64, shown
 from train.config.schema import BOUNDS, EPOCHS
-from train.errors import ConfigError
 
 
 def validate(values: Mapping[str, Any], sources: Mapping[str, str]) -> None:

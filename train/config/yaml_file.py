@@ -7,8 +7,8 @@ from typing import Any
 
 import yaml
 
+from train.common.errors import ConfigError, first_line
 from train.config.bounds import SHOWN_CHARS, shown
-from train.errors import ConfigError, first_line
 
 
 class _DuplicateKey(yaml.YAMLError):

@@ -9,12 +9,12 @@ from typing import Any
 
 from datasets import DatasetDict, IterableDataset
 
+from train.common.console import warn
+from train.common.distributed import is_world_zero
 from train.config import Config
-from train.console import warn
 from train.data.raw import RawData
 from train.data.stream import tokenized_stream
 from train.data.tokenization import IndexedExamples, real_token_count, tokenize, truncation
-from train.distributed import is_world_zero
 
 
 @dataclass(frozen=True)

@@ -17,15 +17,15 @@ from dataclasses import replace
 import datasets
 from datasets import Dataset, DatasetDict
 
+from train.common.console import warn
+from train.common.distributed import is_world_zero
+from train.common.errors import ConfigError
+from train.common.hf import cache_key, cache_root, offline_hint, stores_other_than_the_hub_online
 from train.config import Config
-from train.console import warn
 from train.data.raw import RawData, TextStream
 from train.data.sources import Source, demo_dataset, is_remote, read_error, resolve, resolve_files, shown_url
 from train.data.stream import open_stream
 from train.data.tokenization import CACHE_VERSION
-from train.distributed import is_world_zero
-from train.errors import ConfigError
-from train.hf import cache_key, cache_root, offline_hint, stores_other_than_the_hub_online
 
 TOKENIZER_SAMPLE = 100_000  # examples of a stream a tokenizer trained from scratch learns from
 

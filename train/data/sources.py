@@ -5,7 +5,7 @@ A source is ``demo`` (the seed's sentence repeated); a file (.txt one example pe
 written by ``save_to_disk``, local or remote through fsspec (``s3://``, ``gs://``, ``hf://``, ``https://``,
 credentials from the filesystem's usual environment); else a hub dataset id. :func:`resolve` names which, and
 lists and checks the files; train/data/load.py reads the answer into memory, train/data/stream.py as a stream.
-The suffixes are train.hf's one list (BUILDERS, COMPRESSIONS), which also decides local path vs hub id.
+The suffixes are train.common.hf's one list (BUILDERS, COMPRESSIONS), which also decides local path vs hub id.
 """
 
 from __future__ import annotations
@@ -18,9 +18,9 @@ from typing import Literal
 
 from datasets import Dataset
 
+from train.common.errors import ConfigError, first_line
+from train.common.hf import BUILDERS, COMPRESSIONS, looks_local
 from train.config import shown
-from train.errors import ConfigError, first_line
-from train.hf import BUILDERS, COMPRESSIONS, looks_local
 
 DEMO = "demo"
 DEMO_SENTENCE = "This is a training sample for multi-GPU demonstration."

@@ -34,14 +34,14 @@ from datasets import DatasetDict, IterableDataset
 from datasets.distributed import split_dataset_by_node
 from transformers import TrainerCallback
 
+from train.common.distributed import initialized, is_world_zero
+from train.common.errors import ConfigError, first_line
+from train.common.hf import cache_key, offline_hint
 from train.config import Config, JobArguments
 from train.data.raw import TextStream
 from train.data.sources import Source, demo_dataset, read_error, shown_url
 from train.data.tokenization import PACKED, SAMPLE_INDEX, encode_texts, group_texts
-from train.distributed import initialized, is_world_zero
-from train.errors import ConfigError, first_line
-from train.hf import cache_key, offline_hint
-from train.runfiles import STREAM_STATE, RunFiles
+from train.outputs.runfiles import STREAM_STATE, RunFiles
 
 DEMO_SHARDS = 4  # the demo stream's files, so that it splits across ranks by whole shards
 SAVED_SHARDS = 16  # a save_to_disk dataset streamed: shards to split across ranks and DataLoader workers

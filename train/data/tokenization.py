@@ -4,7 +4,7 @@ Tokenized splits are cached as Arrow files under the HF cache, keyed by the raw 
 and the settings, so a second run and the other ranks reuse them. ``max_length`` pads every example to
 max_seq_length now (the seed's way); ``dynamic`` leaves examples unpadded for the collator to pad per batch;
 ``packed`` and ``packed_crossing`` concatenate and cut into full blocks (run_mlm.py's group_texts), each block
-with its documents' lengths (``packed`` keeps them apart: train/packing.py); ``padding_free`` leaves examples
+with its documents' lengths (``packed`` keeps them apart: train/model/packing.py); ``padding_free`` leaves examples
 as ``dynamic`` does, for the collator to lay a batch out in one row.
 """
 
@@ -19,13 +19,13 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from datasets import Dataset
 
+from train.common.errors import ConfigError
+from train.common.hf import cache_key, cache_root
 from train.config import MIN_ROWS_PER_WORKER, Config, JobArguments
 from train.data.raw import RawData
-from train.errors import ConfigError
-from train.hf import cache_key, cache_root
-from train.resources import usable_cpus
+from train.machine.resources import usable_cpus
 
-SAMPLE_INDEX = "sample_index"  # per example: what the collator keys its masks on (train/collator.py)
+SAMPLE_INDEX = "sample_index"  # per example: what the collator keys its masks on (train/model/collator.py)
 CUT_TOKENS = "cut_tokens"  # per example: the text tokens truncation to max_seq_length dropped
 DOCUMENT_LENGTHS = "document_lengths"  # per packed block: the lengths of the documents (or their pieces) in it
 PACKED = ("packed", "packed_crossing")  # the padding modes that concatenate documents and cut blocks
@@ -46,7 +46,7 @@ def group_texts(examples: dict[str, list[list[int]]], block: int) -> dict[str, l
     """Concatenate and cut into full ``block``-token chunks (run_mlm.py's group_texts); the tail is dropped.
     Linear in the batch's tokens (``sum(lists, [])`` would copy the growing list once per example). Each chunk
     also gets its documents' lengths (``document_lengths``: a document cut by a block boundary counts as one
-    piece in each block), what keeps them apart in attention (train/packing.py)."""
+    piece in each block), what keeps them apart in attention (train/model/packing.py)."""
     grouped = {}
     for key, rows in examples.items():
         if key == CUT_TOKENS:
@@ -106,7 +106,7 @@ def encode_texts(tokenizer: Any, texts: list[str], job: JobArguments, count_cut:
 
 def preprocessing_workers(config: Config, rows: int) -> int | None:
     """Tokenization processes, as datasets' ``num_proc``: the configured number, else one per CPU this process may
-    use (cgroup-aware, see train.resources.usable_cpus), as long as each gets MIN_ROWS_PER_WORKER rows or more.
+    use (cgroup-aware, see train.machine.resources.usable_cpus), as long as each gets MIN_ROWS_PER_WORKER rows or more.
 
     One is None, the calling process, not a pool of one: datasets forks for num_proc=1, and a forked fast tokenizer
     turns its own threads off, which made one process 4-11 % slower than run_mlm.py's."""

@@ -7,14 +7,14 @@ import os
 import sys
 from collections.abc import Callable, Mapping, Sequence
 
-from train import resources
+from train.common.console import resolve_format
+from train.common.errors import EXIT_ENVIRONMENT, exit_process, run_main
 from train.config import Config
-from train.console import resolve_format
 from train.doctor import machine, network, sources, storage
 from train.doctor.rows import FAIL, Check, failed, render
-from train.errors import EXIT_ENVIRONMENT, exit_process, run_main
-from train.gpus import detect
 from train.launch.plan import Plan, launcher_config
+from train.machine import resources
+from train.machine.gpus import detect
 
 
 def run_checks(config: Config, environ: Mapping[str, str], argv: Sequence[str] = ()) -> list[Check]:

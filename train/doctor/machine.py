@@ -1,4 +1,5 @@
-"""The machine rows: the GPUs (train.gpus), the driver, torch's own view of CUDA, /dev/shm, and the launcher's plan.
+"""The machine rows: the GPUs (train.machine.gpus), the driver, torch's own view of CUDA, /dev/shm, and the
+launcher's plan.
 
 Every decision here is the launcher's: the inventory is ``gpus.detect``, the driver verdict ``gpus.check_driver``,
 the /dev/shm verdict ``decide.shm_warning`` and the processes, backend, precision and batch come from the very
@@ -11,15 +12,15 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from train import gpus
+from train.common.console import resolve_format
+from train.common.errors import UserError
 from train.config import Config
-from train.console import resolve_format
 from train.doctor.rows import FAIL, OK, SKIP, WARN, Check
-from train.errors import UserError
-from train.gpus import Inventory, format_cuda_version, torch_cuda_version
 from train.launch.decide import shm_warning
 from train.launch.plan import Plan, make_plan, torchrun_path
-from train.resources import usable_cpus
+from train.machine import gpus
+from train.machine.gpus import Inventory, format_cuda_version, torch_cuda_version
+from train.machine.resources import usable_cpus
 
 GIB = 1024**3
 MIB = 1024**2

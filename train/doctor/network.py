@@ -11,9 +11,9 @@ import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
 
+from train.common.errors import UserError
 from train.doctor.machine import TorchView
 from train.doctor.rows import FAIL, OK, SKIP, WARN, Check
-from train.errors import UserError
 from train.launch.plan import Plan
 from train.launch.rendezvous import resolve_hint
 from train.launch.topology import Topology, topology_from_env

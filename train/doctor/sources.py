@@ -1,5 +1,5 @@
 """The source rows: the model, the tokenizer and the dataset are where the run will look for them. Whether a name
-is a local path, where the caches are and whether offline mode is on are train.hf's rules; asking the hub whether
+is a local path, where the caches are and whether offline mode is on are train.common.hf's rules; asking the hub whether
 a repo exists (with a timeout) is doctor's own."""
 
 from __future__ import annotations
@@ -8,11 +8,11 @@ import os
 from collections.abc import Mapping
 from pathlib import Path
 
-from train import hf
+from train.common import hf
+from train.common.errors import ConfigError
 from train.config import Config
 from train.data import is_remote
 from train.doctor.rows import FAIL, OK, WARN, Check
-from train.errors import ConfigError
 
 HUB_TIMEOUT_S = 10.0
 

@@ -1,5 +1,6 @@
-"""The storage rows: output_dir (train.outputs: writable, no finished final/; train.checkpoints: the checkpoint a
-run would resume from) and the Hugging Face cache (train.hf). The free-space thresholds and probing a directory
+"""The storage rows: output_dir (train.outputs.local: writable, no finished final/; train.outputs.checkpoints: the
+checkpoint a
+run would resume from) and the Hugging Face cache (train.common.hf). The free-space thresholds and probing a directory
 that does not exist yet through its nearest existing parent are doctor's own; the write probe and the output rules
 are the job's."""
 
@@ -9,12 +10,14 @@ import shutil
 from collections.abc import Mapping
 from pathlib import Path
 
-from train import checkpoints, hf, outputs
+from train.common import hf
+from train.common.errors import ConfigError, UserError
 from train.config import Config
 from train.doctor.rows import FAIL, OK, WARN, Check
-from train.errors import ConfigError, UserError
-from train.lease import describe_holder
-from train.runfiles import RunFiles
+from train.outputs import checkpoints
+from train.outputs import local as outputs
+from train.outputs.lease import describe_holder
+from train.outputs.runfiles import RunFiles
 
 GIB = 1024**3
 # Free space below which a run is likely to die writing checkpoints (FAIL) or may (WARN).
@@ -86,7 +89,7 @@ def check_cache(environ: Mapping[str, str]) -> Check:
 def check_store(config: Config) -> Check:
     """output_dir in a store: the staging directory writable, the store reachable and writable (the job's
     preflight: a probe object written and removed), who holds its lease, and what a run would do there."""
-    from train.mirror import Mirror  # the store's packages and the Trainer's callback: only a store needs them
+    from train.outputs.mirror import Mirror  # the store's packages and the Trainer's callback: only a store needs them
 
     staging = check_writable(
         "output_dir", RunFiles(config.training.output_dir).root, "set MLM_STAGING_DIR to a writable local directory"

@@ -8,13 +8,13 @@ import os
 import sys
 from collections.abc import Mapping, Sequence
 
-from train.console import Console, resolve_format
-from train.errors import ConfigError, exit_process, run_main
-from train.gpus import detect, torch_cuda_version
+from train.common.console import Console, resolve_format
+from train.common.errors import ConfigError, exit_process, run_main
 from train.launch.plan import launcher_config, make_plan, plan_document, summary, torchrun_path
 from train.launch.torchrun import launch
-from train.outputs import check_cache_dir, check_output_dir, output_facts
-from train.resources import shm_size, usable_cpus
+from train.machine.gpus import detect, torch_cuda_version
+from train.machine.resources import shm_size, usable_cpus
+from train.outputs.local import check_cache_dir, check_output_dir, output_facts
 
 USAGE = "usage: python -m train.launch {train|plan} [--option value ...]"
 

@@ -8,9 +8,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from train.common.errors import ConfigError, EnvironmentProblem
+from train.common.handoff import global_batch, precision_label, precision_name
 from train.config import MAX_PROCESSES, shown
-from train.errors import ConfigError, EnvironmentProblem
-from train.handoff import global_batch, precision_label, precision_name
 from train.launch.topology import Topology
 
 # DataLoader workers hand batches to their rank through /dev/shm; below this, Docker's 64 MB default among them,

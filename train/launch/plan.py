@@ -2,7 +2,7 @@
 JSON document ``plan`` prints.
 
 Decisions reach the ranks as extra option flags appended after the user's (highest precedence), as a few
-environment variables (the GPUs by UUID, thread counts) and as the :class:`~train.handoff.Handoff` record of
+environment variables (the GPUs by UUID, thread counts) and as the :class:`~train.common.handoff.Handoff` record of
 facts they show but must not recompute. torchrun would also read any PET_* variable behind our back, so they are
 removed from its environment (torchrun.py): the ``command`` in ``plan`` is exactly what runs.
 """
@@ -17,11 +17,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from train.common.errors import STOP_SIGNALS, EnvironmentProblem
+from train.common.handoff import HANDOFF_ENV, Handoff
+from train.common.hf import arguments_without_models
 from train.config import SECRET_FIELDS, Config, env_name, load_config
-from train.errors import STOP_SIGNALS, EnvironmentProblem
-from train.gpus import Inventory, check_driver
-from train.handoff import HANDOFF_ENV, Handoff
-from train.hf import arguments_without_models
 from train.launch.decide import (
     MIN_SHM_BYTES,
     Batch,
@@ -34,8 +33,9 @@ from train.launch.decide import (
     shm_warning,
 )
 from train.launch.topology import Topology, topology_from_env
+from train.machine.gpus import Inventory, check_driver
 
-JOB_MODULE = "train.job"
+JOB_MODULE = "train.run.job"
 # Variables that make accelerate (inside TrainingArguments) believe this process is a rank. The launcher is not
 # one: a PyTorchJob pod carries WORLD_SIZE/RANK for its torchrun, and with them accelerate would start a process
 # group in the launcher and wait for peers that never come.

@@ -12,7 +12,7 @@ import socket
 import time
 from collections.abc import Callable, Mapping
 
-from train.errors import EXIT_CRASH, UserError
+from train.common.errors import EXIT_CRASH, UserError
 
 
 def resolve_hint(source: str, environ: Mapping[str, str]) -> str:

@@ -16,8 +16,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from train.common.errors import ConfigError
 from train.config import shown
-from train.errors import ConfigError
 from train.launch.variables import first_set, integer
 
 # 61000 + SLURM_JOB_ID % 4536 (enroot's PyTorch hook), so the port ends at 65535.

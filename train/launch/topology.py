@@ -23,8 +23,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Literal
 
+from train.common.errors import ConfigError
 from train.config import MAX_RESTARTS, shown
-from train.errors import ConfigError
 from train.launch.slurm import SlurmStep, refuse_batch_script, slurm_step
 from train.launch.variables import first_set, integer
 

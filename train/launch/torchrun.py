@@ -26,8 +26,7 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import IO, Any, NoReturn
 
-from train.crash import RANK_REMEDY, why_killed
-from train.errors import (
+from train.common.errors import (
     DOCUMENTED_EXITS,
     EXIT_CRASH,
     EXIT_DIR_ENV,
@@ -37,9 +36,10 @@ from train.errors import (
     documented_exit,
     read_exit_codes,
 )
+from train.common.lifetime import die_with_parent
 from train.launch.plan import Plan, torchrun_path
 from train.launch.rendezvous import wait_for_address
-from train.lifetime import die_with_parent
+from train.run.crash import RANK_REMEDY, why_killed
 
 
 def _child_env(environ: Mapping[str, str], plan: Plan, exit_dir: str) -> dict[str, str]:

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
+from train.common.errors import ConfigError
 from train.config import shown
-from train.errors import ConfigError
 
 
 def first_set(environ: Mapping[str, str], *names: str) -> tuple[str, str] | tuple[None, None]:

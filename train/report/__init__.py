@@ -5,7 +5,7 @@ resources) and ``output_dir/loss.png``.
 
 Works for any run, finished or not: it reads ``logs/train.jsonl`` (falling back to the Trainer's
 ``trainer_state.json`` for runs without one) and ``run.json`` when present. Exit 2 when OUTPUT_DIR holds no logs.
-A read-only view of the run: every file name is train/runfiles.py's, and it writes only its own two files.
+A read-only view of the run: every file name is train/outputs/runfiles.py's, and it writes only its own two files.
 
     runlog.py    RunLog and load_run: the logs read back as series (the types the other modules share)
     schedule.py  the learning-rate schedule from run.json, kept only when the logged rates confirm it

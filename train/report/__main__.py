@@ -9,10 +9,10 @@ from __future__ import annotations
 import argparse
 import sys
 
-from train.console import say
-from train.errors import exit_process, run_main
+from train.common.console import say
+from train.common.errors import exit_process, run_main
+from train.outputs.runfiles import RunFiles
 from train.report.page import write_report
-from train.runfiles import RunFiles
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -16,11 +16,11 @@ import os
 from pathlib import Path
 from typing import Any
 
-from train.console import now
+from train.common.console import now
+from train.outputs.runfiles import RunFiles
 from train.report.plots import gpu_figure, line_figure, loss_figure, lr_figure, svg, throughput_figure
 from train.report.runlog import RunLog, load_run, number, status_of
 from train.report.schedule import lr_schedule
-from train.runfiles import RunFiles
 
 STYLE = """
 body { font-family: system-ui, -apple-system, 'Segoe UI', sans-serif; margin: 2rem auto; max-width: 1400px;

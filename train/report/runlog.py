@@ -1,7 +1,7 @@
 """What a run left behind, read back as series ready to plot: :class:`RunLog` and :func:`load_run`.
 
 The charts (train/report/plots.py) and the schedule (train/report/schedule.py) take their types from here, so the
-report's modules import in one direction only. Every file name is train/runfiles.py's.
+report's modules import in one direction only. Every file name is train/outputs/runfiles.py's.
 
 The source is ``logs/train.jsonl``; a run without one (an older image, a crash before the first log step) falls back
 to the Trainer's own log history in ``trainer_state.json`` (output_dir's, else the newest checkpoint's).
@@ -14,8 +14,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from train.errors import ConfigError
-from train.runfiles import TRAINER_STATE, RunFiles
+from train.common.errors import ConfigError
+from train.outputs.runfiles import TRAINER_STATE, RunFiles
 
 Record = dict[str, Any]
 

@@ -13,7 +13,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from train.errors import first_line
+from train.common.errors import first_line
 from train.report.runlog import RunLog, number
 
 # Steps drawn: every one of the first DENSE_STEPS (a warmup's ramp), then SAMPLES evenly spread over the run.

@@ -1,0 +1,274 @@
+"""Tokenizer and model: from the hub, a local directory, or an architecture trained from scratch.
+
+``model_name_or_path`` may be a hub id, a local directory with weights, or an architecture without weights: a
+``config.json`` (file, or a directory holding only it) or ``scratch:<model_type>`` plus ``config_overrides``.
+Without a tokenizer for a from-scratch model, one of its family's kind is trained on the training text and cached.
+The attention implementation is the model's best (:func:`attention_implementation`); the masked-only head is
+train/model/head.py.
+"""
+
+from __future__ import annotations
+
+import copy
+import importlib.util
+import json
+from pathlib import Path
+from typing import Any
+
+import torch
+from transformers import AutoConfig, AutoModelForMaskedLM, AutoTokenizer
+from transformers.models.auto.modeling_auto import MODEL_FOR_MASKED_LM_MAPPING
+
+from train.common.errors import ConfigError, first_line
+from train.common.hf import offline_hint
+from train.config import Config
+from train.data import RawData
+from train.model.tokenizer_training import checkpoint_tokenizer, tokenizer_kind, train_tokenizer
+
+WEIGHT_FILES = (
+    "model.safetensors",
+    "model.safetensors.index.json",
+    "pytorch_model.bin",
+    "pytorch_model.bin.index.json",
+)
+
+
+def scratch_config(config: Config) -> Any | None:
+    """The architecture to build without weights, or None when the model is pretrained."""
+    name = config.job.model_name_or_path
+    path = Path(name).expanduser()
+    label = config.source_of("model_name_or_path")
+    if name.startswith("scratch:"):
+        values: dict[str, Any] = {"model_type": name.split(":", 1)[1]}
+    elif path.is_file() and path.suffix == ".json":
+        values = _config_json(path, label)
+    elif path.is_dir() and (path / "config.json").exists() and not any((path / f).exists() for f in WEIGHT_FILES):
+        values = _config_json(path / "config.json", label)
+    else:
+        if name.startswith(("/", ".", "~")) and not path.exists():
+            raise ConfigError(f"{label}={name!r}: no such local model directory")
+        return None
+    arch = _build(values, label, name)
+    if config.job.config_overrides:
+        # As constructor arguments, so that the fields a config derives from others in its constructor follow
+        # them (ModernBERT's layer_types from num_hidden_layers: update_from_string on a built config leaves them
+        # stale, and the first save then refuses the config).
+        overrides_label = config.source_of("config_overrides")
+        arch = _build(
+            {**values, **override_values(arch, config.job.config_overrides, overrides_label)}, overrides_label, name
+        )
+    check_model_config(config, arch)
+    check_masked_lm(config, arch)
+    return arch
+
+
+def override_values(arch: Any, overrides: str, label: str) -> dict[str, Any]:
+    """``config_overrides`` as constructor arguments: a JSON object (what a YAML mapping becomes: lists such as
+    ModernBERT's ``layer_types``) as given; ``key=value,...`` converted as transformers' ``update_from_string``
+    does, by the type of each field's current value."""
+    if overrides.lstrip().startswith("{"):
+        return dict(json.loads(overrides))  # the Bound has checked it is an object
+    converted = copy.deepcopy(arch)
+    try:
+        converted.update_from_string(overrides)
+    except (
+        ValueError,
+        TypeError,
+    ) as exc:  # TypeError: a field whose default is None or a list has no type to convert to
+        raise ConfigError(
+            f"{label}: {first_line(exc)}; a field the pairs cannot set takes a JSON object (in YAML a mapping)"
+        ) from None
+    return {key: getattr(converted, key) for key in (pair.split("=", 1)[0] for pair in overrides.split(","))}
+
+
+def check_masked_lm(config: Config, model_config: Any) -> None:
+    """The model type must have a masked-LM class in transformers (AutoModelForMaskedLM): a decoder (gpt2) or an
+    encoder without an MLM head would otherwise fail after the tokenizing, at load time."""
+    if type(model_config) in MODEL_FOR_MASKED_LM_MAPPING or config.job.trust_remote_code:
+        return
+    model_type = getattr(model_config, "model_type", "?")
+    raise ConfigError(
+        f"{config.source_of('model_name_or_path')}={config.job.model_name_or_path!r}: {model_type!r} has no "
+        "masked-LM class in transformers (AutoModelForMaskedLM); expected an encoder such as bert, roberta, "
+        "deberta-v2 or modernbert"
+    )
+
+
+def _build(values: dict[str, Any], label: str, name: str) -> Any:
+    try:
+        return AutoConfig.for_model(**values)
+    except Exception as exc:  # noqa: BLE001 - ValueError, TypeError, huggingface_hub's StrictDataclassError
+        if isinstance(exc, ValueError) and "Unrecognized model identifier" in str(exc):
+            raise ConfigError(
+                f"{label}={name!r}: unknown model type {values.get('model_type')!r}; expected e.g. scratch:distilbert "
+                "or scratch:bert"
+            ) from None
+        raise ConfigError(f"{label}: the model rejects this config ({_reason(exc)})") from None
+
+
+def _reason(exc: BaseException) -> str:
+    """A config validator's reason: huggingface_hub names the validator on the first line and the reason last."""
+    lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
+    return (lines[-1] if lines else type(exc).__name__)[:200]
+
+
+def _config_json(path: Path, label: str) -> dict[str, Any]:
+    try:
+        values = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        raise ConfigError(f"{label}={str(path)!r}: not a model config.json ({exc})") from None
+    if not isinstance(values, dict) or "model_type" not in values:
+        raise ConfigError(f"{label}={str(path)!r}: not a model config.json (no model_type)")
+    return values
+
+
+def check_model_config(config: Config, arch: Any) -> None:
+    """The model config's own validation, which ``save_pretrained`` runs (transformers 5.x ``validate``): a config
+    the model takes at build time but rejects at its first save would otherwise fail after all the training."""
+    validate = getattr(arch, "validate", None)
+    if validate is None:
+        return
+    try:
+        validate()
+    except Exception as exc:  # noqa: BLE001 - huggingface_hub's StrictDataclassError and the validators' own
+        why = _reason(exc)
+        label = (
+            config.source_of("config_overrides")
+            if config.job.config_overrides
+            else config.source_of("model_name_or_path")
+        )
+        raise ConfigError(f"{label}: the model rejects this config ({why})") from None
+
+
+def load_tokenizer(config: Config, raw: RawData, arch: Any | None, resume: str | None = None) -> Any:
+    """MLM_TOKENIZER_NAME's, the pretrained model's, or for a model built from scratch (``arch``) one trained on
+    the training text of the kind its family uses (train/model/tokenizer_training.py): the checkpoint's when
+    resuming."""
+    job = config.job
+    name = None if trains_its_tokenizer(config, arch) else job.tokenizer_name or job.model_name_or_path
+    if name is None:
+        kind = tokenizer_kind(config, getattr(arch, "model_type", None))
+        return checkpoint_tokenizer(resume) or train_tokenizer(raw, config, kind)
+    source = tokenizer_label(config)
+    if name.startswith(("/", ".", "~")) and not Path(name).expanduser().exists():
+        raise ConfigError(f"{source}={name!r}: no such local tokenizer directory")
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(name, trust_remote_code=job.trust_remote_code)
+    except (OSError, ValueError) as exc:
+        if Path(name).expanduser().exists():
+            raise ConfigError(f"{source}={name!r}: no tokenizer found there ({first_line(exc)})") from None
+        hint = offline_hint("tokenizer", source)
+        raise ConfigError(f"{source}={name!r}: cannot load the tokenizer ({hint})") from None
+    if tokenizer.mask_token is None:
+        raise ConfigError(f"{source}={name!r}: the tokenizer has no mask token; masked-LM training needs one")
+    return tokenizer
+
+
+def trains_its_tokenizer(config: Config, arch: Any | None) -> bool:
+    """No tokenizer named: one is trained on the training text (:func:`load_tokenizer`)."""
+    return not config.job.tokenizer_name and arch is not None
+
+
+def tokenizer_label(config: Config) -> str:
+    """The option that chose the tokenizer (MLM_TOKENIZER_NAME, else the model's), for messages about it."""
+    return config.source_of("tokenizer_name" if config.job.tokenizer_name else "model_name_or_path")
+
+
+def load_model(config: Config, arch: Any | None, tokenizer: Any, model_config: Any | None = None) -> Any:
+    """The masked-LM model, with its positions checked against max_seq_length (again: :func:`check_before_data`
+    may not have been able to read a pretrained model's config; ``model_config`` is what it read, or None)."""
+    job = config.job
+    if arch is not None:
+        overrides = job.config_overrides or ""
+        if "vocab_size" not in overrides:
+            arch.vocab_size = len(tokenizer)
+        elif arch.vocab_size < len(tokenizer):
+            raise ConfigError(
+                f"{config.source_of('config_overrides')}: vocab_size={arch.vocab_size} is smaller than the "
+                f"tokenizer's {len(tokenizer)} tokens"
+            )
+        use_tokenizers_special_tokens(arch, tokenizer)
+        check_model_config(config, arch)  # again, with the tokenizer's vocabulary and padding id
+        model = AutoModelForMaskedLM.from_config(arch, attn_implementation=attention_implementation(config, arch))
+    else:
+        name = job.model_name_or_path
+        try:
+            model = AutoModelForMaskedLM.from_pretrained(
+                name,
+                trust_remote_code=job.trust_remote_code,
+                attn_implementation=attention_implementation(config, model_config),
+            )
+        except (OSError, ValueError) as exc:
+            source = config.source_of("model_name_or_path")
+            if Path(name).expanduser().exists():
+                raise ConfigError(f"{source}={name!r}: cannot load the model ({first_line(exc)})") from None
+            hint = offline_hint("model", source)
+            raise ConfigError(f"{source}={name!r}: cannot load the model ({hint})") from None
+    check_positions(config, model.config)
+    return model
+
+
+def attention_implementation(config: Config, model_config: Any | None) -> str | None:
+    """MLM_ATTN_IMPLEMENTATION when set; else flash_attention_2 where it is installed, a GPU is there and the model
+    supports it; else None: transformers' own choice, SDPA where the model has it and eager where not (DeBERTa,
+    MPNet: asking them for SDPA fails). The model's ``config._attn_implementation`` then says which one ran."""
+    requested = config.job.attn_implementation
+    if requested != "auto":
+        return requested
+    if model_config is None or not torch.cuda.is_available() or importlib.util.find_spec("flash_attn") is None:
+        return None
+    model_class = MODEL_FOR_MASKED_LM_MAPPING.get(type(model_config), None)
+    return "flash_attention_2" if getattr(model_class, "_supports_flash_attn", False) else None
+
+
+def pretrained_config(config: Config) -> Any | None:
+    """A pretrained model's config, from a local directory or the hub cache only (never a request: the hub may be
+    unreachable, and load_model's own request says what to do about it); None when it is not there."""
+    job = config.job
+    try:
+        return AutoConfig.from_pretrained(
+            job.model_name_or_path, trust_remote_code=job.trust_remote_code, local_files_only=True
+        )
+    except (OSError, ValueError):
+        return None
+
+
+# A BERT-style tokenizer has [CLS] and [SEP] where a RoBERTa-style config speaks of <s> (bos) and </s> (eos).
+SPECIAL_ID_FALLBACK = {"bos": "cls", "eos": "sep"}
+
+
+def use_tokenizers_special_tokens(arch: Any, tokenizer: Any) -> None:
+    """A from-scratch config's special-token ids (pad, bos, eos, cls, sep, mask), the tokenizer's: a config's
+    defaults are its pretrained vocabulary's (ModernBERT's eos 50282) and point outside a new one."""
+    for name in ("pad", "bos", "eos", "cls", "sep", "mask"):
+        field = f"{name}_token_id"
+        if getattr(arch, field, None) is None and not hasattr(arch, field):
+            continue
+        found = getattr(tokenizer, field, None)
+        if found is None and name in SPECIAL_ID_FALLBACK:
+            found = getattr(tokenizer, f"{SPECIAL_ID_FALLBACK[name]}_token_id", None)
+        setattr(arch, field, found)
+
+
+def check_positions(config: Config, model_config: Any) -> None:
+    """max_seq_length must fit the model's position embeddings (ConfigError naming both otherwise)."""
+    positions = getattr(model_config, "max_position_embeddings", None)
+    if positions is not None and config.job.max_seq_length > positions:
+        raise ConfigError(
+            f"{config.source_of('max_seq_length')}={config.job.max_seq_length}: expected at most {positions}, "
+            "the model's max_position_embeddings"
+        )
+
+
+def check_before_data(config: Config, arch: Any | None) -> Any | None:
+    """What can be checked of the model before any data is read or tokenized (minutes on a large corpus): that it
+    is a masked LM and that its positions fit max_seq_length. A pretrained model's config.json is read for it (a
+    small file, from a directory or the hub cache only: never a request, the hub may be unreachable and its
+    retries belong to load_tokenizer, which says what to do about them); when it cannot be read here,
+    :func:`load_model` says why after the data, as before. Returns the config it read (the architecture, the
+    pretrained model's, or None), which load_model takes rather than reading it again."""
+    model_config = arch if arch is not None else pretrained_config(config)
+    if model_config is not None:
+        check_masked_lm(config, model_config)
+        check_positions(config, model_config)
+    return model_config

@@ -1,0 +1,195 @@
+"""Checkpoints: which one a run resumes from, and why the others are not used.
+
+What the Trainer lacks: ``get_last_checkpoint()`` takes the highest-numbered directory whatever its state, so a
+checkpoint cut off while being written, truncated by a full disk or damaged by another writer makes every retry
+crash (a permanent crash loop under a Job controller). Here a checkpoint is resumable when its content says so:
+``trainer_state.json`` parses and names the checkpoint's step (the Trainer writes it after the weights,
+optimizer, scheduler and RNG states), and every weight and state file in it is whole (a safetensors file as long
+as its header says; a torch zip archive whose directory reads and whose members fit in the file).
+
+The ``.complete`` marker written once the Trainer's ``on_save`` has run is kept as a record but is not required:
+the Trainer rotates old checkpoints away (``save_total_limit``) *before* ``on_save``, so a kill between the two
+would otherwise leave no resumable checkpoint at all.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import zipfile
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from train.common.console import now
+from train.common.errors import ConfigError
+from train.config import Config
+from train.outputs.runfiles import COMPLETE_MARKER, OPTIONS_NAME, TRAINER_STATE, RunFiles, is_checkpoint_name, step_of
+
+KEEP_ASIDE = 2  # the newest checkpoints moved aside are kept for a post-mortem; older ones are removed
+# Options a resumed run takes from the checkpoint, whatever it is given now: the optimizer's state carries them.
+KEPT_BY_RESUME = ("learning_rate", "weight_decay", "adam_beta1", "adam_beta2", "adam_epsilon", "optim")
+# Options whose change makes a resumed run see its data in another order than an uninterrupted one would.
+REORDER_DATA = (
+    "per_device_train_batch_size",
+    "gradient_accumulation_steps",
+    "world_size",
+    "seed",
+    "dataset",
+    "max_seq_length",
+    "padding",
+    "max_train_samples",
+)
+TORCH_SUFFIXES = (".pt", ".pth", ".bin")
+
+
+def mark_complete(checkpoint: Path, options: dict[str, Any] | None = None) -> None:
+    """Record that the Trainer finished this checkpoint, and the options of the run that wrote it."""
+    if options is not None:
+        (checkpoint / OPTIONS_NAME).write_text(json.dumps(options, indent=1, default=str), encoding="utf-8")
+    (checkpoint / COMPLETE_MARKER).write_text(now() + "\n", encoding="utf-8")
+
+
+def changed_options(checkpoint: Path, options: dict[str, Any]) -> list[str]:
+    """What a resume from ``checkpoint`` will not do as ``options`` (this run's resolved options) say, in words."""
+    try:
+        saved = json.loads((checkpoint / OPTIONS_NAME).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return []  # written before options were recorded: nothing to compare
+    notes = []
+    kept = [k for k in KEPT_BY_RESUME if k in saved and saved[k] != options.get(k)]
+    if kept:
+        pairs = ", ".join(f"{k} {options.get(k)!r} (checkpoint: {saved[k]!r})" for k in kept)
+        notes.append(f"{pairs}: the resumed optimizer keeps the checkpoint's values; MLM_RESUME=never starts over")
+    reordered = [k for k in REORDER_DATA if k in saved and saved[k] != options.get(k)]
+    if reordered:
+        pairs = ", ".join(f"{k} {options.get(k)!r} (checkpoint: {saved[k]!r})" for k in reordered)
+        notes.append(f"{pairs}: the data order differs from an uninterrupted run's")
+    return notes
+
+
+def _safetensors_problem(path: Path) -> str | None:
+    size = path.stat().st_size
+    with path.open("rb") as handle:
+        head = handle.read(8)
+        length = int.from_bytes(head, "little") if len(head) == 8 else -1
+        if length < 0 or 8 + length > size:
+            return f"{path.name}: truncated ({size} bytes, shorter than its header)"
+        try:
+            header = json.loads(handle.read(length))
+        except ValueError:
+            return f"{path.name}: damaged header"
+    end = max((v["data_offsets"][1] for k, v in header.items() if k != "__metadata__"), default=0)
+    if 8 + length + end > size:
+        return f"{path.name}: truncated ({size} of {8 + length + end} bytes)"
+    return None
+
+
+def _torch_file_problem(path: Path) -> str | None:
+    """torch.save writes a zip archive: a truncated one loses the directory at its end."""
+    size = path.stat().st_size
+    try:
+        with zipfile.ZipFile(path) as archive:
+            for info in archive.infolist():
+                if info.header_offset + info.compress_size > size:
+                    return f"{path.name}: truncated"
+    except (zipfile.BadZipFile, OSError, ValueError) as exc:
+        return f"{path.name}: damaged ({exc})"
+    return None
+
+
+def problem(checkpoint: Path) -> str | None:
+    """Why ``checkpoint`` cannot be resumed from, or None when it can."""
+    state_file = checkpoint / TRAINER_STATE
+    if not state_file.is_file():
+        return f"no {TRAINER_STATE}: cut off while being written"
+    try:
+        state = json.loads(state_file.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, ValueError):
+        return f"{TRAINER_STATE} does not parse"
+    if not isinstance(state, dict) or state.get("global_step") != step_of(checkpoint):
+        return f"{TRAINER_STATE} does not hold step {step_of(checkpoint)}"
+    try:
+        for path in sorted(checkpoint.iterdir()):
+            if path.suffix == ".safetensors":
+                found = _safetensors_problem(path)
+            elif path.suffix in TORCH_SUFFIXES:
+                found = _torch_file_problem(path)
+            elif path.suffix == ".json":
+                found = None
+                try:
+                    json.loads(path.read_text(encoding="utf-8"))
+                except (UnicodeDecodeError, ValueError):
+                    found = f"{path.name} does not parse"
+            else:
+                continue
+            if found:
+                return found
+    except OSError as exc:
+        return f"unreadable ({exc.strerror or exc})"
+    if not any(checkpoint.glob("*.safetensors")) and not any(checkpoint.glob("pytorch_model*.bin")):
+        return "no model weights"
+    return None
+
+
+def resume_choice(config: Config) -> tuple[Path | None, list[tuple[Path, str]]]:
+    """(the checkpoint a run resumes from, the newer ones it skips with the reason): MLM_RESUME=auto (the newest
+    resumable one), never, or an explicit path (which must be resumable). Looks only; :func:`decide_resume` acts."""
+    resume = config.job.resume
+    if resume == "never":
+        return None, []
+    if resume != "auto":
+        path = Path(resume)
+        reason = problem(path) if path.is_dir() and is_checkpoint_name(path.name) else "not a checkpoint directory"
+        if reason is None and not (path / TRAINER_STATE).exists():
+            reason = "not a checkpoint directory"
+        if reason:
+            raise ConfigError(f"{config.source_of('resume')}={resume!r}: {reason}")
+        return path, []
+    return newest_resumable(RunFiles(config.training.output_dir))
+
+
+def newest_resumable(files: RunFiles) -> tuple[Path | None, list[tuple[Path, str]]]:
+    """(the newest checkpoint in output_dir that can be resumed from, the newer ones that cannot and why)."""
+    skipped = []
+    for candidate in reversed(files.checkpoints()):
+        reason = problem(candidate)
+        if reason is None:
+            return candidate, skipped
+        skipped.append((candidate, reason))
+    return None, skipped
+
+
+def resumed_options(config: Config) -> dict[str, Any]:
+    """The options a checkpoint records and a resume compares against (world size included)."""
+    return {**config.as_dict(redact=True), "world_size": config.training.world_size}
+
+
+def decide_resume(config: Config, warn: Callable[[str], None]) -> str | None:
+    """The checkpoint to resume from (:func:`resume_choice`), with the unusable newer ones moved aside.
+
+    Call it in one process only (world rank 0) and hand the answer to the others: on a shared volume every rank
+    renaming the same directories would race.
+    """
+    chosen, skipped = resume_choice(config)
+    files = RunFiles(config.training.output_dir)
+    for candidate, reason in skipped:
+        # Moved aside, not deleted: the Trainer would otherwise write into it again, or keep it while rotating
+        # away the checkpoint this run resumes from; and a person may want to look at it.
+        aside = files.aside(candidate, os.getpid())
+        os.replace(candidate, aside)
+        fallback = f"resuming from {chosen.name} instead" if chosen else "no resumable checkpoint left: starting over"
+        warn(f"cannot resume from {candidate.name} ({reason}); {fallback}; it was moved to {aside.name}")
+    tidy_aside(files)
+    if chosen is None:
+        return None
+    for note in changed_options(chosen, resumed_options(config)):
+        warn(f"resuming from {chosen.name} with changed options: {note}")
+    return str(chosen)
+
+
+def tidy_aside(files: RunFiles, keep: int = KEEP_ASIDE) -> None:
+    """Keep only the newest ``keep`` checkpoints moved aside: each can be as large as the model and its optimizer."""
+    for old in files.asides()[keep:]:
+        shutil.rmtree(old, ignore_errors=True)

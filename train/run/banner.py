@@ -1,0 +1,142 @@
+"""The launch banner: what the launcher decided and what only the running job knows (data size, steps), as one
+record (``logs/train.jsonl``, the JSON console) and as a short block of aligned lines (the text console)."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from train.common.console import jsonable, now, resolve_format
+from train.common.handoff import Handoff, global_batch, precision_label, precision_name
+from train.config import Config
+from train.outputs.runfiles import RunFiles
+
+
+def banner_record(config: Config, facts: dict[str, Any], handoff: Handoff | None = None) -> dict[str, Any]:
+    """The launch facts as one record: the launcher's decisions (``handoff``; None when the job was started
+    without the launcher) and what only the running job knows (``facts``: data size, steps)."""
+    from train.outputs.local import package_versions
+
+    training, job = config.training, config.job
+    world_size = int(facts.get("world_size") or training.world_size or 1)
+    files = RunFiles(training.output_dir)
+    record: dict[str, Any] = {
+        "event": "banner",
+        "time": now(),
+        "image_revision": job.image_revision,
+        "versions": facts.get("versions") or package_versions(),
+        "launched": handoff is not None,
+        "gpus": handoff.gpus if handoff else [],
+        "nodes": handoff.nnodes if handoff else None,
+        "world_size": world_size,
+        # What the ranks run with: the launcher's decision, arrived as the bf16/fp16/tf32 flags.
+        "precision": handoff.precision
+        if handoff
+        else precision_label(precision_name(training.fp16, training.bf16), bool(training.tf32)),
+        "global_batch_size": global_batch(
+            training.per_device_train_batch_size, world_size, training.gradient_accumulation_steps
+        ),
+        "per_device_train_batch_size": int(training.per_device_train_batch_size),
+        "gradient_accumulation_steps": int(training.gradient_accumulation_steps),
+        "model": job.model_name_or_path,
+        "attention": facts.get("attention"),
+        "head": facts.get("head"),
+        "masking": facts.get("masking"),
+        "packing": facts.get("packing"),
+        "dataset": job.dataset,
+        "train_samples": facts.get("train_samples"),
+        "eval_samples": facts.get("eval_samples"),
+        "train_real_tokens": facts.get("train_real_tokens"),
+        "truncation": facts.get("truncation"),
+        "max_steps": facts.get("max_steps") or (training.max_steps if training.max_steps > 0 else None),
+        "num_train_epochs": training.num_train_epochs,
+        "start_step": facts.get("start_step", 0),
+        "output_dir": str(files.root),
+        "logs": str(files.logs),
+        # output_dir in a store: output_dir above is the staging directory mirrored there.
+        "output_store": config.as_dict()["output_store"],
+    }
+    return record
+
+
+def _cut_text(cut: dict[str, int] | None) -> str:
+    if not cut or not cut.get("examples_cut"):
+        return ""
+    return f" ({cut['examples_cut']:,} examples cut to max_seq_length, {cut['tokens_cut']:,} tokens dropped)"
+
+
+def _count(value: Any) -> str:
+    return f"{value:,}" if isinstance(value, int) else "?"
+
+
+def _model_text(record: dict[str, Any]) -> str:
+    said = [f"{record['attention']} attention" if record.get("attention") else ""]
+    said.append(f"{record['head']} head" if record.get("head") else "")
+    return f" ({', '.join(s for s in said if s)})" if any(said) else ""
+
+
+def _masking_text(masking: dict[str, Any] | None) -> str | None:
+    if not masking:
+        return None
+    unit = "words" if masking.get("whole_word_mask") else "tokens"
+    rates = f"{masking['mlm_probability']:.0%} of {unit}"
+    if masking.get("eval_mlm_probability") != masking["mlm_probability"]:
+        rates += f" ({masking['eval_mlm_probability']:.0%} for evaluation)"
+    realised = masking.get("realised")
+    if realised is None:
+        return f"  masking    {rates}"
+    return f"  masking    {rates}; realised {realised:.1%} of real tokens on {masking['realised_on_samples']} samples"
+
+
+def _packing_text(packing: dict[str, Any] | None) -> str:
+    if not packing or packing.get("efficiency") is None:
+        return ""
+    apart = ", documents apart" if packing.get("documents_apart") else ""
+    return f"; padding {packing['padding']}{apart}: {packing['efficiency']:.1%} of positions are real tokens"
+
+
+def banner(config: Config, facts: dict[str, Any], handoff: Handoff | None = None) -> str:
+    """The launch banner: one JSON line in json format, a short block of aligned lines in text format."""
+    record = banner_record(config, facts, handoff)
+    files = RunFiles(config.training.output_dir)
+    if resolve_format(config.job.log_format) == "json":
+        return json.dumps(jsonable(record))
+    versions = record["versions"]
+    shown = [name for name in ("torch", "transformers", "python") if name in versions]
+    version_text = " · ".join(f"{name} {versions[name]}" for name in shown)
+    gpus = record["gpus"]
+    if gpus:
+        names = sorted(set(gpus))
+        hardware = f"{len(gpus)} GPU(s) on this node ({', '.join(names)})"
+    elif record["launched"]:
+        hardware = "CPU (no GPU)"
+    else:
+        hardware = "as torchrun gave it (started without the launcher)"
+    if record["nodes"]:
+        hardware += f", {record['nodes']} node(s)"
+    steps = record["max_steps"]
+    span = "max_steps" if config.training.max_steps > 0 else f"{record['num_train_epochs']:g} epoch(s)"
+    resumed = f", resuming at step {record['start_step']}" if record["start_step"] else ""
+    lines = [
+        f"mlm-trainer  image {record['image_revision'] or 'unknown'} · {version_text}",
+        f"  hardware   {hardware}, world size {record['world_size']}",
+        f"  precision  {record['precision']}",
+        f"  batch      global {record['global_batch_size']} = {record['world_size']} rank(s) × "
+        f"{record['per_device_train_batch_size']} per device × {record['gradient_accumulation_steps']} accumulation",
+        f"  model      {record['model']}" + _model_text(record),
+        *filter(None, [_masking_text(record.get("masking"))]),
+        (
+            f"  data       {record['dataset']}: {_count(record['train_samples'])} train / "
+            f"{_count(record['eval_samples'])} eval samples, {_count(record['train_real_tokens'])} real tokens"
+            + _cut_text(record.get("truncation"))
+            + _packing_text(record.get("packing"))
+            if record["train_samples"] is not None
+            else f"  data       {record['dataset']}: streamed (size unknown until read) / "
+            f"{_count(record['eval_samples'])} eval samples"
+        ),
+        f"  steps      {_count(steps)} ({span}){resumed}",
+        f"  outputs    {files.root} (logs in {record['logs']}, report {files.report})"
+        if not record["output_store"]
+        else f"  outputs    {record['output_store']} (staged in {files.root})",
+    ]
+    return "\n".join(lines)

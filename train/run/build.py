@@ -1,0 +1,279 @@
+"""From the resolved configuration to a ready Trainer: the data (a Corpus), the tokenizer, the model, the
+collator and the callbacks, as one typed :class:`Prepared`. The parsed configuration is not changed: what the
+Trainer must run with differently (a stream's arguments) goes to a copy of its arguments."""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+import functools
+import os
+import random
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+import torch.distributed as dist
+from transformers import TrainingArguments
+
+from train.common import distributed
+from train.common.console import say, warn
+from train.common.errors import ConfigError
+from train.common.hf import cache_root
+from train.config import Config
+from train.data import Corpus, StreamPosition, build_corpus, load_raw, stream_training_overrides
+from train.model import packing
+from train.model.collator import MaskingCollator
+from train.model.head import freeze_what_the_loss_never_reaches, use_masked_only_head
+from train.model.load import (
+    attention_implementation,
+    check_before_data,
+    load_model,
+    load_tokenizer,
+    scratch_config,
+    tokenizer_label,
+    trains_its_tokenizer,
+)
+from train.model.tokenizer_training import agree_on_tokenizer
+from train.model.words import word_starts
+from train.outputs.checkpoints import resumed_options
+from train.run.callbacks import CheckpointCompleteMarker, DivergenceGuard, EpochForCollator
+from train.run.preemption import StopOnSignal
+from train.run.trainer import MLMTrainer, losses_are_batch_means
+
+
+@dataclass(frozen=True)
+class Prepared:
+    """Everything a rank trains with."""
+
+    trainer: MLMTrainer
+    tokenizer: Any
+    corpus: Corpus
+    stopper: StopOnSignal  # the stop signals' agreement (train/run/preemption.py)
+    guard: DivergenceGuard  # a non-finite loss, gradient or weight stops the run
+    head: str  # "masked-only" (train/model/head.py) or "dense"
+    masking: dict[str, Any]  # the configured rates and the realised one (:func:`batch_facts`)
+    packing: dict[str, Any]  # the padding mode and its efficiency (:func:`batch_facts`)
+    resume: str | None = None  # the checkpoint this rank resumes from (its node's copy)
+
+    def write_model(self, directory: Path) -> None:
+        """The trained model and its tokenizer, as AutoModelForMaskedLM / AutoTokenizer load them."""
+        self.trainer.save_model(str(directory))
+        self.tokenizer.save_pretrained(str(directory))
+
+    def facts(self) -> dict[str, Any]:
+        """What the banner, the logs and the final metrics say about the data."""
+        corpus = self.corpus
+        return {
+            "dataset_fingerprint": corpus.fingerprint,
+            "train_samples": corpus.train_samples,
+            "eval_samples": corpus.eval_samples,
+            "train_real_tokens": corpus.train_real_tokens,
+            "truncation": corpus.truncation,
+            # what ran: transformers' choice (or MLM_ATTN_IMPLEMENTATION), and the head the loss went through
+            "attention": getattr(self.trainer.model.config, "_attn_implementation", None),
+            "head": self.head,
+            "masking": self.masking,
+            "packing": self.packing,
+        }
+
+
+def masked_accuracy(eval_pred: Any) -> dict[str, float]:
+    predictions, labels = eval_pred
+    predictions, labels = np.asarray(predictions), np.asarray(labels)
+    masked = labels != -100
+    return {"accuracy": float((predictions[masked] == labels[masked]).mean()) if masked.any() else 0.0}
+
+
+def argmax_logits(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+    """Keep predicted ids, not [batch, length, vocab] logits, across evaluation batches."""
+    return logits.argmax(dim=-1)
+
+
+def prepare(config: Config, choose_resume: Callable[[], str | None] = lambda: None) -> Prepared:
+    """Data, tokenizer, model, collator and Trainer for this rank, and the checkpoint it resumes from.
+
+    ``choose_resume`` (every rank calls it: train/run/job.py's agreement) runs once the options, the model's config
+    and the data have been checked, so that bad input leaves output_dir as it was, and before the tokenizer: a
+    resumed run tokenizes with its checkpoint's.
+
+    Rank 0 reads the data, trains a tokenizer if one is needed and tokenizes; the other ranks then load the same
+    results from the caches instead of repeating the work: each node's local rank 0 does it for its node, unless
+    the nodes share the cache, where world rank 0 does it for all. A trained tokenizer is world rank 0's on every
+    node (and a resumed run's is its checkpoint's): train/model/tokenizer_training.py says why."""
+    training, job = config.training, config.job
+    stopper = StopOnSignal()  # first: a stop while the data is prepared (or a checkpoint downloads) is exit 75
+    arch = scratch_config(config)
+    model_config = check_before_data(config, arch)
+    if model_config is not None and job.padding in ISOLATING:  # refused before the data, where the config is known
+        check_isolation(config, model_config, attention_implementation(config, model_config))
+    shared = cache_shared_with_rank_0(training)
+    trained = trains_its_tokenizer(config, arch)
+    with training.main_process_first(local=not shared, desc="preparing data"):
+        raw = load_raw(config)
+        tokenizer = None if trained else load_tokenizer(config, raw, arch)  # a named one: checked before resume
+    resume = choose_resume()
+    if tokenizer is None:  # trained: the checkpoint's when resuming, world rank 0's on every node
+        with training.main_process_first(local=not shared, desc="training the tokenizer"):
+            tokenizer = load_tokenizer(config, raw, arch, resume)
+        tokenizer = agree_on_tokenizer(tokenizer)
+    with training.main_process_first(local=not shared, desc="tokenizing"):
+        corpus = build_corpus(config, raw, tokenizer, training.process_index, training.world_size)
+    model = load_model(config, arch, tokenizer, model_config)
+    head = "dense"
+    if job.masked_only_head:
+        try:
+            use_masked_only_head(model)
+            head = "masked-only"
+        except ConfigError as exc:
+            if "masked_only_head" in config.sources:  # asked for explicitly: say it cannot be done
+                raise
+            warn(f"{exc}; training with the dense head")
+    isolate = None
+    if job.padding in ISOLATING:
+        check_isolation(config, model.config, model.config._attn_implementation)
+        packing.prepare_model(model)
+        isolate = functools.partial(
+            packing.isolated_inputs,
+            config=model.config,
+            attn_implementation=model.config._attn_implementation,
+            dtype=model.dtype,
+        )
+    unreached = freeze_what_the_loss_never_reaches(model)
+    if unreached:
+        shown = ", ".join(unreached[:3]) + (f" and {len(unreached) - 3} more" if len(unreached) > 3 else "")
+        warn(f"{len(unreached)} parameter(s) take no part in the masked-LM loss and stay as they are: {shown}")
+    collator = MaskingCollator(
+        pad_token_id=tokenizer.pad_token_id,
+        mask_token_id=tokenizer.mask_token_id,
+        vocab_size=len(tokenizer),
+        mlm_probability=job.mlm_probability,
+        mask_replace_prob=job.mask_replace_prob,
+        random_replace_prob=job.random_replace_prob,
+        seed=training.seed,
+        pad_to_multiple_of=job.pad_to_multiple_of if job.padding == "dynamic" else None,
+        word_start=word_starts(tokenizer, tokenizer_label(config)) if job.whole_word_mask else None,
+        isolate=isolate,
+        flatten=job.padding == "padding_free",
+    )
+    evaluating = corpus.validation is not None and training.eval_strategy != "no"
+    guard = DivergenceGuard()
+    trainer = MLMTrainer(
+        model=model,
+        args=trainer_arguments(training, corpus),
+        train_dataset=corpus.train,
+        eval_dataset=corpus.validation,
+        data_collator=collator,
+        processing_class=tokenizer,
+        compute_metrics=masked_accuracy if evaluating else None,
+        preprocess_logits_for_metrics=argmax_logits if evaluating else None,
+        # StreamPosition before the marker: a checkpoint is complete once the streams' positions are in it.
+        callbacks=[
+            EpochForCollator(collator),
+            *([StreamPosition()] if corpus.streaming else []),
+            CheckpointCompleteMarker(resumed_options(config)),
+        ],
+    )
+    trainer.eval_collator = collator.for_evaluation(job.eval_mlm_probability)
+    losses_are_batch_means(trainer)
+    masking, packing_facts = batch_facts(config, collator, corpus)
+    return Prepared(
+        trainer=trainer, tokenizer=tokenizer, corpus=corpus, stopper=stopper, guard=guard, head=head,
+        masking=masking, packing=packing_facts, resume=resume,
+    )  # fmt: skip
+
+
+ISOLATING = ("packed", "padding_free")  # the padding modes that keep documents apart (train/model/packing.py)
+MEASURED_SAMPLES = 256  # samples collated to measure the masking rate and the efficiency: a few milliseconds
+
+
+def check_isolation(config: Config, model_config: Any, attn_implementation: str | None) -> None:
+    """ConfigError, naming MLM_PADDING, when this model cannot keep a row's documents apart."""
+    reason = packing.unsupported_reason(model_config, attn_implementation)
+    if reason is not None:
+        raise ConfigError(
+            f"{config.source_of('padding')}={config.job.padding}: {reason}; use padding packed_crossing or dynamic"
+        )
+
+
+def batch_facts(config: Config, collator: MaskingCollator, corpus: Corpus) -> tuple[dict[str, Any], dict[str, Any]]:
+    """How the training data is masked and laid out, measured on samples drawn at random (seeded) in training-size
+    batches, as the Trainer's shuffled sampler draws them: neighbouring lines of a file tend to be alike in length,
+    so the first ones would overstate a padded layout's efficiency (a stream's are not read twice: its evaluation
+    samples, masked as training masks them, stand in; None without either): the configured rates and the
+    realised share of real tokens masked (special tokens are never masked, and whole words mask as many tokens as
+    the chosen words have, so it is what the loss really averages over); the padding mode and its efficiency,
+    real tokens per position computed."""
+    job, size = config.job, config.training.per_device_train_batch_size
+    dataset = corpus.train if not corpus.streaming else corpus.validation
+    count = min(MEASURED_SAMPLES, len(dataset)) if dataset is not None else 0
+    drawn = random.Random(config.training.seed).sample(range(len(dataset)), count) if dataset is not None else []
+    sample = [dataset[i] for i in drawn]
+    measured = collator.measure([sample[i : i + size] for i in range(0, len(sample), size)])
+    masking = {
+        "mlm_probability": job.mlm_probability,
+        "eval_mlm_probability": job.eval_mlm_probability or job.mlm_probability,
+        "whole_word_mask": job.whole_word_mask,
+        "realised": _rounded(measured["realised"]),
+        "realised_on_samples": len(sample),
+    }
+    layout = {
+        "padding": job.padding,
+        "documents_apart": job.padding in ISOLATING,
+        "efficiency": _rounded(measured["efficiency"]),
+    }
+    return masking, layout
+
+
+def _rounded(value: float | None) -> float | None:
+    return None if value is None else round(value, 4)
+
+
+def trainer_arguments(training: TrainingArguments, corpus: Corpus) -> TrainingArguments:
+    """The Trainer's arguments for this corpus: the parsed ones, or for a stream a copy with what it needs."""
+    if not corpus.streaming:
+        return training
+    changed = copy.copy(training)  # shallow: the process group and device the parsed arguments set up stay shared
+    for name, value in stream_training_overrides().items():
+        setattr(changed, name, value)
+    return changed
+
+
+def cache_shared_with_rank_0(training: TrainingArguments) -> bool:
+    """Whether this rank's cache (cache_root, in HF_HOME) is world rank 0's, on a node of its own: one volume the
+    nodes share (NFS, a Slurm cluster's home), found by looking. Rank 0 writes a file under a fresh random name
+    and broadcasts the name; each rank looks for it; then rank 0 removes it.
+
+    Why: transformers' main_process_first lets each node's local rank 0 do the work (right for node-local caches);
+    on a shared cache every node would tokenize into the same files at once (the work once per node, and on NFS a
+    file replaced while another node reads it goes stale). Neither transformers nor datasets tells them apart. A
+    name that is not seen (a client's stale directory cache) only means the node does the work itself, as before.
+    Only a volume shared with node 0 is found: nodes 1 and 2 sharing one that node 0 has not each do the work.
+    """
+    rank, local_rank = training.process_index, training.local_process_index
+    # torchrun's: the Trainer's arguments know the world and this rank's place on its node, not the node's size.
+    local_world = int(os.environ.get("LOCAL_WORLD_SIZE", str(training.world_size)))
+    if training.world_size == local_world or not distributed.initialized():
+        return False  # one node: its local rank 0 is world rank 0 either way
+    cache = cache_root()
+    name: list[str | None] = [None]
+    if rank == 0:
+        try:
+            cache.mkdir(parents=True, exist_ok=True)
+            (cache / (probe := f".shared-{uuid.uuid4().hex}")).touch()
+            name[0] = probe
+        except OSError:  # the other ranks wait in the broadcast: send them "no", and let tokenizing say what failed
+            pass
+    dist.broadcast_object_list(name, src=0)  # sent once the file exists
+    shared = name[0] is not None and (cache / name[0]).exists()
+    dist.barrier()
+    if rank == 0 and name[0] is not None:
+        with contextlib.suppress(OSError):
+            (cache / name[0]).unlink(missing_ok=True)
+    if shared and local_rank == 0 and rank != 0:  # each other node's local rank 0 says so once
+        say(f"the cache {cache} is node 0's too (a shared volume): node 0 prepares the data, this node reads it")
+    return shared

@@ -1,0 +1,72 @@
+"""The Trainer callbacks the job adds besides logging and stopping on signals (train/run/preemption.py)."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import torch
+from transformers import TrainerCallback
+
+from train.model.collator import MaskingCollator
+from train.outputs.checkpoints import mark_complete
+from train.outputs.runfiles import RunFiles
+
+
+class EpochForCollator(TrainerCallback):
+    """Tells the collator the epoch before the epoch's dataloader iterator (and its workers) is created."""
+
+    def __init__(self, collator: MaskingCollator) -> None:
+        self.collator = collator
+
+    def on_epoch_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        self.collator.epoch = int(state.epoch or 0)
+
+
+class CheckpointCompleteMarker(TrainerCallback):
+    """Records, in each checkpoint, when the Trainer finished saving it and the options it ran with (a resume
+    compares them; train/outputs/checkpoints.py says why resume judges a checkpoint by content, not by this marker)."""
+
+    def __init__(self, options: dict[str, Any]) -> None:
+        self.options = options
+
+    def on_save(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        if state.is_world_process_zero:
+            checkpoint = RunFiles(args.output_dir).checkpoint(state.global_step)
+            if checkpoint.is_dir():
+                mark_complete(checkpoint, self.options)
+
+
+def finite_weights(model: torch.nn.Module) -> bool:
+    return all(bool(torch.isfinite(p).all()) for p in model.parameters() if p.is_floating_point())
+
+
+class DivergenceGuard(TrainerCallback):
+    """Stops the run when the loss, the gradient norm or the weights stop being finite, before a checkpoint of
+    diverged weights is written; the job then publishes nothing (exit 2).
+
+    What the Trainer lacks: it trains on with a NaN loss, saves NaN weights and ends with exit 0. The logged loss
+    is the mean over the logging window, so one NaN step shows there; the weights are checked before each save.
+    Every rank sees the same values (the loss is gathered, DDP weights are equal), so all stop at the same step.
+    """
+
+    def __init__(self) -> None:
+        self.step: int | None = None
+        self.what = ""
+
+    def _diverged(self, state: Any, control: Any, what: str) -> None:
+        if self.step is None:
+            self.step, self.what = state.global_step, what
+        control.should_save = False
+        control.should_training_stop = True
+
+    def on_step_end(self, args: Any, state: Any, control: Any, model: Any = None, **kwargs: Any) -> None:
+        if control.should_save and model is not None and not finite_weights(model):
+            self._diverged(state, control, "the weights are not finite")
+
+    def on_log(self, args: Any, state: Any, control: Any, logs: dict[str, Any] | None = None, **kwargs: Any) -> None:
+        for key in ("loss", "grad_norm"):
+            value = (logs or {}).get(key)
+            if isinstance(value, (int, float)) and not math.isfinite(value):
+                self._diverged(state, control, f"{key} is {value}")
+                return

@@ -1,0 +1,313 @@
+"""What a person (or a log collector) sees while the job runs: the launch banner, one record per log step, and
+``output_dir/logs/`` (``train.jsonl`` and TensorBoard events).
+
+Every record is appended to ``output_dir/logs/train.jsonl`` whatever the console format, so the report can be
+built from any run, finished or not. On the console, ``log_format`` picks readable lines under the Trainer's
+progress bar (``text``) or one JSON object per line on stdout and no progress bar (``json``); ``auto`` means text on
+a terminal. Only the world's rank 0 prints and writes.
+
+Record kinds (the ``event`` key): ``banner`` (each start, resumes included), ``train`` (each log step), ``eval``
+and ``train_end`` (the Trainer's summary).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import sys
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, TextIO
+
+from transformers.trainer_callback import PrinterCallback, ProgressCallback, TrainerCallback
+
+from train.common.console import jsonable, now, resolve_format
+from train.common.handoff import Handoff, global_batch
+from train.config import Config
+from train.machine.sampler import Sampler
+from train.outputs.runfiles import RunFiles
+from train.run.banner import banner, banner_record
+from train.run.outcome import real_tokens_per_second
+
+if TYPE_CHECKING:
+    from transformers import Trainer
+
+MIB = 1024 * 1024
+
+
+def append_record(output_dir: str | Path, record: dict[str, Any]) -> None:
+    """Append one JSON line; opened per record so a crash leaves every earlier line intact."""
+    path = RunFiles(output_dir).train_jsonl
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with path.open("a", encoding="utf-8") as handle:
+        handle.write(json.dumps(jsonable(record), sort_keys=False) + "\n")
+
+
+def _duration(seconds: float | None) -> str:
+    if seconds is None or not math.isfinite(seconds):
+        return "?"
+    seconds = int(round(seconds))
+    hours, rest = divmod(seconds, 3600)
+    minutes, secs = divmod(rest, 60)
+    if hours:
+        return f"{hours}h{minutes:02d}m"
+    if minutes:
+        return f"{minutes}m{secs:02d}s"
+    return f"{secs}s"
+
+
+# ---- per-step records ----------------------------------------------------------------------------------------------
+
+
+def _text_line(record: dict[str, Any]) -> str:
+    """One readable line per record (the JSON record carries the same values, unrounded)."""
+    clock = str(record.get("time", ""))[11:19]
+    event = record["event"]
+    if event == "train":
+        parts = [f"step {record['step']}/{record.get('max_steps') or '?'}", f"epoch {record.get('epoch') or 0:.2f}"]
+        if "loss" in record:
+            parts.append(f"loss {_float(record['loss'], '.4f')}")
+        if "learning_rate" in record:
+            parts.append(f"lr {_float(record['learning_rate'], '.2e')}")
+        if "grad_norm" in record:
+            parts.append(f"grad {_float(record['grad_norm'], '.3g')}")
+        if record.get("tokens_per_second") is not None:
+            parts.append(f"{record['tokens_per_second']:,.0f} tok/s")
+        if record.get("samples_per_second") is not None:
+            parts.append(f"{record['samples_per_second']:,.1f} samples/s")
+        for gpu in record.get("gpus", []):
+            parts.append(
+                f"gpu{gpu['index']} {gpu['util_pct']}% {gpu['mem_used_mib'] / 1024:.1f}/"
+                f"{gpu['mem_total_mib'] / 1024:.0f} GiB"
+            )
+        parts.append(f"elapsed {_duration(record.get('elapsed_s'))} eta {_duration(record.get('eta_s'))}")
+        return f"[{clock}] " + " | ".join(parts)
+    skip = {"event", "time", "step", "epoch"}
+    values = [f"{k} {_float(v, '.4g')}" for k, v in record.items() if k not in skip and not isinstance(v, (list, dict))]
+    return f"[{clock}] {event} step {record.get('step', '?')} | " + " | ".join(values)
+
+
+def _float(value: Any, spec: str) -> str:
+    if isinstance(value, (int, float)):
+        return format(value, spec)
+    return str(value)
+
+
+class TrainingLog(TrainerCallback):
+    """On rank 0: a record per log step, evaluation and summary, to ``train.jsonl`` and the console.
+
+    Throughput is measured between consecutive step ends, leaving out the time spent evaluating and saving, so it
+    shows training speed (data loading included). Real tokens per second come from the Trainer's exact count when
+    ``include_num_input_tokens_seen`` is on, otherwise from the dataset's average real tokens per sample
+    (``tokens_per_sample``, which the job knows from tokenization).
+    """
+
+    def __init__(
+        self,
+        output_dir: str | Path,
+        log_format: str,
+        tokens_per_sample: float | None = None,
+        banner_facts: dict[str, Any] | None = None,
+        config: Config | None = None,
+        stream: TextIO | None = None,
+        handoff: Handoff | None = None,
+    ) -> None:
+        self.output_dir = Path(output_dir)
+        self.log_format = log_format
+        self.tokens_per_sample = tokens_per_sample
+        self.banner_facts = banner_facts
+        self.config = config
+        self.stream = stream
+        self.handoff = handoff
+        self.gpus = Sampler(handoff.gpu_uuids if handoff else [])
+        self._started: float | None = None
+        self._start_step = 0
+        self._mark: float | None = None
+        self._busy = 0.0
+        self._steps_timed = 0
+        self._tokens_at_mark = 0
+
+    # -- output --
+    def _emit(self, record: dict[str, Any]) -> None:
+        append_record(self.output_dir, record)
+        stream = self.stream or sys.stdout
+        if self.log_format == "json":
+            print(json.dumps(jsonable(record)), file=stream, flush=True)
+        else:
+            _write_line(_text_line(record), stream)
+
+    # -- Trainer events --
+    def on_train_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        self._started = self._mark = time.monotonic()
+        self._start_step = state.global_step
+        self._tokens_at_mark = state.num_input_tokens_seen or 0
+        if not state.is_world_process_zero:
+            return
+        self.gpus.start()
+        if self.config is not None and self.banner_facts is not None:
+            facts = dict(self.banner_facts)
+            facts.update(max_steps=state.max_steps, world_size=args.world_size, start_step=state.global_step)
+            append_record(self.output_dir, banner_record(self.config, facts, self.handoff))
+            text = banner(self.config, facts, self.handoff)
+            print(text, file=self.stream or sys.stdout, flush=True)
+
+    def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        now = time.monotonic()
+        if self._mark is not None:
+            self._busy += now - self._mark
+            self._steps_timed += 1
+        self._mark = now
+
+    def _pause(self) -> None:
+        """Evaluation and checkpointing are not training time: restart the step clock after them."""
+        self._mark = time.monotonic()
+
+    def on_evaluate(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        self._pause()
+
+    def on_save(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        self._pause()
+
+    def on_log(self, args: Any, state: Any, control: Any, logs: dict[str, Any] | None = None, **kwargs: Any) -> None:
+        if not state.is_world_process_zero or not logs:
+            return
+        logs = dict(logs)
+        base = {"time": now(), "step": state.global_step, "epoch": logs.pop("epoch", state.epoch)}
+        if any(key.startswith("eval_") for key in logs):
+            self._emit({"event": "eval", **base, **logs})
+            self._pause()
+        elif "train_loss" in logs:  # the Trainer's summary when train() ends
+            self._emit({"event": "train_end", **base, **logs})
+        else:
+            # While it counts tokens the Trainer adds its run-so-far averages (train_runtime, train_*_per_second)
+            # to every step's logs; this record has elapsed_s and the rates over the last interval instead.
+            for key in [k for k in logs if k.startswith("train_")]:
+                del logs[key]
+            self._emit({"event": "train", **base, "max_steps": state.max_steps, **logs, **self._speed(args, state)})
+
+    def on_train_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        self.gpus.stop()
+
+    # -- measurements --
+    def _speed(self, args: Any, state: Any) -> dict[str, Any]:
+        now = time.monotonic()
+        out: dict[str, Any] = {}
+        if self._busy > 0 and self._steps_timed:
+            batch = global_batch(args.per_device_train_batch_size, args.world_size, args.gradient_accumulation_steps)
+            samples_per_second = self._steps_timed * batch / self._busy
+            out["samples_per_second"] = round(samples_per_second, 3)
+            tokens_seen = state.num_input_tokens_seen or 0
+            counted = max(tokens_seen - self._tokens_at_mark, 0)
+            rate = real_tokens_per_second(counted, self._busy, samples_per_second, self.tokens_per_sample)
+            if rate is not None:
+                out["tokens_per_second"] = round(rate, 1)
+            self._tokens_at_mark = tokens_seen
+        self._busy, self._steps_timed = 0.0, 0
+        if self._started is not None:
+            elapsed = now - self._started
+            done = state.global_step - self._start_step
+            out["elapsed_s"] = round(elapsed, 1)
+            if done > 0 and state.max_steps:
+                out["eta_s"] = round(elapsed / done * max(state.max_steps - state.global_step, 0), 1)
+        gpus = self.gpus.sample()
+        if gpus:
+            out["gpu_util_pct"] = round(sum(g["util_pct"] for g in gpus) / len(gpus), 1)
+            out["gpu_mem_used_mib"] = max(g["mem_used_mib"] for g in gpus)
+            out["gpus"] = gpus
+        return out
+
+
+def _write_line(line: str, stream: TextIO) -> None:
+    """Print above the progress bar (tqdm redraws it below) rather than through it."""
+    try:
+        from tqdm.auto import tqdm
+
+        tqdm.write(line, file=stream)
+        stream.flush()
+    except ImportError:
+        print(line, file=stream, flush=True)
+
+
+class QuietProgress(ProgressCallback):
+    """The Trainer's progress bar without its printing of each log dict (our own lines replace it)."""
+
+    def on_log(self, args: Any, state: Any, control: Any, logs: dict[str, Any] | None = None, **kwargs: Any) -> None:
+        return None
+
+
+# ---- wiring ------------------------------------------------------------------------------------------------------
+
+
+def configure_console(config: Config) -> str:
+    """Resolve the console format; for JSON, silence the progress bars datasets, transformers and the hub draw on
+    stderr (tokenizing, downloading, saving), so the output is JSON lines and real warnings. Call once, early."""
+    log_format = resolve_format(config.job.log_format)
+    if log_format == "json":
+        import datasets
+        import huggingface_hub.utils
+        from transformers.utils import logging as hf_logging
+
+        datasets.disable_progress_bars()
+        hf_logging.disable_progress_bar()
+        huggingface_hub.utils.disable_progress_bars()
+    return log_format
+
+
+def callbacks(
+    config: Config, facts: dict[str, Any] | None = None, handoff: Handoff | None = None
+) -> list[TrainerCallback]:
+    """Our logging callbacks for this rank. ``facts``: train_samples, eval_samples, train_real_tokens (what the
+    job's data preparation counted); without them the banner is skipped and tokens/s needs the Trainer's count."""
+    facts = facts or {}
+    log_format = resolve_format(config.job.log_format)
+    output_dir = config.training.output_dir
+    tokens_per_sample = None
+    if facts.get("train_samples") and facts.get("train_real_tokens"):
+        tokens_per_sample = facts["train_real_tokens"] / facts["train_samples"]
+    banner_facts = {
+        k: facts[k]
+        for k in (
+            "train_samples",
+            "eval_samples",
+            "train_real_tokens",
+            "truncation",
+            "attention",
+            "head",
+            "masking",
+            "packing",
+        )
+        if k in facts
+    }
+    found: list[TrainerCallback] = [
+        TrainingLog(
+            output_dir,
+            log_format,
+            tokens_per_sample=tokens_per_sample,
+            banner_facts=banner_facts if facts else None,
+            config=config,
+            handoff=handoff,
+        )
+    ]
+    if log_format == "text" and not config.training.disable_tqdm:
+        found.append(QuietProgress())
+    return found
+
+
+def attach(
+    trainer: Trainer, config: Config, facts: dict[str, Any] | None = None, handoff: Handoff | None = None
+) -> None:
+    """Replace the Trainer's console output with ours and route TensorBoard events to ``output_dir/logs``.
+
+    The Trainer always installs either a progress bar that also prints each log dict to stdout, or (with
+    ``disable_tqdm``) a printer of those dicts; both would interleave with our JSON lines, so both go.
+    """
+    trainer.remove_callback(ProgressCallback)
+    trainer.remove_callback(PrinterCallback)
+    for callback in callbacks(config, facts, handoff):
+        trainer.add_callback(callback)
+    from transformers.integrations import TensorBoardCallback
+
+    for callback in trainer.callback_handler.callbacks:
+        # TENSORBOARD_LOGGING_DIR, when set, already chose the directory; otherwise the Trainer would pick runs/<date>
+        if isinstance(callback, TensorBoardCallback) and callback.logging_dir is None:
+            callback.logging_dir = str(RunFiles(config.training.output_dir).logs)

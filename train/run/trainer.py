@@ -1,0 +1,109 @@
+"""The Hugging Face Trainer as the job uses it: one subclass, and every workaround that reaches into a private API
+of transformers or torch, each with the version it was written against. When one of those versions moves, this is
+the one file to read.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import sys
+from typing import Any
+
+import datasets
+import torch
+import torch.distributed as dist
+
+# Importing the Trainer imports transformers' integrations, which print "[INFO] Running in WANDB offline mode" on
+# stdout when WANDB_MODE=offline (transformers 5.24): stdout carries only our JSON records, so that goes to stderr.
+with contextlib.redirect_stdout(sys.stderr):
+    from transformers import Trainer, TrainingArguments
+
+from train.common import distributed
+from train.data import stream_loader
+from train.run.preemption import leave_signals_to_rank
+
+
+class MLMTrainer(Trainer):
+    """The Trainer, with data loader workers that leave the stop signals to their rank (train/run/preemption.py), a
+    streamed corpus read through its own resumable loader, and no warning for tied weights on resume."""
+
+    stream_position: dict[str, Any] | None = None  # a resumed stream's saved position for this rank
+    eval_collator: Any = None  # evaluation's masking (its own rate), when it differs from training's
+
+    def get_train_dataloader(self) -> Any:
+        if isinstance(self.train_dataset, datasets.IterableDataset):  # streaming: train/data/stream.py
+            loader = stream_loader(self.train_dataset, self)
+            if self.stream_position is not None:
+                loader.load_state_dict(self.stream_position)
+            return leave_signals_to_rank(loader)
+        return leave_signals_to_rank(super().get_train_dataloader())
+
+    def get_eval_dataloader(self, eval_dataset: Any = None) -> Any:
+        # The Trainer builds both loaders with self.data_collator: evaluation's rate is swapped in for its loader.
+        training_collator = self.data_collator
+        self.data_collator = self.eval_collator or training_collator
+        try:
+            return leave_signals_to_rank(super().get_eval_dataloader(eval_dataset))
+        finally:
+            self.data_collator = training_collator
+
+    def _track_num_input_tokens(self, inputs: dict[str, Any]) -> None:
+        """The Trainer counts real tokens as ``attention_mask.sum()``: a 4D per-document mask (train/model/packing.py)
+        would count positions squared, and ModernBERT's dict of masks has no sum. Those layouts (packed, padding
+        free) have no padding position, so every position counts: counting the tokens that are not the pad id, as
+        the Trainer does without a mask, would miss a masked token randomly replaced by the pad token. (Private
+        hook, transformers 5.24.)"""
+        mask = inputs.get("attention_mask")
+        if mask is not None and not (isinstance(mask, torch.Tensor) and mask.dim() == 2):
+            inputs = {**inputs, "attention_mask": torch.ones_like(inputs["input_ids"])}
+        super()._track_num_input_tokens(inputs)
+
+    def _issue_warnings_after_load(self, load_result: Any) -> None:
+        """Resuming warns "missing keys: vocab_projector.weight" for a weight tied to the embeddings (safetensors
+        stores it once; the Trainer's own exemption only covers ``_keys_to_ignore_on_save``): an expected case,
+        so tied names are left out of the warning and the tie is restored. (Private hook, transformers 5.24.)"""
+        tied = tied_parameter_names(self.model)
+        if tied & set(load_result.missing_keys):
+            self.model.tie_weights()
+            load_result = load_result._replace(missing_keys=[k for k in load_result.missing_keys if k not in tied])
+        super()._issue_warnings_after_load(load_result)
+
+
+def tied_parameter_names(model: torch.nn.Module) -> set[str]:
+    """Names of parameters that share their storage with another parameter (tied weights)."""
+    owners: dict[int, list[str]] = {}
+    for name, parameter in model.named_parameters(remove_duplicate=False):
+        owners.setdefault(id(parameter), []).append(name)
+    return {name for names in owners.values() if len(names) > 1 for name in names}
+
+
+def losses_are_batch_means(trainer: Trainer) -> None:
+    """Both heads' MLM losses are means over the micro-batch and ignore ``num_items_in_batch``; without this the
+    Trainer neither divides by gradient_accumulation_steps nor leaves the world size out (measured: accumulation
+    4 gave a 4x gradient norm and logged loss). ``model_accepts_loss_kwargs`` is the Trainer's own switch for it
+    (an attribute it sets in ``__init__`` from the model's forward signature, transformers 5.24)."""
+    trainer.model_accepts_loss_kwargs = False
+
+
+def save_interrupted(trainer: Trainer) -> None:
+    """A checkpoint of the current step, for a stop that came during an evaluation (the Trainer has no public
+    way to save one outside its loop: ``_save_checkpoint``, transformers 5.24; every rank calls this, as the
+    Trainer's own save needs)."""
+    trainer._save_checkpoint(trainer.model_wrapped, trial=None)
+    trainer.control = trainer.callback_handler.on_save(trainer.args, trainer.state, trainer.control)
+
+
+def tokens_seen_this_session(trainer: Trainer) -> int:
+    """Real tokens the Trainer counted since this process started training (a resumed run's count starts at the
+    checkpoint's; ``_initial_num_input_tokens_seen`` is where the Trainer keeps that start, transformers 5.24)."""
+    return trainer.state.num_input_tokens_seen - getattr(trainer, "_initial_num_input_tokens_seen", 0)
+
+
+def apply_ddp_timeout(training: TrainingArguments) -> None:
+    """Give the CPU process group ``ddp_timeout``, as a GPU one gets it.
+
+    TrainingArguments starts the process group while it is built, and passes ddp_timeout to accelerate only on
+    the GPU path (transformers 5.24, ``_setup_devices``): with ``use_cpu`` gloo keeps its 30-minute default
+    whatever MLM_DDP_TIMEOUT says. torch can change a started group's timeout (``_set_pg_timeout``, torch 2.13)."""
+    if training.use_cpu and distributed.initialized():
+        dist.distributed_c10d._set_pg_timeout(training.ddp_timeout_delta)
