@@ -45,8 +45,12 @@ system-deps: ## Install the OS tools the tests need (podman, debootstrap, chromi
 test: venv system-deps lint audit pytest image-test ## Set up and run every test: lint, audit, unit + end-to-end, the image
 
 .PHONY: pytest
-pytest: venv ## Run the Python test suite only
-	$(BIN)/python -m pytest $(PYTEST_ARGS)
+pytest: venv ## Run the Python test suite only (and list its 25 slowest tests)
+	$(BIN)/python -m pytest --durations=25 $(PYTEST_ARGS)
+
+.PHONY: test-fast
+test-fast: venv ## Unit tests only (-m "not slow": no torchrun, image or namespaces), for the edit-test loop
+	$(BIN)/python -m pytest -m "not slow" --durations=10 $(PYTEST_ARGS)
 
 .PHONY: lint
 lint: venv ## ruff, shellcheck, hadolint, compose config, README option table up to date
@@ -55,8 +59,8 @@ lint: venv ## ruff, shellcheck, hadolint, compose config, README option table up
 	$(BIN)/shellcheck entrypoint.sh .ci/run .ci/*.sh docker/*.sh bench/*.sh slurm/*.sbatch
 	$(BIN)/hadolint docker/Dockerfile
 	$(BIN)/python -c 'import compose, os, sys; os.execv(os.path.join(os.path.dirname(compose.__file__), "docker-compose"), ["docker-compose", "-f", "compose.yaml", "config", "-q"])'
-	$(BIN)/python -m tools.options --check README.md
-	$(BIN)/python -m tools.models --check README.md
+	$(BIN)/python -m tools.options --check docs/options.md
+	$(BIN)/python -m tools.models --check docs/models.md
 
 .PHONY: audit
 audit: venv ## Known vulnerabilities in the locks (pip-audit); audit-ignore.toml accepts some, with a reason, until a date
@@ -65,8 +69,8 @@ audit: venv ## Known vulnerabilities in the locks (pip-audit); audit-ignore.toml
 
 .PHONY: options
 options: venv ## Regenerate the README's tables of options (from the schema) and models (from the code)
-	$(BIN)/python -m tools.options --write README.md
-	$(BIN)/python -m tools.models --write README.md
+	$(BIN)/python -m tools.options --write docs/options.md
+	$(BIN)/python -m tools.models --write docs/models.md
 
 # The Python the locks are resolved with, and why it is not the image's: the first lines of each lock, above
 # pip-compile's header (tests/test_supply_chain.py checks them against it and the Dockerfile's base image).

@@ -1,13 +1,19 @@
-"""Shared fixtures: a clean MLM_* environment, a per-session HF cache, and the tiny demo job's environment."""
+"""Shared fixtures: a clean MLM_* environment, a per-session HF cache, the tiny demo job's environment, and the S3
+servers (moto on loopback; tests/servers.py) with their variables, buckets and failing proxy. The end-to-end
+tests' own fixtures (the hub, mlflow, ...) are in tests/e2e/conftest.py."""
 
 from __future__ import annotations
 
 import os
 import subprocess
 import sys
+import uuid
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+
+from tests.servers import S3_SECRET, FlakyProxy, aws_environment, flaky_proxy, s3_server, s3_server_with_user
 
 REPO = Path(__file__).resolve().parent.parent
 # The caller's shell must not change what the tests see: HF_HUB_OFFLINE=1 (which the README tells offline users to
@@ -66,10 +72,51 @@ def run_torchrun(env: dict[str, str], nproc: int = 1, *args: str, timeout: int =
     )
 
 
-@pytest.fixture(scope="session")
-def s3_endpoint(tmp_path_factory: pytest.TempPathFactory):
-    """One S3-compatible server (moto) on loopback for the session; its endpoint URL."""
-    from tests.servers import s3_server
+# --- S3 (moto's server on loopback) ---------------------------------------------------------------------------------
 
+
+@pytest.fixture(scope="session")
+def s3_endpoint(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """One S3-compatible server (moto) on loopback for the session; its endpoint URL."""
     with s3_server(tmp_path_factory.mktemp("s3") / "moto.log") as url:
         yield url
+
+
+@pytest.fixture
+def aws(monkeypatch: pytest.MonkeyPatch, s3_endpoint: str) -> dict[str, str]:
+    """The AWS_* variables a user sets for the session's S3 server (tests/servers.py's aws_environment, secret key
+    S3_SECRET), set in this process too (for the store's own code under test); the variables, for a run's env."""
+    variables = aws_environment(s3_endpoint, S3_SECRET)
+    for name, value in variables.items():
+        monkeypatch.setenv(name, value)
+    return variables
+
+
+@pytest.fixture
+def bucket(aws: dict[str, str]) -> str:
+    """A fresh, empty bucket on the session's S3 server: its name."""
+    import s3fs
+
+    name = f"bucket-{uuid.uuid4().hex[:12]}"
+    s3fs.S3FileSystem(
+        key=aws["AWS_ACCESS_KEY_ID"],
+        secret=aws["AWS_SECRET_ACCESS_KEY"],
+        endpoint_url=aws["AWS_ENDPOINT_URL"],
+        skip_instance_cache=True,
+    ).mkdir(name)
+    return name
+
+
+@pytest.fixture
+def proxy(aws: dict[str, str]) -> Iterator[FlakyProxy]:
+    """A proxy in front of the session's S3 server that fails the requests a test tells it to."""
+    with flaky_proxy(aws["AWS_ENDPOINT_URL"]) as served:
+        yield served
+
+
+@pytest.fixture(scope="session")
+def authenticating(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, str, str]]:
+    """A second moto server, one that checks credentials: (endpoint, an access key id it knows, that key's secret).
+    Shared by the session: each test that writes to it uses a bucket of its own name."""
+    with s3_server_with_user(tmp_path_factory.mktemp("s3-auth") / "moto.log") as served:
+        yield served

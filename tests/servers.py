@@ -1,7 +1,12 @@
-"""Real servers the tests start on loopback, shared by a session (fixtures in tests/conftest.py)."""
+"""Real servers the tests start on loopback: moto's S3 (plain, or checking credentials), a proxy that fails the
+requests it is told to, `mlflow server`. Their fixtures, one each and shared by the session where they are safe to
+share: tests/conftest.py (S3) and tests/e2e/conftest.py (mlflow, the hub of tests/hub_server.py)."""
 
 from __future__ import annotations
 
+import json
+import os
+import signal
 import socket
 import subprocess
 import sys
@@ -13,6 +18,7 @@ from contextlib import AbstractContextManager, contextmanager
 from pathlib import Path
 
 BIN = Path(sys.executable).parent
+S3_SECRET = "s3-secret-canary-7e57c0de"  # the secret key of the `aws` fixture's variables: must reach no message
 
 
 def free_port() -> int:
@@ -75,9 +81,58 @@ def aws_environment(endpoint: str, secret: str) -> dict[str, str]:
 def s3_server_authenticating(log: Path, free_actions: int) -> AbstractContextManager[str]:
     """moto's S3 server checking credentials after its first ``free_actions`` requests (moto's
     INITIAL_NO_AUTH_ACTION_COUNT: spend them creating an IAM user and its access key); yields its endpoint URL."""
-    import os
-
     return s3_server(log, {**os.environ, "INITIAL_NO_AUTH_ACTION_COUNT": str(free_actions)})
+
+
+@contextmanager
+def s3_server_with_user(log: Path) -> Iterator[tuple[str, str, str]]:
+    """A moto server that checks credentials, with one IAM user allowed everything: yields (endpoint, that user's
+    access key id, its secret)."""
+    import boto3
+
+    with s3_server_authenticating(log, free_actions=4) as url:
+        iam = boto3.client(
+            "iam", endpoint_url=url, region_name="us-east-1", aws_access_key_id="x", aws_secret_access_key="x"
+        )
+        iam.create_user(UserName="trainer")
+        policy = {"Version": "2012-10-17", "Statement": [{"Effect": "Allow", "Action": "*", "Resource": "*"}]}
+        iam.put_user_policy(UserName="trainer", PolicyName="all", PolicyDocument=json.dumps(policy))
+        key = iam.create_access_key(UserName="trainer")["AccessKey"]
+        yield url, key["AccessKeyId"], key["SecretAccessKey"]
+
+
+@contextmanager
+def mlflow_server(root: Path) -> Iterator[str]:
+    """`mlflow server` with a SQLite store and proxied artifacts under ``root``, in its own process group (it starts
+    a uvicorn child); its job runner, a pool of consumer processes the tests have no use for, is off. Yields its
+    URL."""
+    port = free_port()
+    url = f"http://127.0.0.1:{port}"
+    command = [str(BIN / "mlflow"), "server", "--host", "127.0.0.1", "--port", str(port)]
+    command += ["--backend-store-uri", f"sqlite:///{root / 'mlflow.db'}", "--artifacts-destination", str(root / "art")]
+    command += ["--workers", "1"]
+    env = {**os.environ, "MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false"}
+    with (root / "server.log").open("wb") as log:
+        server = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True)
+        try:
+            deadline = time.monotonic() + 180
+            while True:
+                assert server.poll() is None, (root / "server.log").read_text()[-3000:]
+                assert time.monotonic() < deadline, "mlflow server did not answer /health in 180 s"
+                try:
+                    with urllib.request.urlopen(f"{url}/health", timeout=2) as answer:
+                        if answer.status == 200:
+                            break
+                except OSError:
+                    time.sleep(0.5)
+            yield url
+        finally:
+            os.killpg(server.pid, signal.SIGTERM)
+            try:
+                server.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                os.killpg(server.pid, signal.SIGKILL)
+                server.wait()
 
 
 class FlakyProxy:

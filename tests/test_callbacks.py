@@ -63,12 +63,12 @@ def test_the_marker_records_the_options_in_the_checkpoint_rank_0_saved(tmp_path:
     files = RunFiles(tmp_path)
     files.checkpoint(20).mkdir()
     args = SimpleNamespace(output_dir=str(tmp_path))
-    CheckpointCompleteMarker({"seed": 3}).on_save(args, state(20, zero=False), TrainerControl())
+    CheckpointCompleteMarker(files, {"seed": 3}).on_save(args, state(20, zero=False), TrainerControl())
     assert not (files.checkpoint(20) / COMPLETE_MARKER).exists()  # another rank: rank 0 writes
-    CheckpointCompleteMarker({"seed": 3}).on_save(args, state(20), TrainerControl())
+    CheckpointCompleteMarker(files, {"seed": 3}).on_save(args, state(20), TrainerControl())
     assert (files.checkpoint(20) / COMPLETE_MARKER).read_text().strip()
     assert json.loads((files.checkpoint(20) / OPTIONS_NAME).read_text()) == {"seed": 3}
-    CheckpointCompleteMarker({}).on_save(args, state(30), TrainerControl())  # no such checkpoint: nothing made
+    CheckpointCompleteMarker(files, {}).on_save(args, state(30), TrainerControl())  # no such checkpoint: nothing made
     assert not files.checkpoint(30).exists()
 
 

@@ -3,14 +3,12 @@ never zero resumable checkpoints after rotation, moved-aside ones bounded."""
 
 from __future__ import annotations
 
-import json
 import os
 from pathlib import Path
 
 import pytest
-import torch
-from safetensors.torch import save_file
 
+from tests.helpers import checkpoint, truncate
 from train.common.errors import ConfigError
 from train.config import load_config
 from train.outputs.checkpoints import (
@@ -26,26 +24,6 @@ from train.outputs.runfiles import ASIDE_PREFIX, COMPLETE_MARKER, RunFiles
 
 def config(tmp_path: Path, **env: str):
     return load_config([], {"MLM_OUTPUT_DIR": str(tmp_path), **{f"MLM_{k.upper()}": v for k, v in env.items()}})
-
-
-def checkpoint(root: Path, step: int, marked: bool = True) -> Path:
-    """A checkpoint as the Trainer writes one: weights, optimizer, scheduler, RNG state, trainer_state.json."""
-    path = root / f"checkpoint-{step}"
-    path.mkdir(parents=True)
-    save_file({"w": torch.ones(64, 64)}, str(path / "model.safetensors"))
-    torch.save({"state": {0: {"exp_avg": torch.zeros(64, 64)}}}, path / "optimizer.pt")
-    torch.save({"last_epoch": step}, path / "scheduler.pt")
-    torch.save({"python": 1}, path / "rng_state.pth")
-    (path / "config.json").write_text("{}")
-    (path / "trainer_state.json").write_text(json.dumps({"global_step": step, "log_history": []}))
-    if marked:
-        mark_complete(path)
-    return path
-
-
-def truncate(path: Path, keep: float = 0.5) -> None:
-    data = path.read_bytes()
-    path.write_bytes(data[: int(len(data) * keep)])
 
 
 def test_a_whole_checkpoint_is_resumable(tmp_path):
@@ -76,13 +54,13 @@ def test_a_damaged_newest_checkpoint_falls_back_to_the_older_one(tmp_path):
     newest = checkpoint(tmp_path, 20)
     truncate(newest / "model.safetensors")  # marked complete, then damaged: a full disk, another writer
     warnings: list[str] = []
-    assert decide_resume(config(tmp_path), warnings.append) == str(tmp_path / "checkpoint-10")
+    assert decide_resume(config(tmp_path), RunFiles(tmp_path), warnings.append) == str(tmp_path / "checkpoint-10")
     assert len(warnings) == 1
     assert warnings[0].startswith("cannot resume from checkpoint-20 (model.safetensors: truncated")
     assert "resuming from checkpoint-10 instead" in warnings[0]
     assert not newest.exists() and len(list(tmp_path.glob(f"{ASIDE_PREFIX}checkpoint-20-*"))) == 1
     # the next start finds the same answer without a warning
-    assert decide_resume(config(tmp_path), warnings.append) == str(tmp_path / "checkpoint-10")
+    assert decide_resume(config(tmp_path), RunFiles(tmp_path), warnings.append) == str(tmp_path / "checkpoint-10")
     assert len(warnings) == 1
 
 
@@ -90,7 +68,7 @@ def test_an_unmarked_but_whole_checkpoint_is_resumed(tmp_path):
     """The Trainer rotates the older checkpoint away before on_save marks the new one: a kill in between must
     still leave the new one resumable."""
     checkpoint(tmp_path, 20, marked=False)
-    chosen, skipped = resume_choice(config(tmp_path))
+    chosen, skipped = resume_choice(config(tmp_path), RunFiles(tmp_path))
     assert chosen == tmp_path / "checkpoint-20" and skipped == []
     assert not (chosen / COMPLETE_MARKER).exists()
 
@@ -98,19 +76,22 @@ def test_an_unmarked_but_whole_checkpoint_is_resumed(tmp_path):
 def test_nothing_resumable_starts_over_and_says_so(tmp_path):
     (tmp_path / "checkpoint-5").mkdir()
     warnings: list[str] = []
-    assert decide_resume(config(tmp_path), warnings.append) is None
+    assert decide_resume(config(tmp_path), RunFiles(tmp_path), warnings.append) is None
     assert "no resumable checkpoint left: starting over" in warnings[0]
-    assert decide_resume(config(tmp_path, resume="never"), warnings.append) is None
+    assert decide_resume(config(tmp_path, resume="never"), RunFiles(tmp_path), warnings.append) is None
 
 
 def test_explicit_resume_path_must_be_a_resumable_checkpoint(tmp_path):
     with pytest.raises(ConfigError, match=r"MLM_RESUME='.*nowhere': not a checkpoint directory"):
-        resume_choice(config(tmp_path, resume=str(tmp_path / "nowhere")))
+        resume_choice(config(tmp_path, resume=str(tmp_path / "nowhere")), RunFiles(tmp_path))
     damaged = checkpoint(tmp_path, 30)
     truncate(damaged / "optimizer.pt")
     with pytest.raises(ConfigError, match=r"MLM_RESUME='.*checkpoint-30': optimizer.pt: "):
-        resume_choice(config(tmp_path, resume=str(damaged)))
-    assert resume_choice(config(tmp_path, resume=str(checkpoint(tmp_path, 40))))[0] == tmp_path / "checkpoint-40"
+        resume_choice(config(tmp_path, resume=str(damaged)), RunFiles(tmp_path))
+    assert (
+        resume_choice(config(tmp_path, resume=str(checkpoint(tmp_path, 40))), RunFiles(tmp_path))[0]
+        == tmp_path / "checkpoint-40"
+    )
 
 
 def test_moved_aside_checkpoints_are_bounded(tmp_path):
@@ -130,10 +111,12 @@ def test_resuming_with_changed_options_names_what_is_kept_and_what_reorders(tmp_
     path = checkpoint(tmp_path, 10, marked=False)
     mark_complete(path, resumed_options(old))
     warnings: list[str] = []
-    decide_resume(config(tmp_path, learning_rate="1e-5", per_device_train_batch_size="8"), warnings.append)
+    decide_resume(
+        config(tmp_path, learning_rate="1e-5", per_device_train_batch_size="8"), RunFiles(tmp_path), warnings.append
+    )
     assert len(warnings) == 2
     assert "learning_rate 1e-05 (checkpoint: 0.0005)" in warnings[0] and "keeps the checkpoint's values" in warnings[0]
     assert "per_device_train_batch_size 8 (checkpoint: 16)" in warnings[1] and "data order" in warnings[1]
     warnings.clear()
-    decide_resume(old, warnings.append)
+    decide_resume(old, RunFiles(tmp_path), warnings.append)
     assert warnings == []

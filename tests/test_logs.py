@@ -19,6 +19,7 @@ from tests.fakes import h100s, install, uuid_of
 from train.common import console
 from train.common.handoff import Handoff
 from train.config import load_config
+from train.outputs.location import output_location
 from train.outputs.runfiles import RunFiles
 from train.run import logs
 from train.run.banner import banner
@@ -199,7 +200,9 @@ def test_banner_json_and_text(tmp_path):
     # the precision the launcher decided, handed over; not re-derived from the flags
     assert record["global_batch_size"] == 4 * 16 * 2 and record["precision"] == "bf16 + tf32"
     assert record["versions"]["torch"] == torch.__version__
-    text = banner(config_for(tmp_path, "--log_format", "text", "--image_revision", "abc"), facts, EIGHT_H100S)
+    text_config = config_for(tmp_path, "--log_format", "text", "--image_revision", "abc")
+    facts["outputs"] = output_location(text_config).summary()  # as train/run/job.py hands it over
+    text = banner(text_config, facts, EIGHT_H100S)
     assert "image abc" in text and "8 GPU(s) on this node (NVIDIA H100 80GB HBM3), 2 node(s)" in text
     unlaunched = banner(config_for(tmp_path, "--log_format", "text"), facts)
     assert "started without the launcher" in unlaunched and "precision  fp32" in unlaunched

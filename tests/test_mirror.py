@@ -9,8 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.test_checkpoints import checkpoint
-from tests.test_store import aws, bucket  # noqa: F401 - fixtures: the AWS_* variables, a fresh bucket
+from tests.helpers import checkpoint
 from train.common.errors import ConfigError
 from train.common.hf import cache_key, cache_root
 from train.config import load_config
@@ -60,14 +59,14 @@ def test_credentials_in_the_url_never_reach_run_json(tmp_path: Path) -> None:
     assert "secret" not in json.dumps(config.as_dict())
 
 
-def mirror_of(bucket: str, tmp_path: Path, **env: str) -> Mirror:  # noqa: F811 - the fixture's value
+def mirror_of(bucket: str, tmp_path: Path, **env: str) -> Mirror:
     environ = {"MLM_OUTPUT_DIR": f"s3://{bucket}/run", "MLM_STAGING_DIR": str(tmp_path / "staging"), **env}
     config = load_config([], environ)
     RunFiles(config.training.output_dir).root.mkdir(parents=True, exist_ok=True)
     return Mirror(config)
 
 
-def test_what_a_run_would_do_and_a_finished_model_refused(aws, bucket, tmp_path: Path) -> None:  # noqa: F811
+def test_what_a_run_would_do_and_a_finished_model_refused(aws, bucket, tmp_path: Path) -> None:
     mirror = mirror_of(bucket, tmp_path)
     assert mirror.facts()["a run would"] == "start from step 0"
     mirror.store.upload_checkpoint(checkpoint(tmp_path / "local", 10))
@@ -81,23 +80,22 @@ def test_what_a_run_would_do_and_a_finished_model_refused(aws, bucket, tmp_path:
     mirror.check(dry_run=True)  # plan reports it instead
 
 
-def test_starting_over_keeps_the_finished_model_as_final_previous(aws, bucket, tmp_path: Path) -> None:  # noqa: F811
+def test_starting_over_keeps_the_finished_model_as_final_previous(aws, bucket, tmp_path: Path) -> None:
     mirror = mirror_of(bucket, tmp_path, MLM_OVERWRITE_OUTPUT_DIR="true")
     mirror.store.upload_checkpoint(checkpoint(tmp_path / "local", 10))
     mirror.store.pipe(NAMES.final / "config.json", b"{}")
     mirror.store.pipe(NAMES.final / COMPLETE_MARKER, b"done")
     said: list[str] = []
-    assert mirror.start(said.append) is None
+    assert mirror.choose_resume(said.append) is None
     assert not mirror.store.has_final() and mirror.store.exists(NAMES.final_previous / "config.json")
     assert mirror.store.checkpoint_steps() == {} and "starting over" in said[0]
-    (mirror.files.final).mkdir()
-    mirror.publish()
+    mirror.publish(lambda final: (final / "config.json").write_text("{}"))
     assert mirror.store.has_final() and not mirror.store.listing(NAMES.final_previous)
 
 
 def test_a_cut_off_upload_is_uploaded_again_and_staging_keeps_only_the_choice(
-    aws,  # noqa: F811
-    bucket,  # noqa: F811
+    aws,
+    bucket,
     tmp_path: Path,
 ) -> None:
     mirror = mirror_of(bucket, tmp_path)
@@ -109,7 +107,7 @@ def test_a_cut_off_upload_is_uploaded_again_and_staging_keeps_only_the_choice(
     (staging / "final").mkdir()
     mirror.store.pipe(NAMES.train_jsonl, b'{"event": "banner"}\n')
     said: list[str] = []
-    chosen = mirror.start(said.append)
+    chosen = mirror.choose_resume(said.append)
     assert chosen == str(staging / "checkpoint-20")
     assert "uploading checkpoint-20, which the last run saved but did not finish uploading" in said[0]
     assert mirror.store.complete_checkpoints() == [20, 10]
@@ -117,24 +115,25 @@ def test_a_cut_off_upload_is_uploaded_again_and_staging_keeps_only_the_choice(
     assert mirror.files.train_jsonl.read_text() == '{"event": "banner"}\n'  # appended to by this run
 
 
-def test_a_checkpoint_url_to_resume_from_is_downloaded(aws, bucket, tmp_path: Path) -> None:  # noqa: F811
+def test_a_checkpoint_url_to_resume_from_is_downloaded(aws, bucket, tmp_path: Path) -> None:
     other = mirror_of(bucket, tmp_path / "other")
     other.store.upload_checkpoint(checkpoint(tmp_path / "local", 7))
     mirror = mirror_of(f"{bucket}/second", tmp_path, MLM_RESUME=f"s3://{bucket}/run/checkpoint-7")
-    assert mirror.start(lambda _: None) == str(mirror.files.checkpoint(7))
+    assert mirror.choose_resume(lambda _: None) == str(mirror.files.checkpoint(7))
     bad = mirror_of(f"{bucket}/third", tmp_path / "t", MLM_RESUME=f"s3://{bucket}/run/checkpoint-8")
     with pytest.raises(ConfigError, match=r"MLM_RESUME='s3://.*/checkpoint-8': no such checkpoint"):
-        bad.start(lambda _: None)
+        bad.choose_resume(lambda _: None)
 
 
-def test_doctor_shows_the_store_what_a_run_would_do_and_the_lease_holder(aws, bucket, tmp_path: Path) -> None:  # noqa: F811
+def test_doctor_shows_the_store_what_a_run_would_do_and_the_lease_holder(aws, bucket, tmp_path: Path) -> None:
     from train.doctor.rows import OK, WARN
     from train.doctor.storage import check_output
 
     mirror = mirror_of(bucket, tmp_path)
     row = check_output(mirror.config)
     assert row.status == OK, row
-    assert row.detail.startswith(f"s3://{bucket}/run: writable; a run would start from step 0; staging ")
+    assert row.detail.startswith(f"s3://{bucket}/run: writable; a run would start from step 0; ")
+    assert row.detail.endswith(f"GiB free in {mirror.files.root}")
     lease = mirror.lease()
     lease.acquire()
     try:

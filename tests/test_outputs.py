@@ -1,4 +1,4 @@
-"""Outputs lose nothing: atomic final/, refusal to overwrite, writability checks."""
+"""Outputs in a directory lose nothing: atomic final/, refusal to overwrite, writability checks, starting over."""
 
 from __future__ import annotations
 
@@ -10,8 +10,11 @@ from pathlib import Path
 import pytest
 
 from train.common.errors import EXIT_CONFIG, EXIT_ENVIRONMENT, ConfigError, EnvironmentProblem
+from train.common.writable import LOW_SPACE_BYTES, disk_full
 from train.config import load_config
-from train.outputs.local import LOW_SPACE_BYTES, check_output_dir, disk_full, publish_final
+from train.outputs.checkpoints import decide_resume
+from train.outputs.local import Directory, publish_final
+from train.outputs.location import output_location
 from train.outputs.runfiles import RunFiles
 
 
@@ -43,16 +46,18 @@ def test_finished_final_is_kept_unless_overwrite(tmp_path: Path) -> None:
     with pytest.raises(
         ConfigError, match=r"holds a finished model in final/; set MLM_OVERWRITE_OUTPUT_DIR=true"
     ) as info:
-        check_output_dir(config(tmp_path))
+        output_location(config(tmp_path)).check()
     assert info.value.exit_code == EXIT_CONFIG
-    assert check_output_dir(config(tmp_path, overwrite_output_dir="true")) == RunFiles(tmp_path)
+    output_location(config(tmp_path, overwrite_output_dir="true")).check()
+    output_location(config(tmp_path)).check(dry_run=True)  # plan reports it instead
+    assert output_location(config(tmp_path)).facts()["a run would"].startswith("refuse")
 
 
 def test_output_dir_that_cannot_be_created_is_an_environment_error(tmp_path: Path) -> None:
     blocker = tmp_path / "file"
     blocker.write_text("not a directory")
     with pytest.raises(EnvironmentProblem, match=r"MLM_OUTPUT_DIR='.*file/out': not writable") as info:
-        check_output_dir(config(blocker / "out"))
+        output_location(config(blocker / "out")).check()
     assert info.value.exit_code == EXIT_ENVIRONMENT
 
 
@@ -64,15 +69,12 @@ def test_full_output_device_is_reported(tmp_path: Path) -> None:
     try:
         subprocess.run(["dd", "if=/dev/zero", f"of={mount / 'filler'}", "bs=4k"], capture_output=True)  # fills it
         with pytest.raises(EnvironmentProblem, match=r"not writable \(no space left on the device\)"):
-            check_output_dir(config(mount / "out"))
+            output_location(config(mount / "out")).check()
     finally:
         subprocess.run(["umount", str(mount)], check=False)
 
 
 def test_overwrite_starts_a_finished_run_over_and_a_restart_then_resumes(tmp_path: Path) -> None:
-    from train.outputs.checkpoints import decide_resume
-    from train.outputs.local import start_over
-
     PREVIOUS = RunFiles(tmp_path).final_previous.name
 
     (tmp_path / "final").mkdir()
@@ -80,17 +82,19 @@ def test_overwrite_starts_a_finished_run_over_and_a_restart_then_resumes(tmp_pat
     (tmp_path / "checkpoint-80").mkdir()
     warnings: list[str] = []
     overwrite = config(tmp_path, overwrite_output_dir="true")
-    assert start_over(overwrite, warnings.append)
+    assert Directory(overwrite).start_over(warnings.append)
     assert "starting over" in warnings[0] and "1 checkpoint(s) were removed" in warnings[0]
     assert not (tmp_path / "final").exists() and not (tmp_path / "checkpoint-80").exists()
     assert (tmp_path / PREVIOUS / "model.safetensors").read_text() == "old model"  # kept until replaced
-    assert decide_resume(overwrite, warnings.append) is None  # step 0
+    assert decide_resume(overwrite, RunFiles(tmp_path), warnings.append) is None  # step 0
     # preempted, restarted with the same options: no final/ now, so nothing is removed again
     (tmp_path / "checkpoint-10").mkdir()
-    assert not start_over(overwrite, warnings.append) and (tmp_path / "checkpoint-10").exists()
+    assert not Directory(overwrite).start_over(warnings.append) and (tmp_path / "checkpoint-10").exists()
     publish_final(RunFiles(tmp_path), lambda d: (d / "model.safetensors").write_text("new model"))
     assert not (tmp_path / PREVIOUS).exists() and (tmp_path / "final" / "model.safetensors").read_text() == "new model"
-    assert not start_over(config(tmp_path), warnings.append)  # without the option a finished run is never touched
+    assert not Directory(config(tmp_path)).start_over(
+        warnings.append
+    )  # without the option a finished run is never touched
 
 
 # ---- disk_full: how a failed write is told apart from a full device ---------------------------------------------

@@ -14,7 +14,7 @@ import yaml
 from tests.hub_server import USER, HubServer
 from train.common.errors import EXIT_CONFIG, EXIT_ENVIRONMENT, ConfigError, EnvironmentProblem
 from train.config import Config, load_config
-from train.outputs.local import run_facts
+from train.outputs.record import run_facts
 from train.outputs.runfiles import RunFiles
 from train.publish import final_metrics, model_card, publish_run, push_final, tracker_params
 

@@ -9,45 +9,24 @@ import hashlib
 import json
 import threading
 import time
-import uuid
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from tests.servers import FlakyProxy, aws_environment, flaky_proxy, s3_server_authenticating
-from tests.test_checkpoints import checkpoint, truncate
+from tests.helpers import checkpoint, truncate
+from tests.servers import S3_SECRET, FlakyProxy
 from train.common.errors import EXIT_CONFIG, EXIT_ENVIRONMENT, ConfigError, EnvironmentProblem, UserError
+from train.common.urls import is_store_url
 from train.outputs.checkpoints import problem
 from train.outputs.lease import EXPIRY_S
 from train.outputs.runfiles import COMPLETE_MARKER
-from train.outputs.store import NAMES, Retry, Store, is_store_url
+from train.outputs.store import NAMES, Retry, Store
 from train.outputs.store_lease import StoreLease, capabilities
 
-SECRET = "s3-secret-canary-7e57c0de"  # the secret key: must reach no message
-
-
-@pytest.fixture
-def aws(monkeypatch: pytest.MonkeyPatch, s3_endpoint: str) -> str:
-    """The usual AWS_* variables (tests/servers.py's aws_environment)."""
-    for name, value in aws_environment(s3_endpoint, SECRET).items():
-        monkeypatch.setenv(name, value)
-    return s3_endpoint
-
-
-@pytest.fixture
-def proxy(aws: str) -> Iterator[FlakyProxy]:
-    with flaky_proxy(aws) as served:
-        yield served
-
-
-@pytest.fixture
-def bucket(aws: str) -> str:
-    import s3fs
-
-    name = f"out-{uuid.uuid4().hex[:12]}"
-    s3fs.S3FileSystem(skip_instance_cache=True).mkdir(name)
-    return name
+# The fixtures (tests/conftest.py): aws (the AWS_* variables for the session's moto server, set here too), bucket
+# (a fresh one there), proxy (in front of it, failing what a test tells it to), authenticating (a moto server that
+# checks credentials).
+SECRET = S3_SECRET  # the secret key of `aws`: must reach no message
 
 
 class Said:
@@ -206,22 +185,6 @@ def test_a_store_that_keeps_failing_is_an_environment_error(proxy, bucket) -> No
         store.preflight()
     assert failed.value.exit_code == EXIT_ENVIRONMENT and "failed after 3 attempts" in one_line(failed.value)
     assert not any(SECRET in warning for warning in said.warnings)
-
-
-@pytest.fixture(scope="module")
-def authenticating(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, str, str]]:
-    """A moto server that checks credentials: (endpoint, an access key id it knows, that key's secret)."""
-    import boto3
-
-    with s3_server_authenticating(tmp_path_factory.mktemp("s3-auth") / "moto.log", free_actions=4) as url:
-        iam = boto3.client(
-            "iam", endpoint_url=url, region_name="us-east-1", aws_access_key_id="x", aws_secret_access_key="x"
-        )
-        iam.create_user(UserName="trainer")
-        policy = {"Version": "2012-10-17", "Statement": [{"Effect": "Allow", "Action": "*", "Resource": "*"}]}
-        iam.put_user_policy(UserName="trainer", PolicyName="all", PolicyDocument=json.dumps(policy))
-        key = iam.create_access_key(UserName="trainer")["AccessKey"]
-        yield url, key["AccessKeyId"], key["SecretAccessKey"]
 
 
 def test_wrong_or_missing_credentials_are_an_environment_error_without_the_secret(

@@ -5,21 +5,12 @@ from __future__ import annotations
 
 import pytest
 
+from tests.helpers import demo_config
 from train.common.errors import ConfigError
-from train.config import load_config
 from train.data import DEMO_SENTENCE, load_raw
 from train.model.tokenizer_training import BPE, UNIGRAM, WORDPIECE, tokenizer_kind, train_tokenizer
 
 TEXT = DEMO_SENTENCE  # the demo corpus is this sentence: every piece of it is in the vocabulary
-
-
-def config_for(**env: str):
-    values = {
-        "MLM_DEMO_SAMPLES": "200",
-        "MLM_TOKENIZER_VOCAB_SIZE": "120",
-        **{f"MLM_{k.upper()}": v for k, v in env.items()},
-    }
-    return load_config([], values)
 
 
 @pytest.mark.parametrize(
@@ -28,20 +19,20 @@ def config_for(**env: str):
      ("albert", UNIGRAM), ("deberta-v2", UNIGRAM), ("xlm-roberta", UNIGRAM), (None, WORDPIECE)],
 )  # fmt: skip
 def test_the_family_picks_the_kind(model_type: str | None, kind: object) -> None:
-    assert tokenizer_kind(config_for(), model_type) is kind
+    assert tokenizer_kind(demo_config(), model_type) is kind
 
 
 def test_the_option_overrides_the_family() -> None:
-    assert tokenizer_kind(config_for(tokenizer_type="unigram"), "bert") is UNIGRAM
+    assert tokenizer_kind(demo_config(tokenizer_type="unigram"), "bert") is UNIGRAM
     with pytest.raises(ConfigError, match="MLM_TOKENIZER_TYPE='sentencepiece': expected one of auto, wordpiece"):
-        config_for(tokenizer_type="sentencepiece")
+        demo_config(tokenizer_type="sentencepiece")
 
 
 @pytest.mark.parametrize(("kind", "start", "end", "mask"), [(WORDPIECE, "[CLS]", "[SEP]", "[MASK]"),
                                                             (BPE, "<s>", "</s>", "<mask>"),
                                                             (UNIGRAM, "[CLS]", "[SEP]", "[MASK]")])  # fmt: skip
 def test_each_kind_has_its_familys_tokens_and_template(kind, start: str, end: str, mask: str) -> None:
-    config = config_for()
+    config = demo_config()
     tokenizer = train_tokenizer(load_raw(config), config, kind)
     ids = tokenizer(TEXT)["input_ids"]
     assert tokenizer.convert_ids_to_tokens([ids[0], ids[-1]]) == [start, end]

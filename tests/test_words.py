@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.test_tokenizer_training import config_for
+from tests.helpers import demo_config
 from train.common.errors import ConfigError
 from train.data import load_raw
 from train.model.tokenizer_training import BPE, UNIGRAM, WORDPIECE, train_tokenizer
@@ -16,7 +16,7 @@ TEXT = "training demonstration sample"  # words of the demo text, in pieces at a
 
 @pytest.mark.parametrize("kind", [WORDPIECE, BPE, UNIGRAM])
 def test_each_kind_marks_the_first_piece_of_every_word(kind) -> None:
-    config = config_for(demo_samples="50", tokenizer_vocab_size="45")
+    config = demo_config(demo_samples="50", tokenizer_vocab_size="45")
     tokenizer = train_tokenizer(load_raw(config), config, kind)
     starts = word_starts(tokenizer, "MLM_TOKENIZER_NAME")
     assert starts.shape == (len(tokenizer),)

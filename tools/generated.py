@@ -1,6 +1,6 @@
-"""A README section generated from code: a table between two marker comments, ``<!-- NAME:begin (...) -->`` and
-``<!-- NAME:end -->``. ``--check`` fails (exit 1) when it is stale, which CI runs through ``make lint``;
-``--write`` regenerates it (``make options``)."""
+"""A documentation section generated from code (docs/options.md, docs/models.md): a table between two marker
+comments, ``<!-- NAME:begin (...) -->`` and ``<!-- NAME:end -->``. ``--check`` fails (exit 1) when it is stale,
+which CI runs through ``make lint``; ``--write`` regenerates it (``make options``)."""
 
 from __future__ import annotations
 

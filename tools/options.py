@@ -1,4 +1,4 @@
-"""``python -m tools.options --write|--check FILE``: the README's option table, generated from the schema
+"""``python -m tools.options --write|--check FILE``: docs/options.md's option table, generated from the schema
 (tools/generated.py: between two marker comments; ``make lint`` checks it, ``make options`` rewrites it)."""
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from train.config import JOB_FIELDS, PROJECT_DEFAULTS, build_parser, env_name, o
 
 
 def option_rows(parser: HfArgumentParser | None = None, job_only: bool = False) -> list[tuple[str, str, str, str]]:
-    """(name, env var, default, help) for each option: the source of the README's table."""
+    """(name, env var, default, help) for each option: the source of docs/options.md's table."""
     parser = parser or build_parser()
     rows = []
     for name, action in option_actions(parser).items():

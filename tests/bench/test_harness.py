@@ -8,6 +8,8 @@ from types import SimpleNamespace
 
 import pytest
 
+from train.outputs.runfiles import RunFiles
+
 
 def test_the_probe_wraps_the_jobs_prepare(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     from transformers import BertConfig, BertForMaskedLM
@@ -21,8 +23,8 @@ def test_the_probe_wraps_the_jobs_prepare(tmp_path: Path, monkeypatch: pytest.Mo
     )
     trainer = SimpleNamespace(model=model, add_callback=added.append)
     prepared = SimpleNamespace(trainer=trainer, head="masked-only", facts=lambda: {"train_samples": 1})
-    monkeypatch.setattr(job, "prepare", lambda config, choose_resume: prepared)  # as train/run/job.py calls it
+    monkeypatch.setattr(job, "prepare", lambda config, files, choose_resume: prepared)  # as train/run/job.py calls it
     harness.install_probe(tmp_path / "probe.json")
     options = SimpleNamespace(padding="packed", max_seq_length=128, masked_only_head=False, mlm_probability=0.15)
-    assert job.prepare(SimpleNamespace(job=options), lambda: None) is prepared
+    assert job.prepare(SimpleNamespace(job=options), RunFiles(tmp_path), lambda: None) is prepared
     assert [type(c).__name__ for c in added] == ["StepProbe"]

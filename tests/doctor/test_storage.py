@@ -1,5 +1,5 @@
-"""output_dir and the HF cache: writable through outputs.probe_write, free space, a finished final/ (the job's
-refusal), and the checkpoint a run would resume from (train.outputs.checkpoints.resume_choice)."""
+"""output_dir and the HF cache: writable through probe_write, free space, a finished final/ (the job's refusal),
+and the checkpoint a run would resume from, as the output location the job holds says."""
 
 from __future__ import annotations
 
@@ -12,7 +12,6 @@ import pytest
 from tests.doctor.helpers import checks
 from tests.fakes import no_driver
 from train.doctor import storage
-from train.outputs import local as outputs
 
 
 def resumable(checkpoint: Path) -> Path:
@@ -40,7 +39,7 @@ def test_unwritable_output_fails(env, tmp_path, monkeypatch):
         raise PermissionError(13, "Permission denied")
 
     # root ignores file modes, so the refusal is simulated at the one call that tests writing
-    monkeypatch.setattr(outputs, "probe_write", denied)
+    monkeypatch.setattr(storage, "probe_write", denied)
     found = checks()
     assert found["output_dir"].status == "FAIL" and "not writable (Permission denied)" in found["output_dir"].detail
     assert found["cache (HF_HOME)"].status == "FAIL"
@@ -50,7 +49,7 @@ def test_a_full_disk_is_named(env, tmp_path, monkeypatch):
     def full(directory):
         raise OSError(28, "No space left on device")
 
-    monkeypatch.setattr(outputs, "probe_write", full)
+    monkeypatch.setattr(storage, "probe_write", full)
     found = storage.check_writable("output_dir", tmp_path / "new" / "out", "fix")
     assert found.status == "FAIL" and "no space left on the device" in found.detail
     assert f"its nearest existing parent {tmp_path}" in found.detail
@@ -66,7 +65,7 @@ def test_output_holding_a_finished_model_fails_and_checkpoints_are_noted(env, tm
     resumable(tmp_path / "out" / "checkpoint-40")
     (tmp_path / "out" / "checkpoint-60").mkdir()  # cut off: no trainer_state.json
     found = checks()["output_dir"]
-    assert found.status == "OK" and "will resume from checkpoint-40" in found.detail
+    assert found.status == "OK" and "a run would resume from checkpoint-40" in found.detail
     assert "checkpoint-60 (no trainer_state.json" in found.detail
     assert (tmp_path / "out" / "checkpoint-60").is_dir()  # doctor only looks
     (tmp_path / "out" / "final").mkdir()

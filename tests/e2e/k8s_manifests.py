@@ -1,6 +1,6 @@
 """Render the k8s/ overlays, and play the controllers that turn a pod template into a running pod's environment.
 
-Shared by test_k8s.py (the launch plan of node 0 and node 1 of every overlay) and test_two_hosts.py (the Indexed
+Shared by test_k8s.py and test_k8s_bucket.py (the launch plan of node 0 and node 1 of every overlay) and test_two_hosts.py (the Indexed
 Job's environment on two network namespaces). What each controller adds is taken from its source:
 - batch/v1 Job (completionMode: Indexed): JOB_COMPLETION_INDEX in every container, the completion index as the
   ``batch.kubernetes.io/job-completion-index`` annotation and label, hostname ``<job>-<index>``.
@@ -25,15 +25,19 @@ from __future__ import annotations
 
 import functools
 import json
+import os
 import re
 import shutil
 import subprocess
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
+
+from tests.e2e.runs import entrypoint
 
 REPO = Path(__file__).resolve().parents[2]
 K8S = REPO / "k8s"
@@ -454,3 +458,61 @@ def schema_errors(doc: Doc, kubernetes_version: str) -> list[str]:
         f"{doc['kind']}/{doc['metadata'].get('name')} {'.'.join(map(str, e.absolute_path)) or '<root>'}: {e.message}"
         for e in validator.iter_errors(doc)
     )
+
+
+# --- validating, and the launcher given a pod's environment (test_k8s.py, test_k8s_bucket.py) ---------------------
+
+# A current Kubernetes that kubernetes-validate bundles schemas for.
+KUBERNETES_VERSION = "1.34.0"
+IMAGE = "ghcr.io/mlm-trainer/mlm-trainer"  # the image the overlays name, pinned by digest
+
+
+def validate(docs: list[dict], tmp_path: Path) -> subprocess.CompletedProcess:
+    """kubernetes-validate --strict (unknown fields are errors) on the documents, as CI runs it."""
+    manifest = tmp_path / "manifest.yaml"
+    manifest.write_text(yaml.safe_dump_all(docs))
+    validator = Path(sys.executable).with_name("kubernetes-validate")
+    return subprocess.run(
+        [str(validator), "--strict", "-k", KUBERNETES_VERSION, str(manifest)],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+
+
+def as_pod_templates(docs: list[dict]) -> list[dict]:
+    """Each pod template of the workload wrapped as a core/v1 PodTemplate, so it is validated as a PodTemplateSpec."""
+    return [
+        {"apiVersion": "v1", "kind": "PodTemplate", "metadata": {"name": f"mlm-trainer-{role.lower()}"}, "template": t}
+        for role, t in pod_templates(docs).items()
+    ]
+
+
+def assert_header_says_how_to_run_it(overlay: str) -> None:
+    """The overlay's header comment holds the commands to pin the image, apply, watch, read logs and clean up."""
+    text = (K8S / "overlays" / overlay / "kustomization.yaml").read_text()
+    header = "\n".join(line for line in text.splitlines() if line.startswith("#"))
+    for word in ("apply:", "watch:", "logs:", "clean up:"):
+        assert word in header, f"{overlay}: header lacks {word!r}"
+    assert f"kubectl apply -k k8s/overlays/{overlay}" in header
+    assert f"kustomize edit set image {IMAGE}@sha256:<digest>" in header
+    assert f"kubectl delete -k k8s/overlays/{overlay}" in header
+
+
+# The cluster's own variables: none may leak in from the shell running the tests.
+CLUSTER_ENV = re.compile(r"^(PET_|MASTER_|NNODES$|NODE_RANK$|JOB_COMPLETION_INDEX$|WORLD_SIZE$|RANK$|LOCAL_RANK$)")
+NODE_CASES = [("single-node", 0), *[(overlay, rank) for overlay in MULTI_NODE for rank in (0, 1)]]
+
+
+def node_environment(docs: list[dict], rank: int, root: Path) -> dict[str, str]:
+    """The pod's environment for node ``rank`` as its controller fills it in, the volumes standing in as directories
+    under ``root`` (claims shared by the nodes, emptyDirs per pod)."""
+    pod = pod_for_node(docs, rank)
+    return relocate(pod.env, mount_paths(pod.template, root / "claims", root / f"pod-{rank}"))
+
+
+def run_plan(pod_env: dict[str, str]) -> subprocess.CompletedProcess:
+    base = {k: v for k, v in os.environ.items() if not k.startswith("MLM_") and not CLUSTER_ENV.match(k)}
+    # entrypoint.sh runs python3: this environment's.
+    base["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{base.get('PATH', '')}"
+    return entrypoint("plan", env={**base, **pod_env}, cwd=REPO, timeout=300)

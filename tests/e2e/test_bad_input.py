@@ -14,7 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import REPO, tiny_env
+from tests.conftest import tiny_env
+from tests.e2e.runs import entrypoint
 
 pytestmark = pytest.mark.slow
 
@@ -208,14 +209,14 @@ def test_bad_input(case: Case, tmp_path: Path, hf_home: Path, request: pytest.Fi
 
     env = tiny_env(output)
     env.update(case.env(tmp_path))
-    command = [str(REPO / "entrypoint.sh")]
+    wrapper: list[str] = []
     if case.as_user:
         # Root reads any file through CAP_DAC_OVERRIDE / CAP_DAC_READ_SEARCH: drop them to see what a user sees.
         if os.geteuid() != 0 or shutil.which("setpriv") is None:
             pytest.skip("needs root and setpriv to drop the file-access capabilities")
         caps = "-dac_override,-dac_read_search"
-        command = ["setpriv", f"--inh-caps={caps}", f"--bounding-set={caps}", *command]
-    result = subprocess.run(command, env=env, cwd=tmp_path, capture_output=True, text=True, timeout=600)
+        wrapper = ["setpriv", f"--inh-caps={caps}", f"--bounding-set={caps}"]
+    result = entrypoint(env=env, cwd=tmp_path, wrapper=wrapper)
 
     errors = [line for line in result.stderr.splitlines() if "error" in line.lower()]
     assert result.returncode == case.code, result.stderr[-2000:]
@@ -228,7 +229,7 @@ def test_bad_input(case: Case, tmp_path: Path, hf_home: Path, request: pytest.Fi
 
 def test_debug_shows_the_traceback(tmp_path: Path) -> None:
     env = tiny_env(tmp_path / "out", dataset=str(tmp_path / "missing.txt"), debug="1")
-    result = subprocess.run([str(REPO / "entrypoint.sh")], env=env, capture_output=True, text=True, timeout=600)
+    result = entrypoint(env=env)
     assert result.returncode != 0
     assert "Traceback" in result.stderr and "missing.txt" in result.stderr
 
@@ -237,13 +238,7 @@ def test_plan_never_shows_the_token(tmp_path: Path) -> None:
     canary = "hf_canary_plan_789"
     env = tiny_env(tmp_path / "out")
     env["HF_TOKEN"] = canary
-    result = subprocess.run(
-        [str(REPO / "entrypoint.sh"), "plan", "--hub_token", canary],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    result = entrypoint("plan", "--hub_token", canary, env=env, timeout=120)
     assert result.returncode == 0, result.stderr
     assert canary not in result.stdout + result.stderr
     assert json.loads(result.stdout)["config"]["hub_token"] == "***"

@@ -11,30 +11,22 @@ import signal
 import subprocess
 import sys
 import time
-import uuid
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from tests.conftest import REPO, tiny_env
-from tests.e2e.test_publish import REPO_ID, hub, push_env  # noqa: F401 - hub: the loopback hub's fixture
-from tests.e2e.test_trackers import mlflow_server  # noqa: F401 - a fixture: `mlflow server` on loopback
+from tests.conftest import tiny_env
+from tests.e2e.runs import REPO_ID, entrypoint, node_env, push_env, start
 from tests.hub_server import HubServer
-from tests.servers import FlakyProxy, aws_environment, flaky_proxy
-from tests.test_store import authenticating  # noqa: F401 - a fixture: a moto server that checks credentials
+from tests.servers import S3_SECRET, FlakyProxy, free_port
 
 pytestmark = pytest.mark.slow
 
-SECRET = "bucket-secret-canary-5ec12e7"  # the secret key: must reach no log, file or object
+# The fixtures: aws, bucket, proxy, authenticating (tests/conftest.py: moto's S3 servers), hub and mlflow_server
+# (tests/e2e/conftest.py).
+SECRET = S3_SECRET  # the secret key of `aws`: must reach no log, file or object
 # 512 demo training samples in batches of 16: 32 steps, a checkpoint every 10, no dataloader workers.
 RESUMABLE = {"demo_samples": "640", "per_device_train_batch_size": "16", "save_strategy": "steps", "save_steps": "10"}
-
-
-@pytest.fixture(scope="module")
-def aws(s3_endpoint: str) -> dict[str, str]:
-    """The variables a user sets for S3 (tests/servers.py's aws_environment)."""
-    return aws_environment(s3_endpoint, SECRET)
 
 
 def filesystem(aws: dict[str, str]):  # noqa: ANN201 - s3fs is imported here only
@@ -46,13 +38,6 @@ def filesystem(aws: dict[str, str]):  # noqa: ANN201 - s3fs is imported here onl
         endpoint_url=aws["AWS_ENDPOINT_URL"],
         skip_instance_cache=True,
     )
-
-
-@pytest.fixture
-def bucket(aws: dict[str, str]) -> str:
-    name = f"runs-{uuid.uuid4().hex[:12]}"
-    filesystem(aws).mkdir(name)
-    return name
 
 
 def machine_env(
@@ -69,16 +54,6 @@ def machine_env(
         PATH=f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}",
     )
     return env
-
-
-def entrypoint(env: dict[str, str], *args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([str(REPO / "entrypoint.sh"), *args], env=env, capture_output=True, text=True, timeout=600)
-
-
-def start(env: dict[str, str]) -> subprocess.Popen:
-    return subprocess.Popen(
-        [str(REPO / "entrypoint.sh")], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
-    )
 
 
 def wait_for_object(aws: dict[str, str], key: str, process: subprocess.Popen, timeout: float = 300) -> None:
@@ -109,13 +84,13 @@ def assert_no_secret(aws: dict[str, str], prefix: str | None, *places: Path, tex
 def test_a_stopped_run_resumes_on_a_fresh_machine_from_the_bucket_with_identical_weights(
     tmp_path: Path, aws: dict[str, str], bucket: str
 ) -> None:
-    straight = entrypoint(machine_env(tmp_path, f"s3://{bucket}/straight", aws, "a"))
+    straight = entrypoint(env=machine_env(tmp_path, f"s3://{bucket}/straight", aws, "a"))
     assert straight.returncode == 0, straight.stderr[-3000:]
     assert f"finished: model in s3://{bucket}/straight/final" in straight.stderr
 
     # The same machine's cache, so the same tokenizer: two trainings of one differ (train/model/tokenizer_training.py).
     url, fs = f"s3://{bucket}/run", filesystem(aws)
-    first = start(machine_env(tmp_path, url, aws, "b", cache="a"))
+    first = start(env=machine_env(tmp_path, url, aws, "b", cache="a"))
     wait_for_object(aws, f"{bucket}/run/checkpoint-10/.complete", first)
     first.send_signal(signal.SIGTERM)
     _, stopped = first.communicate(timeout=120)  # a bound against a hang, not a measurement
@@ -123,7 +98,7 @@ def test_a_stopped_run_resumes_on_a_fresh_machine_from_the_bucket_with_identical
     assert max(complete_steps(aws, f"{bucket}/run")) >= 10
     assert not fs.exists(f"{bucket}/run/final")
 
-    resumed = entrypoint(machine_env(tmp_path, url, aws, "c"))  # another machine: nothing of b's
+    resumed = entrypoint(env=machine_env(tmp_path, url, aws, "c"))  # another machine: nothing of b's
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     assert "resuming from" in resumed.stderr
     weights = "final/model.safetensors"
@@ -138,13 +113,13 @@ def test_a_damaged_checkpoint_in_the_bucket_falls_back_to_the_one_before(
     tmp_path: Path, aws: dict[str, str], bucket: str
 ) -> None:
     url, fs, prefix = f"s3://{bucket}/run", filesystem(aws), f"{bucket}/run"
-    done = entrypoint(machine_env(tmp_path, url, aws, "a", max_steps="20"))
+    done = entrypoint(env=machine_env(tmp_path, url, aws, "a", max_steps="20"))
     assert done.returncode == 0, done.stderr[-3000:]
     fs.rm(f"{prefix}/final", recursive=True)  # as if stopped after step 20
     weights = f"{prefix}/checkpoint-20/model.safetensors"
     fs.pipe_file(weights, fs.cat_file(weights)[:1000])  # cut short, marker intact
 
-    resumed = entrypoint(machine_env(tmp_path, url, aws, "b", max_steps="30"))
+    resumed = entrypoint(env=machine_env(tmp_path, url, aws, "b", max_steps="30"))
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     assert "cannot resume from checkpoint-20 (model.safetensors: truncated" in resumed.stderr
     assert "resuming from checkpoint-10 instead" in resumed.stderr
@@ -153,7 +128,7 @@ def test_a_damaged_checkpoint_in_the_bucket_falls_back_to_the_one_before(
 
 
 def test_a_missing_bucket_is_exit_2_before_training(tmp_path: Path, aws: dict[str, str]) -> None:
-    result = entrypoint(machine_env(tmp_path, "s3://no-such-bucket-here/run", aws, "a"))
+    result = entrypoint(env=machine_env(tmp_path, "s3://no-such-bucket-here/run", aws, "a"))
     assert result.returncode == 2, result.stderr[-3000:]
     assert "MLM_OUTPUT_DIR='s3://no-such-bucket-here/run': the bucket does not exist" in result.stderr
     assert "Traceback" not in result.stderr and "Tokenizing" not in result.stderr
@@ -163,21 +138,15 @@ def test_a_missing_bucket_is_exit_2_before_training(tmp_path: Path, aws: dict[st
 def test_refused_credentials_are_exit_3_before_training(
     tmp_path: Path,
     aws: dict[str, str],
-    authenticating: tuple[str, str, str],  # noqa: F811 - the fixture imported above
+    authenticating: tuple[str, str, str],
 ) -> None:
     endpoint, key_id, _ = authenticating
     env = machine_env(tmp_path, "s3://any-bucket/run", {**aws, "AWS_ENDPOINT_URL": endpoint}, "a")
     env["AWS_ACCESS_KEY_ID"] = key_id  # a key the server knows, with the wrong secret
-    result = entrypoint(env)
+    result = entrypoint(env=env)
     assert result.returncode == 3, result.stderr[-3000:]
     assert "MLM_OUTPUT_DIR='s3://any-bucket/run':" in result.stderr and "refused" in result.stderr
     assert SECRET not in result.stderr + result.stdout and "Tokenizing" not in result.stderr
-
-
-@pytest.fixture
-def proxy(aws: dict[str, str]) -> Iterator[FlakyProxy]:
-    with flaky_proxy(aws["AWS_ENDPOINT_URL"]) as served:
-        yield served
 
 
 def test_a_server_failing_mid_upload_is_exit_3_and_the_next_run_uploads_what_was_kept(
@@ -186,7 +155,7 @@ def test_a_server_failing_mid_upload_is_exit_3_and_the_next_run_uploads_what_was
     url, fs, prefix = f"s3://{bucket}/run", filesystem(aws), f"{bucket}/run"
     env = machine_env(tmp_path, url, {**aws, "AWS_ENDPOINT_URL": proxy.url}, "a", store_retry_timeout="3")
     proxy.fail(1000, "PUT", "500", after=2, where="/run/checkpoint-10/")  # two files land, then none
-    failed = entrypoint(env)
+    failed = entrypoint(env=env)
     assert failed.returncode == 3, failed.stderr[-3000:]
     said = failed.stderr.strip().splitlines()[-2]  # the rank's line; the launcher's last points at it
     assert "writing checkpoint-10/" in said and "the local copy is kept" in said, failed.stderr[-3000:]
@@ -196,7 +165,7 @@ def test_a_server_failing_mid_upload_is_exit_3_and_the_next_run_uploads_what_was
     assert not complete_steps(aws, prefix)
 
     proxy.heal()
-    again = entrypoint(env)
+    again = entrypoint(env=env)
     assert again.returncode == 0, again.stderr[-3000:]
     assert "uploading checkpoint-10, which the last run saved but did not finish uploading" in again.stderr
     assert "resuming from" in again.stderr and fs.exists(f"{prefix}/final/.complete")
@@ -207,8 +176,6 @@ def test_two_nodes_with_their_own_staging_resume_from_the_bucket(
 ) -> None:
     """Two nodes sharing no volume (each its own staging directory and cache), as a PyTorchJob's pods: stopped
     after a checkpoint reached the bucket, then started again on fresh machines, they resume from it together."""
-    from tests.e2e.test_multinode import free_port, node_env
-
     url, fs, prefix = f"s3://{bucket}/run", filesystem(aws), f"{bucket}/run"
 
     def nodes(machines: str) -> list[subprocess.Popen]:
@@ -217,11 +184,7 @@ def test_two_nodes_with_their_own_staging_resume_from_the_bucket(
         for rank, env in enumerate(envs):
             env.update(aws, MLM_OUTPUT_DIR=url, MLM_STAGING_DIR=str(tmp_path / machines / f"staging{rank}"))
             env.update({f"MLM_{k.upper()}": v for k, v in RESUMABLE.items()})
-        return [
-            subprocess.Popen([str(REPO / "entrypoint.sh"), "train"], env=env, stdout=subprocess.PIPE,
-                             stderr=subprocess.STDOUT, text=True)
-            for env in envs
-        ]  # fmt: skip
+        return [start("train", env=env, stderr=subprocess.STDOUT) for env in envs]
 
     def ends(started: list[subprocess.Popen]) -> list[tuple[int, str]]:
         try:
@@ -253,8 +216,8 @@ def test_a_bucket_run_pushes_to_the_hub_and_logs_its_model_to_mlflow(
     tmp_path: Path,
     aws: dict[str, str],
     bucket: str,
-    hub: HubServer,  # noqa: F811 - the fixture imported above
-    mlflow_server: str,  # noqa: F811 - the fixture imported above
+    hub: HubServer,
+    mlflow_server: str,
 ) -> None:
     """The hub push and MLflow's artifact upload read the staged final/: the same bytes as the bucket's."""
     from mlflow.tracking import MlflowClient
@@ -264,7 +227,7 @@ def test_a_bucket_run_pushes_to_the_hub_and_logs_its_model_to_mlflow(
     env.update(machine_env(tmp_path, f"s3://{bucket}/run", aws, "a", push_to_hub="true", report_to="mlflow"))
     env.update(MLFLOW_TRACKING_URI=mlflow_server, MLFLOW_EXPERIMENT_NAME=f"bucket-{bucket}")
     env.pop("HF_HUB_OFFLINE", None)  # the push needs the hub; the data and the model are local anyway
-    result = entrypoint(env)
+    result = entrypoint(env=env)
     assert result.returncode == 0, result.stderr[-3000:]
     fs, final = filesystem(aws), f"{bucket}/run/final"
     weights = fs.cat_file(f"{final}/model.safetensors")
@@ -278,7 +241,7 @@ def test_a_bucket_run_pushes_to_the_hub_and_logs_its_model_to_mlflow(
 def test_a_crashed_ranks_traceback_reaches_the_bucket(tmp_path: Path, aws: dict[str, str], bucket: str) -> None:
     # The Trainer looks the metric up after the evaluation at step 10 and raises: a mistake found mid-run.
     options = {"eval_strategy": "steps", "eval_steps": "10", "metric_for_best_model": "nope"}
-    result = entrypoint(machine_env(tmp_path, f"s3://{bucket}/run", aws, "a", **options))
+    result = entrypoint(env=machine_env(tmp_path, f"s3://{bucket}/run", aws, "a", **options))
     assert result.returncode == 1, result.stderr[-3000:]
     assert "rank 0 crashed: KeyError" in result.stderr
     assert b"Traceback" in filesystem(aws).cat_file(f"{bucket}/run/logs/crash-rank-0.txt")
@@ -288,9 +251,9 @@ def test_a_second_job_on_the_same_bucket_is_refused_and_the_first_is_unharmed(
     tmp_path: Path, aws: dict[str, str], bucket: str
 ) -> None:
     url = f"s3://{bucket}/run"
-    first = start(machine_env(tmp_path, url, aws, "a", demo_samples="6400"))  # 320 steps: still running
+    first = start(env=machine_env(tmp_path, url, aws, "a", demo_samples="6400"))  # 320 steps: still running
     wait_for_object(aws, f"{bucket}/run/checkpoint-10/.complete", first)
-    second = entrypoint(machine_env(tmp_path, url, aws, "b"))
+    second = entrypoint(env=machine_env(tmp_path, url, aws, "b"))
     assert second.returncode == 3, second.stderr[-3000:]
     assert f"MLM_OUTPUT_DIR='{url}' is in use by another run (pid" in second.stderr
     assert first.poll() is None, "the first job ended while the second started"

@@ -8,14 +8,13 @@ import contextlib
 import os
 import re
 import signal
-import subprocess
 import time
 from pathlib import Path
 
 import pytest
 
-from tests.conftest import REPO, tiny_env
-from tests.e2e.test_reliability import RESUMABLE, is_descendant, rank_pids, running, start, wait_for
+from tests.conftest import tiny_env
+from tests.e2e.runs import RESUMABLE, entrypoint, is_descendant, rank_pids, running, start, wait_for
 
 pytestmark = pytest.mark.slow
 
@@ -58,7 +57,7 @@ def assert_all_gone(pids: list[int]) -> None:
 def test_a_dataloader_worker_killed_as_the_oom_killer_would_ends_the_run_in_one_line(tmp_path: Path) -> None:
     output = tmp_path / "out"
     env = tiny_env(output, **WITH_WORKERS)
-    process = start(env)
+    process = start(env=env)
     wait_for(output / "checkpoint-10" / ".complete", process)
     rank = the_rank(process.pid)
     workers = workers_of(rank)
@@ -72,13 +71,13 @@ def test_a_dataloader_worker_killed_as_the_oom_killer_would_ends_the_run_in_one_
     assert "Traceback" not in stderr and "ChildFailedError" not in stderr
     assert_all_gone([rank, *workers])
     assert (output / "checkpoint-10" / "trainer_state.json").exists() and not (output / "final").exists()
-    resumed = subprocess.run([str(REPO / "entrypoint.sh")], env=env, capture_output=True, text=True, timeout=300)
+    resumed = entrypoint(env=env, timeout=300)
     assert resumed.returncode == 0 and "resuming from" in resumed.stderr, resumed.stderr[-3000:]
 
 
 def test_a_rank_killed_outright_takes_its_workers_with_it(tmp_path: Path) -> None:
     output = tmp_path / "out"
-    process = start(tiny_env(output, **WITH_WORKERS))
+    process = start(env=tiny_env(output, **WITH_WORKERS))
     wait_for(output / "checkpoint-10" / ".complete", process)
     rank = the_rank(process.pid)
     workers = workers_of(rank)
@@ -94,7 +93,7 @@ def test_a_save_that_fails_ends_the_run_with_its_cause_and_keeps_the_earlier_che
     output = tmp_path / "out"
     output.mkdir()
     (output / "checkpoint-20").write_text("a regular file where the second checkpoint goes")
-    process = start(tiny_env(output, **WITH_WORKERS))
+    process = start(env=tiny_env(output, **WITH_WORKERS))
     _, stderr = process.communicate(timeout=300)
     assert process.returncode == 1, stderr[-3000:]
     lines = [line for line in stderr.splitlines() if "rank 0 crashed:" in line]
@@ -108,7 +107,7 @@ def test_a_save_that_fails_ends_the_run_with_its_cause_and_keeps_the_earlier_che
 def test_a_rank_that_stops_answering_ends_the_run_after_ddp_timeout(tmp_path: Path) -> None:
     output = tmp_path / "out"
     env = tiny_env(output, **RESUMABLE, nproc_per_node="2", ddp_timeout="10", stop_timeout="5")
-    process = start(env)
+    process = start(env=env)
     wait_for(output / "checkpoint-10" / ".complete", process)
     ranks = sorted(rank_pids(process.pid))
     assert len(ranks) == 2, ranks
@@ -130,7 +129,7 @@ def test_an_exception_in_an_evaluation_ends_the_run_in_one_line(tmp_path: Path) 
     # The Trainer looks the metric up after the evaluation at step 10 and raises: a mistake found mid-run.
     output = tmp_path / "out"
     options = {**WITH_WORKERS, "eval_strategy": "steps", "eval_steps": "10", "metric_for_best_model": "nope"}
-    process = start(tiny_env(output, **options))
+    process = start(env=tiny_env(output, **options))
     _, stderr = process.communicate(timeout=300)
     assert process.returncode == 1, stderr[-3000:]
     (line,) = [line for line in stderr.splitlines() if "rank 0 crashed:" in line]
@@ -146,7 +145,7 @@ def test_an_exception_in_a_callback_ends_the_run_in_one_line(tmp_path: Path) -> 
     blocker.write_text("not a directory")
     env = tiny_env(output, **WITH_WORKERS, report_to="tensorboard")
     env["TENSORBOARD_LOGGING_DIR"] = str(blocker / "tb")
-    process = start(env)
+    process = start(env=env)
     _, stderr = process.communicate(timeout=300)
     assert process.returncode == 1, stderr[-3000:]
     (line,) = [line for line in stderr.splitlines() if "rank 0 crashed:" in line]

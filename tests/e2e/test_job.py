@@ -12,6 +12,7 @@ import torch
 from transformers import AutoModelForMaskedLM, AutoTokenizer
 
 from tests.conftest import REPO, run_torchrun, tiny_env
+from tests.e2e.runs import entrypoint
 
 pytestmark = pytest.mark.slow
 
@@ -118,11 +119,11 @@ def test_two_processes_under_torchrun(tmp_path: Path) -> None:
 def test_overwrite_means_a_fresh_run(tmp_path: Path) -> None:
     output = tmp_path / "out"
     env = tiny_env(output, save_strategy="steps", save_steps="3")
-    first = subprocess.run([str(REPO / "entrypoint.sh")], env=env, cwd=REPO, capture_output=True, text=True)
+    first = entrypoint(env=env, cwd=REPO)
     assert first.returncode == 0, first.stderr[-3000:]
     steps = json.loads((output / "checkpoint-5" / "trainer_state.json").read_text())["global_step"]
     env["MLM_OVERWRITE_OUTPUT_DIR"] = "true"
-    again = subprocess.run([str(REPO / "entrypoint.sh")], env=env, cwd=REPO, capture_output=True, text=True)
+    again = entrypoint(env=env, cwd=REPO)
     assert again.returncode == 0, again.stderr[-3000:]
     assert "starting over" in again.stderr and "resuming from" not in again.stderr
     records = [json.loads(line) for line in (output / "logs" / "train.jsonl").read_text().splitlines()]
@@ -134,7 +135,7 @@ def test_overwrite_means_a_fresh_run(tmp_path: Path) -> None:
 def test_json_stdout_is_one_object_per_line(tmp_path: Path) -> None:
     """What a log collector reads: every stdout line of a real run parses, and each record appears once."""
     env = tiny_env(tmp_path / "out", logging_steps="2")  # stdout is a pipe: log_format auto means JSON
-    result = subprocess.run([str(REPO / "entrypoint.sh")], env=env, cwd=REPO, capture_output=True, text=True)
+    result = entrypoint(env=env, cwd=REPO)
     assert result.returncode == 0, result.stderr[-3000:]
     records = [json.loads(line) for line in result.stdout.splitlines()]  # a blank or text line fails here
     events = [r["event"] for r in records]

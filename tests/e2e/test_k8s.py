@@ -10,10 +10,7 @@ from __future__ import annotations
 
 import copy
 import json
-import os
 import re
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -21,34 +18,36 @@ import yaml
 
 from tests.e2e.k8s_manifests import (
     CUSTOM_RESOURCES,
+    IMAGE,
     K8S,
+    KUBERNETES_VERSION,
     MULTI_NODE,
+    NODE_CASES,
     OVERLAYS,
-    REPO,
     TRAINER_ANCESTOR_LABEL,
     TRAINER_NODE,
     WORKLOAD_KINDS,
+    as_pod_templates,
+    assert_header_says_how_to_run_it,
     container,
     find,
     is_custom,
     jobset_spec,
-    mount_paths,
+    node_environment,
     nodes,
     pod_for_node,
     pod_templates,
-    relocate,
     render,
+    run_plan,
     runtime_of,
     schema_errors,
     trainer_replicated_job,
+    validate,
     workload,
 )
 from train.common.errors import EXIT_CONFIG, EXIT_ENVIRONMENT, EXIT_PREEMPTED
 from train.config import NON_OPTION_ENV, load_config
 
-# A current Kubernetes that kubernetes-validate bundles schemas for.
-KUBERNETES_VERSION = "1.34.0"
-IMAGE = "ghcr.io/mlm-trainer/mlm-trainer"
 DIGEST = re.compile(r"^" + re.escape(IMAGE) + r"@sha256:[0-9a-f]{64}$")
 LABELS = (
     "app.kubernetes.io/name",
@@ -56,32 +55,6 @@ LABELS = (
     "app.kubernetes.io/part-of",
     "app.kubernetes.io/component",
 )
-
-
-@pytest.fixture(scope="module")
-def rendered() -> dict[str, list[dict]]:
-    return {overlay: render(overlay) for overlay in OVERLAYS}
-
-
-def validate(docs: list[dict], tmp_path: Path) -> subprocess.CompletedProcess:
-    """kubernetes-validate --strict (unknown fields are errors) on the documents, as CI runs it."""
-    manifest = tmp_path / "manifest.yaml"
-    manifest.write_text(yaml.safe_dump_all(docs))
-    validator = Path(sys.executable).with_name("kubernetes-validate")
-    return subprocess.run(
-        [str(validator), "--strict", "-k", KUBERNETES_VERSION, str(manifest)],
-        capture_output=True,
-        text=True,
-        check=False,
-    )
-
-
-def as_pod_templates(docs: list[dict]) -> list[dict]:
-    """Each pod template of the workload wrapped as a core/v1 PodTemplate, so it is validated as a PodTemplateSpec."""
-    return [
-        {"apiVersion": "v1", "kind": "PodTemplate", "metadata": {"name": f"mlm-trainer-{role.lower()}"}, "template": t}
-        for role, t in pod_templates(docs).items()
-    ]
 
 
 # --- rendering and schema -------------------------------------------------------------------------------------------
@@ -288,13 +261,7 @@ def test_labels(rendered):
 @pytest.mark.parametrize("overlay", OVERLAYS)
 def test_overlay_header_says_how_to_run_it(overlay):
     """Each overlay starts with the commands to pin the image, apply, watch, read logs and clean up."""
-    text = (K8S / "overlays" / overlay / "kustomization.yaml").read_text()
-    header = "\n".join(line for line in text.splitlines() if line.startswith("#"))
-    for word in ("apply:", "watch:", "logs:", "clean up:"):
-        assert word in header, f"{overlay}: header lacks {word!r}"
-    assert f"kubectl apply -k k8s/overlays/{overlay}" in header
-    assert f"kustomize edit set image {IMAGE}@sha256:<digest>" in header
-    assert f"kubectl delete -k k8s/overlays/{overlay}" in header
+    assert_header_says_how_to_run_it(overlay)
 
 
 # --- failure handling -----------------------------------------------------------------------------------------------
@@ -550,32 +517,6 @@ def test_pytorchjob_shape(rendered):
 
 
 # --- the launcher, given each overlay's pod environment --------------------------------------------------------------
-
-# The cluster's own variables: none may leak in from the shell running the tests.
-CLUSTER_ENV = re.compile(r"^(PET_|MASTER_|NNODES$|NODE_RANK$|JOB_COMPLETION_INDEX$|WORLD_SIZE$|RANK$|LOCAL_RANK$)")
-NODE_CASES = [("single-node", 0), *[(overlay, rank) for overlay in MULTI_NODE for rank in (0, 1)]]
-
-
-def node_environment(docs: list[dict], rank: int, root: Path) -> dict[str, str]:
-    """The pod's environment for node ``rank`` as its controller fills it in, the volumes standing in as directories
-    under ``root`` (claims shared by the nodes, emptyDirs per pod)."""
-    pod = pod_for_node(docs, rank)
-    return relocate(pod.env, mount_paths(pod.template, root / "claims", root / f"pod-{rank}"))
-
-
-def run_plan(pod_env: dict[str, str]) -> subprocess.CompletedProcess:
-    base = {k: v for k, v in os.environ.items() if not k.startswith("MLM_") and not CLUSTER_ENV.match(k)}
-    # entrypoint.sh runs python3: this environment's.
-    base["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{base.get('PATH', '')}"
-    return subprocess.run(
-        [str(REPO / "entrypoint.sh"), "plan"],
-        env={**base, **pod_env},
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        timeout=300,
-        check=False,
-    )
 
 
 def torchrun_options(command: list[str]) -> dict[str, str | None]:

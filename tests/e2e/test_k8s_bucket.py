@@ -23,28 +23,25 @@ import yaml
 
 from tests.e2e.k8s_manifests import (
     K8S,
+    KUBERNETES_VERSION,
     MULTI_NODE,
+    NODE_CASES,
     OVERLAYS,
+    as_pod_templates,
+    assert_header_says_how_to_run_it,
     container,
     find,
     is_custom,
     kubectl,
+    node_environment,
     nodes,
     pod_templates,
     render,
+    run_plan,
     schema_errors,
+    validate,
     workload,
 )
-from tests.e2e.test_k8s import (
-    KUBERNETES_VERSION,
-    NODE_CASES,
-    as_pod_templates,
-    node_environment,
-    rendered,  # noqa: F401 - a fixture: every overlay as it is
-    run_plan,
-    validate,
-)
-from tests.test_store import authenticating  # noqa: F401 - a fixture: a moto server that checks credentials
 from train.common.errors import EXIT_ENVIRONMENT
 from train.config import NON_OPTION_ENV, load_config
 from train.outputs.runfiles import COMPLETE_MARKER
@@ -189,7 +186,7 @@ def test_every_overlay_with_the_component_validates_strictly(bucketed, tmp_path)
     assert done.stdout.count(" passed for resource ") == len(checked), done.stdout
 
 
-def test_no_output_volume_and_outputs_in_the_bucket(bucketed, rendered):  # noqa: F811 - the fixture imported above
+def test_no_output_volume_and_outputs_in_the_bucket(bucketed, rendered):
     for overlay, docs in bucketed.items():
         assert output_problems(docs) == [], overlay
     # The check can fail: each overlay as it is uses the output claim.
@@ -225,7 +222,7 @@ def test_credentials_are_files_of_the_secret(bucketed):
     assert len(credential_problems(template)) == 3, credential_problems(template)
 
 
-def test_only_the_outputs_change(bucketed, rendered):  # noqa: F811 - the fixture imported above
+def test_only_the_outputs_change(bucketed, rendered):
     """Everything but the outputs is the overlay as it was: the other claims, access modes, resources, security,
     the workload and its failure handling."""
     for overlay, docs in bucketed.items():
@@ -274,9 +271,7 @@ def test_on_top_of_a_custom_resource_overlay_the_build_fails(overlay, tmp_path):
 
 
 def test_the_example_overlay_header_says_how_to_run_it():
-    from tests.e2e import test_k8s
-
-    test_k8s.test_overlay_header_says_how_to_run_it(EXAMPLE)  # pin, apply, watch, logs, clean up
+    assert_header_says_how_to_run_it(EXAMPLE)  # pin, apply, watch, logs, clean up
     text = (K8S / "overlays" / EXAMPLE / "kustomization.yaml").read_text()
     header = "\n".join(line for line in text.splitlines() if line.startswith("#"))
     assert f"kubectl create secret generic {SECRET}" in header
@@ -299,7 +294,7 @@ def test_environment_is_a_valid_configuration(bucketed):
 
 
 @pytest.fixture(scope="module")
-def store(authenticating) -> dict[str, str]:  # noqa: F811 - the fixture imported above
+def store(authenticating) -> dict[str, str]:
     """The store's settings (the optional ConfigMap mlm-trainer-s3) and credentials (the Secret's keys) for the moto
     server, and the bucket holding a complete checkpoint and an incomplete newer one."""
     import boto3

@@ -9,83 +9,16 @@ AutoModelForMaskedLM / AutoTokenizer and fills a mask. About 6 s a type."""
 from __future__ import annotations
 
 import json
-import os
-import signal
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-from transformers import TrainerCallback
 
 from tests.conftest import tiny_env
+from tests.e2e.runs import OVERRIDES, SMALL, STEPS, STOP_AT
 from tools.models import ARCHITECTURES, row
 
 pytestmark = pytest.mark.slow
-
-SMALL = "num_hidden_layers=2,hidden_size=64,intermediate_size=128,num_attention_heads=2"
-# Each type's tiny config as a user would write it: SMALL plus what the type needs to be that small.
-OVERRIDES = {
-    "distilbert": "n_layers=2,n_heads=2,dim=64,hidden_dim=128",
-    "electra": SMALL + ",embedding_size=32",
-    "albert": SMALL + ",embedding_size=32",
-    "modernbert": SMALL + ",local_attention=16",
-    "eurobert": SMALL + ",num_key_value_heads=2",
-}
-STOP_AT = 2
-STEPS = 4
-
-
-class SigtermAt(TrainerCallback):
-    """A real SIGTERM to this process at a step end, as docker stop or an eviction would send it."""
-
-    def __init__(self, step: int) -> None:
-        self.step = step
-
-    def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
-        if state.global_step == self.step:
-            os.kill(os.getpid(), signal.SIGTERM)
-
-
-@pytest.fixture
-def job_in_process(monkeypatch: pytest.MonkeyPatch) -> Iterator[Any]:
-    """A function running the job's main() here with an environment; the stop signals' handlers restored after."""
-    from train.common.errors import STOP_SIGNALS, run_main
-    from train.run import job
-
-    handlers = {signum: signal.getsignal(signum) for signum in STOP_SIGNALS}
-    prepare = job.prepare
-
-    def run(env: dict[str, str], stop_at: int | None = None) -> int:
-        for name in [n for n in os.environ if n.startswith("MLM_")]:
-            monkeypatch.delenv(name)
-        for name, value in env.items():
-            if name.startswith("MLM_"):
-                monkeypatch.setenv(name, value)
-        if stop_at is not None:
-
-            def prepare_and_stop(*args: Any) -> Any:
-                prepared = prepare(*args)
-                prepared.trainer.add_callback(SigtermAt(stop_at))  # before the stopper: it sees the signal
-                return prepared
-
-            monkeypatch.setattr(job, "prepare", prepare_and_stop)
-        try:
-            return run_main(job.main, [])
-        finally:
-            monkeypatch.setattr(job, "prepare", prepare)
-
-    yield run
-    for signum, handler in handlers.items():
-        signal.signal(signum, handler)
-    # The job's JSON console turned the libraries' progress bars off for the whole process: on again, as they were.
-    import datasets
-    import huggingface_hub
-    from transformers.utils import logging as hf_logging
-
-    datasets.enable_progress_bars()
-    hf_logging.enable_progress_bar()
-    huggingface_hub.utils.enable_progress_bars()
 
 
 def fills_a_mask(final: Path) -> None:

@@ -7,12 +7,12 @@ SIGTERM and resume, runs in one process in test_model_matrix.py."""
 from __future__ import annotations
 
 import json
-import subprocess
 from pathlib import Path
 
 import pytest
 
-from tests.conftest import REPO, tiny_env
+from tests.conftest import tiny_env
+from tests.e2e.runs import entrypoint
 
 pytestmark = pytest.mark.slow
 
@@ -31,7 +31,7 @@ def test_an_architecture_trains_saves_and_fills_a_mask(
         output, model_name_or_path=f"scratch:{model_type}", config_overrides=SMALL, max_steps="10",
         save_strategy="steps", save_steps="5", nproc_per_node=ranks,
     )  # fmt: skip
-    done = subprocess.run([str(REPO / "entrypoint.sh")], env=env, capture_output=True, text=True, timeout=300)
+    done = entrypoint(env=env, timeout=300)
     assert done.returncode == 0, done.stderr[-3000:]
     run = json.loads((output / "run.json").read_text())
     assert run["model"] == {"attention": attention, "head": "masked-only"}

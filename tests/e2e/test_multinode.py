@@ -7,58 +7,22 @@ Each "node" is one CPU process (gloo) with its own HF cache and output directory
 from __future__ import annotations
 
 import json
-import os
-import socket
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
-from tests.conftest import REPO, tiny_env
+from tests.e2e.runs import node_env, start
+from tests.servers import free_port
 
 pytestmark = pytest.mark.slow
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
-def node_env(tmp_path: Path, rank: int, port: int, cache: str = "node") -> dict[str, str]:
-    env = tiny_env(tmp_path / f"node{rank}" / "output", log_format="text")
-    env.update(
-        # What a PyTorchJob (training-operator >= 1.7) sets on the master (0) and worker (1) pods.
-        PET_NNODES="2",
-        PET_NODE_RANK=str(rank),
-        PET_NPROC_PER_NODE="1",
-        PET_MASTER_ADDR="127.0.0.1",
-        PET_MASTER_PORT=str(port),
-        MASTER_ADDR="127.0.0.1",
-        MASTER_PORT=str(port),
-        WORLD_SIZE="2",
-        RANK=str(rank),
-        HF_HOME=str(tmp_path / (f"node{rank}" if cache == "node" else "shared") / "hf"),
-        # entrypoint.sh runs python3: this environment's.
-        PATH=f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}",
-    )
-    env.pop("CUDA_VISIBLE_DEVICES", None)
-    return env
 
 
 def train_two_nodes(tmp_path: Path, cache: str = "node") -> list[str]:
     """Both nodes to their end; their logs (node 0's, node 1's), each checked for exit 0."""
     port = free_port()
     nodes = [
-        subprocess.Popen(
-            [str(REPO / "entrypoint.sh"), "train"],
-            env=node_env(tmp_path, rank, port, cache),
-            cwd=tmp_path,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            text=True,
-        )
+        start("train", env=node_env(tmp_path, rank, port, cache), cwd=tmp_path, stderr=subprocess.STDOUT)
         for rank in (0, 1)
     ]
     logs = []

@@ -5,7 +5,7 @@ streamed, through DataLoader workers); two ranks under a real torchrun (gloo) tr
 that one rank does; the batches trained on keep their documents apart; and run.json's packing efficiency is what
 those batches were.
 
-The single-rank runs go through the job's main() in this process (tests/e2e/test_model_matrix.py's job_in_process,
+The single-rank runs go through the job's main() in this process (tests/e2e/conftest.py's job_in_process,
 about a second each); the batches a run trains on are recorded where the collator makes them (:func:`record_batches`,
 loaded into torchrun's ranks as their sitecustomize)."""
 
@@ -24,14 +24,11 @@ from safetensors.torch import load_file
 
 from tests.conftest import run_torchrun, tiny_env
 from tests.data.helpers import write_shards
-from tests.e2e import test_model_matrix
-from tests.e2e.test_model_matrix import OVERRIDES, STEPS, STOP_AT
-from tests.e2e.test_reliability import records
+from tests.e2e.runs import OVERRIDES, STEPS, STOP_AT, records
 from train.model.collator import MaskingCollator
 from train.outputs.runfiles import STREAM_STATE
 
 pytestmark = pytest.mark.slow
-job_in_process = test_model_matrix.job_in_process  # the fixture, for this module's tests too
 
 APART = ("packed", "padding_free")
 BATCH = 8  # per step, whatever the ranks

@@ -6,36 +6,18 @@ from __future__ import annotations
 
 import json
 import subprocess
-from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 
-from tests.conftest import REPO, run_torchrun, tiny_env
-from tests.hub_server import USER, HubServer, Repo, Request
+from tests.conftest import run_torchrun
+from tests.e2e.runs import HUB_TOKEN, REPO_ID, entrypoint, push_env
+from tests.hub_server import HubServer, Repo, Request
 
 pytestmark = pytest.mark.slow
 
-TOKEN = "hf_canary_push_e2e_4242"
-REPO_ID = f"{USER}/mlm-e2e"  # MLM_HUB_MODEL_ID=mlm-e2e: the hub puts it in the token's namespace
-
-
-@pytest.fixture(scope="session")
-def hub() -> Iterator[HubServer]:
-    with HubServer(tokens={TOKEN}) as server:
-        yield server
-
-
-def push_env(output: Path, hub: HubServer, token: str = TOKEN, **options: str) -> dict[str, str]:
-    """A tiny run that pushes to the loopback hub, its token in a file (HF_TOKEN_FILE, read by entrypoint.sh)."""
-    env = tiny_env(output, push_to_hub="true", hub_model_id="mlm-e2e", hub_private_repo="true", **options)
-    env.pop("HF_HUB_OFFLINE", None)  # a push needs the hub; the data and the model are local anyway
-    env.pop("HF_TOKEN", None)
-    token_file = output.parent / f"token-{output.name}"
-    token_file.write_text(token + "\n")
-    env.update(HF_ENDPOINT=hub.url, HF_TOKEN_FILE=str(token_file))
-    return env
+TOKEN = HUB_TOKEN  # the token the loopback hub (the `hub` fixture, tests/e2e/conftest.py) accepts
 
 
 def files_of(directory: Path) -> dict[str, bytes]:
@@ -56,7 +38,7 @@ def pushed(hub: HubServer, tmp_path_factory: pytest.TempPathFactory) -> Pushed:
     hub.reset()
     output = tmp_path_factory.mktemp("push") / "out"
     env = push_env(output, hub, image_revision="rev-e2e")  # saves a checkpoint each epoch: it must stay local
-    result = subprocess.run([str(REPO / "entrypoint.sh")], env=env, capture_output=True, text=True, timeout=600)
+    result = entrypoint(env=env)
     assert result.returncode == 0, result.stderr[-3000:]
     return Pushed(output, result, hub.repos[REPO_ID], hub.api_requests(), hub.url)
 
@@ -105,7 +87,7 @@ def test_a_failed_push_exits_3_and_keeps_final(hub: HubServer, tmp_path: Path, f
     else:
         env = push_env(output, hub, token="hf_canary_rejected_777", **cheap)
         said = "401 Unauthorized: Invalid credentials in Authorization header"
-    result = subprocess.run([str(REPO / "entrypoint.sh")], env=env, capture_output=True, text=True, timeout=600)
+    result = entrypoint(env=env)
     assert result.returncode == 3, result.stderr[-3000:]
     errors = [line for line in result.stderr.splitlines() if "error:" in line]
     assert len(errors) == 1 and "Traceback" not in result.stderr, result.stderr[-3000:]

@@ -12,72 +12,19 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import REPO, tiny_env
+from tests.conftest import tiny_env
+from tests.e2e.runs import RESUMABLE, entrypoint, is_descendant, rank_pids, records, running, start, wait_for
 
 pytestmark = pytest.mark.slow
 
-# 1,600 demo samples in batches of 16: 80 steps, a checkpoint every 10, no dataloader workers.
-RESUMABLE = {"demo_samples": "1600", "per_device_train_batch_size": "16", "save_strategy": "steps", "save_steps": "10"}
-
-
-def start(env: dict[str, str]) -> subprocess.Popen:
-    return subprocess.Popen(
-        [str(REPO / "entrypoint.sh")], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
-    )
-
-
-def wait_for(path: Path, process: subprocess.Popen, timeout: float = 300) -> None:
-    deadline = time.monotonic() + timeout
-    while not path.exists():
-        assert process.poll() is None, f"exited {process.returncode} before {path} appeared: {process.stderr.read()}"
-        assert time.monotonic() < deadline, f"{path} did not appear in {timeout} s"
-        time.sleep(0.2)
-
-
-def rank_pids(launcher_pid: int) -> list[int]:
-    """The train.run.job processes below the launcher (torchrun's workers)."""
-    found = []
-    for proc in Path("/proc").iterdir():
-        if not proc.name.isdigit():
-            continue
-        try:
-            cmdline = (proc / "cmdline").read_bytes().split(b"\0")
-        except OSError:
-            continue
-        is_rank = b"train.run.job" in cmdline and not any(b"torchrun" in part for part in cmdline[:2])
-        if is_rank and is_descendant(int(proc.name), launcher_pid):
-            found.append(int(proc.name))
-    return found
-
-
-def running(pid: int) -> bool:
-    """Alive and not a zombie (a killed rank whose parent died waits for init to reap it)."""
-    try:
-        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
-    except OSError:
-        return False
-
-
-def is_descendant(pid: int, ancestor: int) -> bool:
-    while pid > 1:
-        if pid == ancestor:
-            return True
-        try:
-            pid = int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
-        except (OSError, ValueError, IndexError):
-            return False
-    return False
-
 
 def test_sigterm_saves_resumes_and_ends_with_identical_weights(tmp_path: Path) -> None:
-    straight = subprocess.run(
-        [str(REPO / "entrypoint.sh")], env=tiny_env(tmp_path / "a", **RESUMABLE), capture_output=True, text=True
-    )
+    straight = entrypoint(env=tiny_env(tmp_path / "a", **RESUMABLE))
     assert straight.returncode == 0, straight.stderr[-3000:]
 
     output = tmp_path / "b"
     env = tiny_env(output, **RESUMABLE)
-    process = start(env)
+    process = start(env=env)
     wait_for(output / "checkpoint-20" / ".complete", process)
     process.send_signal(signal.SIGTERM)
     _, stderr = process.communicate(timeout=60)  # a bound against a hang, not a measurement: speed is make bench's
@@ -86,7 +33,7 @@ def test_sigterm_saves_resumes_and_ends_with_identical_weights(tmp_path: Path) -
     assert max(int(p.name.split("-")[1]) for p in saved) >= 20
     assert not (output / "final").exists()
 
-    resumed = subprocess.run([str(REPO / "entrypoint.sh")], env=env, capture_output=True, text=True)
+    resumed = entrypoint(env=env)
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     assert "resuming from" in resumed.stderr
     assert "missing keys" not in resumed.stderr  # the tied output embedding is expected to be stored once
@@ -96,7 +43,7 @@ def test_sigterm_saves_resumes_and_ends_with_identical_weights(tmp_path: Path) -
 
 def test_a_killed_rank_ends_the_job_without_hanging(tmp_path: Path) -> None:
     output = tmp_path / "out"
-    process = start(tiny_env(output, nproc_per_node="2", **RESUMABLE))
+    process = start(env=tiny_env(output, nproc_per_node="2", **RESUMABLE))
     wait_for(output / "checkpoint-10" / ".complete", process)
     victims = rank_pids(process.pid)
     assert len(victims) == 2, victims
@@ -109,7 +56,7 @@ def test_a_killed_rank_ends_the_job_without_hanging(tmp_path: Path) -> None:
 
 def test_max_restarts_resume_from_the_last_checkpoint(tmp_path: Path) -> None:
     output = tmp_path / "out"
-    process = start(tiny_env(output, max_restarts="1", **RESUMABLE))
+    process = start(env=tiny_env(output, max_restarts="1", **RESUMABLE))
     wait_for(output / "checkpoint-20" / ".complete", process)
     victims = rank_pids(process.pid)
     assert victims
@@ -127,17 +74,12 @@ def test_token_never_leaks_into_logs_or_outputs(tmp_path: Path) -> None:
     output = tmp_path / "out"
     env = tiny_env(output)
     env["HF_TOKEN_FILE"] = str(token_file)
-    result = subprocess.run([str(REPO / "entrypoint.sh")], env=env, capture_output=True, text=True)
+    result = entrypoint(env=env)
     assert result.returncode == 0, result.stderr[-3000:]
     assert canary not in result.stdout + result.stderr
     for path in output.rglob("*"):
         if path.is_file():
             assert canary.encode() not in path.read_bytes(), path
-
-
-def records(log: Path) -> list[dict]:
-    """The complete lines of a train.jsonl that may still be being written."""
-    return [json.loads(line) for line in log.read_text().splitlines(keepends=True) if line.endswith("\n")]
 
 
 # 1,500 evaluation samples one by one take seconds: a stop at step 20's evaluation lands inside it.
@@ -170,7 +112,7 @@ def newest_checkpoints(output: Path) -> list[Path]:
 def test_ctrl_c_and_slurms_signal_save_and_say_one_line(tmp_path: Path, stop: signal.Signals) -> None:
     """Ctrl-C (SIGINT) and Slurm's --signal=USR1 mean what SIGTERM means: a checkpoint, exit 75, one line."""
     output = tmp_path / "out"
-    process = start(tiny_env(output, **RESUMABLE))
+    process = start(env=tiny_env(output, **RESUMABLE))
     wait_for(output / "checkpoint-10" / ".complete", process)
     process.send_signal(stop)
     _, stderr = process.communicate(timeout=60)
@@ -186,10 +128,7 @@ def test_one_ctrl_c_under_timeout_during_an_evaluation_is_one_press(tmp_path: Pa
     must save and exit 75 as one press does, not abort as two presses do."""
     output = tmp_path / "out"
     env = tiny_env(output, **LONG_EVALUATION)
-    process = subprocess.Popen(
-        ["timeout", "900", str(REPO / "entrypoint.sh")], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-        text=True, start_new_session=True,
-    )  # fmt: skip
+    process = start(env=env, wrapper=["timeout", "900"], start_new_session=True)
     wait_for_evaluation_at_step_20(output / "logs" / "train.jsonl", process)
     os.killpg(process.pid, signal.SIGINT)  # a terminal's Ctrl-C: the whole foreground group
     _, stderr = process.communicate(timeout=60)
@@ -206,7 +145,7 @@ def test_a_second_ctrl_c_aborts_at_once(tmp_path: Path) -> None:
     # code the ranks reported wins, so the launcher said 75.)
     slow_steps = {**RESUMABLE, "demo_samples": "40960", "per_device_train_batch_size": "1024",
                   "pad_to_multiple_of": "32"}  # fmt: skip
-    process = start(tiny_env(output, **slow_steps))
+    process = start(env=tiny_env(output, **slow_steps))
     wait_for(output / "checkpoint-10" / ".complete", process)
     ranks = rank_pids(process.pid)
     process.send_signal(signal.SIGINT)
@@ -222,7 +161,7 @@ def test_a_second_ctrl_c_aborts_at_once(tmp_path: Path) -> None:
 def test_a_stop_during_a_long_evaluation_saves_without_finishing_it(tmp_path: Path) -> None:
     output = tmp_path / "out"
     env = tiny_env(output, **LONG_EVALUATION)
-    process = start(env)
+    process = start(env=env)
     log = output / "logs" / "train.jsonl"
     wait_for_evaluation_at_step_20(log, process)
     process.send_signal(signal.SIGTERM)
@@ -231,7 +170,7 @@ def test_a_stop_during_a_long_evaluation_saves_without_finishing_it(tmp_path: Pa
     assert "stopped by SIGTERM at step 20" in stderr
     assert [r["step"] for r in records(log) if r["event"] == "eval"] == [10]  # the interrupted one left no record
     assert (output / "checkpoint-20" / "trainer_state.json").exists()
-    resumed = subprocess.run([str(REPO / "entrypoint.sh")], env=env, capture_output=True, text=True)
+    resumed = entrypoint(env=env)
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     assert "resuming from" in resumed.stderr and (output / "final" / "model.safetensors").exists()
 
@@ -239,7 +178,7 @@ def test_a_stop_during_a_long_evaluation_saves_without_finishing_it(tmp_path: Pa
 def test_a_damaged_newest_checkpoint_resumes_from_the_one_before(tmp_path: Path) -> None:
     output = tmp_path / "out"
     env = tiny_env(output, **RESUMABLE)
-    process = start(env)
+    process = start(env=env)
     wait_for(output / "checkpoint-20" / ".complete", process)
     process.send_signal(signal.SIGTERM)
     process.communicate(timeout=60)
@@ -247,7 +186,7 @@ def test_a_damaged_newest_checkpoint_resumes_from_the_one_before(tmp_path: Path)
     *_, older, newest = newest_checkpoints(output)
     weights = newest / "model.safetensors"
     weights.write_bytes(weights.read_bytes()[:1000])  # marked complete, then truncated: a full disk, a bad copy
-    resumed = subprocess.run([str(REPO / "entrypoint.sh")], env=env, capture_output=True, text=True)
+    resumed = entrypoint(env=env)
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     assert f"cannot resume from {newest.name} (model.safetensors: truncated" in resumed.stderr
     assert f"resuming from {older.name} instead" in resumed.stderr
@@ -257,9 +196,9 @@ def test_a_damaged_newest_checkpoint_resumes_from_the_one_before(tmp_path: Path)
 def test_a_second_job_on_the_same_output_dir_is_refused_and_the_first_is_unharmed(tmp_path: Path) -> None:
     output = tmp_path / "out"
     env = tiny_env(output, **{**RESUMABLE, "demo_samples": "32000"})  # 1,600 steps: still running meanwhile
-    first = start(env)
+    first = start(env=env)
     wait_for(output / "checkpoint-10" / ".complete", first)
-    second = subprocess.run([str(REPO / "entrypoint.sh")], env=env, capture_output=True, text=True, timeout=300)
+    second = entrypoint(env=env, timeout=300)
     assert second.returncode == 3, second.stderr[-3000:]
     errors = [line for line in second.stderr.splitlines() if line.startswith("mlm-trainer: error:")]
     assert len(errors) == 1 and "is in use by another run (pid" in errors[0], second.stderr[-3000:]
@@ -274,7 +213,7 @@ def test_a_second_job_on_the_same_output_dir_is_refused_and_the_first_is_unharme
 def test_a_diverged_run_publishes_nothing(tmp_path: Path) -> None:
     output = tmp_path / "out"
     env = tiny_env(output, learning_rate="1e30", logging_steps="5", save_strategy="steps", save_steps="5")
-    result = subprocess.run([str(REPO / "entrypoint.sh")], env=env, capture_output=True, text=True)
+    result = entrypoint(env=env)
     assert result.returncode == 2, result.stderr[-3000:]
     assert "training diverged at step 5" in result.stderr and "final/ was not written" in result.stderr
     assert not (output / "final").exists() and not list(output.glob("checkpoint-*"))
@@ -284,13 +223,7 @@ def test_a_diverged_run_publishes_nothing(tmp_path: Path) -> None:
 def test_a_token_given_as_a_flag_reaches_no_file_and_no_command_line(tmp_path: Path) -> None:
     canary = "hf_canary_flag_0123456789"
     output = tmp_path / "out"
-    process = subprocess.Popen(
-        [str(REPO / "entrypoint.sh"), "train", "--hub_token", canary],
-        env=tiny_env(output, **RESUMABLE),
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
+    process = start("train", "--hub_token", canary, env=tiny_env(output, **RESUMABLE))
     wait_for(output / "checkpoint-10" / ".complete", process)
     family = [process.pid, *[p for p in rank_pids(process.pid)]]
     seen = []
@@ -323,7 +256,7 @@ def small_mount(tmp_path: Path):
 
 def test_a_disk_that_fills_while_checkpointing_is_exit_3_in_one_line(small_mount: Path) -> None:
     env = tiny_env(small_mount / "out", **RESUMABLE)
-    result = subprocess.run([str(REPO / "entrypoint.sh")], env=env, capture_output=True, text=True, timeout=600)
+    result = entrypoint(env=env)
     assert result.returncode == 3, result.stderr[-3000:]
     errors = [line for line in result.stderr.splitlines() if line.startswith("mlm-trainer: error:")]
     assert len(errors) == 1 and "no space left on the device while writing" in errors[0], result.stderr[-3000:]
@@ -336,7 +269,7 @@ def test_an_unwritable_hf_home_is_exit_3_in_one_line(tmp_path: Path) -> None:
     blocker.write_text("")
     env = tiny_env(tmp_path / "out")
     env["HF_HOME"] = str(blocker / "hf")  # under a file: not creatable, even for root
-    result = subprocess.run([str(REPO / "entrypoint.sh")], env=env, capture_output=True, text=True, timeout=300)
+    result = entrypoint(env=env, timeout=300)
     assert result.returncode == 3, result.stderr[-3000:]
     errors = [line for line in result.stderr.splitlines() if line.startswith("mlm-trainer: error:")]
     assert len(errors) == 1 and errors[0].startswith(f"mlm-trainer: error: HF_HOME='{blocker / 'hf'}': not writable")

@@ -5,13 +5,13 @@ from __future__ import annotations
 
 import gzip
 import json
-import subprocess
 from pathlib import Path
 
 import pytest
 
-from tests.conftest import REPO, tiny_env
+from tests.conftest import tiny_env
 from tests.data.helpers import config_for, corpus_line
+from tests.e2e.runs import entrypoint
 from train.common.errors import ConfigError
 from train.data import load_raw
 
@@ -93,7 +93,7 @@ def test_an_s3_corpus_trains_through_the_entrypoint_offline_and_the_secret_stays
     )
     env.update(s3_env)
     assert env["HF_HUB_OFFLINE"] == "1"  # "no hub", as the README tells offline users: other stores stay readable
-    done = subprocess.run([str(REPO / "entrypoint.sh")], env=env, capture_output=True, text=True, timeout=600)
+    done = entrypoint(env=env)
     assert done.returncode == 0, done.stderr[-3000:]
     assert (output / "final" / "model.safetensors").exists()
     facts = json.loads((output / "run.json").read_text())

@@ -3,16 +3,15 @@
 from __future__ import annotations
 
 import signal
-import subprocess
 import time
 from pathlib import Path
 
 import pytest
 import torch
 
-from tests.conftest import REPO, tiny_env
+from tests.conftest import tiny_env
 from tests.data.helpers import write_shards
-from tests.e2e.test_reliability import start, wait_for
+from tests.e2e.runs import entrypoint, start, wait_for
 from train.outputs.runfiles import STREAM_STATE
 
 pytestmark = pytest.mark.slow
@@ -35,17 +34,12 @@ STREAMED = {
 def test_a_preempted_stream_resumes_where_it_stopped_and_ends_with_identical_weights(tmp_path: Path) -> None:
     corpus = tmp_path / "corpus"
     write_shards(corpus, shards=4, per_shard=150)
-    straight = subprocess.run(
-        [str(REPO / "entrypoint.sh")],
-        env=tiny_env(tmp_path / "a", dataset=str(corpus), **STREAMED),
-        capture_output=True,
-        text=True,
-    )
+    straight = entrypoint(env=tiny_env(tmp_path / "a", dataset=str(corpus), **STREAMED))
     assert straight.returncode == 0, straight.stderr[-3000:]
 
     output = tmp_path / "b"
     env = tiny_env(output, dataset=str(corpus), **STREAMED)
-    process = start(env)
+    process = start(env=env)
     wait_for(output / "checkpoint-10" / ".complete", process)
     process.send_signal(signal.SIGTERM)
     _, stderr = process.communicate(timeout=60)
@@ -54,7 +48,7 @@ def test_a_preempted_stream_resumes_where_it_stopped_and_ends_with_identical_wei
     assert saved["world_size"] == 2 and all(saved["ranks"])
 
     time.sleep(0.1)
-    resumed = subprocess.run([str(REPO / "entrypoint.sh")], env=env, capture_output=True, text=True)
+    resumed = entrypoint(env=env)
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     assert "resuming from" in resumed.stderr and "stream starts over" not in resumed.stderr
     # Same examples in the same order on every rank (and the same masks): the same weights, bit for bit.

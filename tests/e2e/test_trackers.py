@@ -5,13 +5,7 @@ also the final model), and no tracker credential reached a log or a file."""
 from __future__ import annotations
 
 import json
-import os
-import signal
-import socket
 import subprocess
-import sys
-import time
-import urllib.request
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -19,7 +13,8 @@ from typing import Any
 
 import pytest
 
-from tests.conftest import REPO, tiny_env
+from tests.conftest import tiny_env
+from tests.e2e.runs import entrypoint
 
 pytestmark = pytest.mark.slow
 
@@ -31,47 +26,6 @@ SECRETS = {  # the trackers' credentials: sent by their clients (the server here
     "WANDB_API_KEY": "wandb_canary_key_0033_" + "0" * 18,  # 40 characters, as W&B keys are
 }
 CANARIES = [value for name, value in SECRETS.items() if name != "MLFLOW_TRACKING_USERNAME"]
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
-
-
-@pytest.fixture(scope="session")
-def mlflow_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    """`mlflow server` with a SQLite store and proxied artifacts, in its own process group (it starts a uvicorn
-    child); its job runner, a pool of consumer processes this test has no use for, is off."""
-    root = tmp_path_factory.mktemp("mlflow")
-    port = free_port()
-    url = f"http://127.0.0.1:{port}"
-    command = [str(Path(sys.executable).with_name("mlflow")), "server", "--host", "127.0.0.1", "--port", str(port)]
-    command += ["--backend-store-uri", f"sqlite:///{root / 'mlflow.db'}", "--artifacts-destination", str(root / "art")]
-    command += ["--workers", "1"]
-    log = (root / "server.log").open("wb")
-    env = {**os.environ, "MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false"}
-    server = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True)
-    try:
-        deadline = time.monotonic() + 180
-        while True:
-            assert server.poll() is None, (root / "server.log").read_text()[-3000:]
-            assert time.monotonic() < deadline, "mlflow server did not answer /health in 180 s"
-            try:
-                with urllib.request.urlopen(f"{url}/health", timeout=2) as answer:
-                    if answer.status == 200:
-                        break
-            except OSError:
-                time.sleep(0.5)
-        yield url
-    finally:
-        os.killpg(server.pid, signal.SIGTERM)
-        try:
-            server.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            os.killpg(server.pid, signal.SIGKILL)
-            server.wait()
-        log.close()
 
 
 @dataclass
@@ -99,7 +53,7 @@ def tracked(mlflow_server: str, tmp_path_factory: pytest.TempPathFactory) -> Tra
         WANDB_DATA_DIR=str(root / "wandb-data"),
         **SECRETS,
     )
-    result = subprocess.run([str(REPO / "entrypoint.sh")], env=env, capture_output=True, text=True, timeout=600)
+    result = entrypoint(env=env)
     assert result.returncode == 0, result.stderr[-3000:]
     return Tracked(output, wandb_dir, result, mlflow_server)
 

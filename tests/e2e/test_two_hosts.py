@@ -22,6 +22,7 @@ import pytest
 from tests.conftest import REPO, tiny_env
 from tests.e2e.k8s_manifests import mount_paths, pod_for_node, relocate, render
 from tests.e2e.netns_hosts import Host, hosts
+from tests.e2e.runs import ENTRYPOINT
 
 pytestmark = pytest.mark.slow
 
@@ -76,9 +77,7 @@ def start_nodes(docs: list[dict], pair: list[Host], root: Path, **options: str) 
         log = root / f"node-{rank}.log"
         env = node_env(docs, rank, host, pair[0], root, **options)
         with log.open("w") as out:
-            process = host.start(
-                [str(REPO / "entrypoint.sh"), "train"], env=env, cwd=REPO, stdout=out, stderr=subprocess.STDOUT
-            )
+            process = host.start([str(ENTRYPOINT), "train"], env=env, cwd=REPO, stdout=out, stderr=subprocess.STDOUT)
         started.append((process, log))
     return started
 

@@ -40,6 +40,7 @@ class Handoff:
     gpus: list[str] = field(default_factory=list)  # names of this node's GPUs, in CUDA order; empty on CPU
     gpu_uuids: list[str] = field(default_factory=list)  # the same devices by UUID (what the logs sample)
     command: list[str] = field(default_factory=list)  # the torchrun command that started the ranks (holds no secret)
+    outputs_checked: bool = False  # this node's output location and cache were checked before the ranks started
 
     def to_env(self) -> str:
         return json.dumps(asdict(self), separators=(",", ":"))

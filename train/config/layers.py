@@ -23,13 +23,13 @@ from transformers import TrainingArguments
 from train.common import hub_auth
 from train.common.errors import ConfigError
 from train.common.hf import cache_key, cache_root
+from train.common.urls import LOCAL_PROTOCOLS, is_store_url, without_credentials
+from train.common.urls import URL as STORE_URL
 from train.config.bounds import shown
 from train.config.parser import build_parser, expected_type, option_actions
 from train.config.schema import ENV_PREFIX, NON_OPTION_ENV, SECRET_FIELDS, JobArguments, env_name
 from train.config.validate import validate
 from train.config.yaml_file import read_yaml
-from train.outputs.store import LOCAL_PROTOCOLS, is_store_url, without_credentials
-from train.outputs.store import URL as STORE_URL
 
 REDACTED = "***"
 STAGING = "staging"  # the staging directories of store output_dirs, under our cache (train/common/hf.py's cache_root)

@@ -10,11 +10,12 @@ from collections.abc import Mapping, Sequence
 
 from train.common.console import Console, resolve_format
 from train.common.errors import ConfigError, exit_process, run_main
+from train.common.writable import check_cache_dir
 from train.launch.plan import launcher_config, make_plan, plan_document, summary, torchrun_path
 from train.launch.torchrun import launch
 from train.machine.gpus import detect, torch_cuda_version
 from train.machine.resources import shm_size, usable_cpus
-from train.outputs.local import check_cache_dir, check_output_dir, output_facts
+from train.outputs.location import output_location
 
 USAGE = "usage: python -m train.launch {train|plan} [--option value ...]"
 
@@ -36,10 +37,11 @@ def main(argv: Sequence[str] | None = None, environ: Mapping[str, str] | None = 
     )
     # The job's own checks, before torchrun: an unwritable output_dir (3) or a finished final/ there (2, but
     # a dry run only reports it).
-    check_output_dir(config, dry_run=command == "plan")
+    location = output_location(config)
+    location.check(dry_run=command == "plan")
     if command == "plan":
         document = plan_document(plan, config, torch_cuda)
-        document["output_dir"] = output_facts(config)
+        document["output_dir"] = location.facts()
         print(json.dumps(document, indent=2, default=str))
         return 0
     check_cache_dir(environ)  # a run writes tokenized data there (3 when it cannot)

@@ -190,6 +190,9 @@ def make_plan(
         gpus=[g.name for g in gpus_used],
         gpu_uuids=[g.uuid for g in gpus_used],
         command=command,
+        # The launcher checks this node's output location and cache before it starts torchrun (__main__.py): the
+        # ranks need not write probes and ask the store again.
+        outputs_checked=True,
     ).to_env()
     return Plan(
         inventory=inventory,

@@ -133,7 +133,7 @@ def problem(checkpoint: Path) -> str | None:
     return None
 
 
-def resume_choice(config: Config) -> tuple[Path | None, list[tuple[Path, str]]]:
+def resume_choice(config: Config, files: RunFiles) -> tuple[Path | None, list[tuple[Path, str]]]:
     """(the checkpoint a run resumes from, the newer ones it skips with the reason): MLM_RESUME=auto (the newest
     resumable one), never, or an explicit path (which must be resumable). Looks only; :func:`decide_resume` acts."""
     resume = config.job.resume
@@ -147,7 +147,7 @@ def resume_choice(config: Config) -> tuple[Path | None, list[tuple[Path, str]]]:
         if reason:
             raise ConfigError(f"{config.source_of('resume')}={resume!r}: {reason}")
         return path, []
-    return newest_resumable(RunFiles(config.training.output_dir))
+    return newest_resumable(files)
 
 
 def newest_resumable(files: RunFiles) -> tuple[Path | None, list[tuple[Path, str]]]:
@@ -166,14 +166,13 @@ def resumed_options(config: Config) -> dict[str, Any]:
     return {**config.as_dict(redact=True), "world_size": config.training.world_size}
 
 
-def decide_resume(config: Config, warn: Callable[[str], None]) -> str | None:
+def decide_resume(config: Config, files: RunFiles, warn: Callable[[str], None]) -> str | None:
     """The checkpoint to resume from (:func:`resume_choice`), with the unusable newer ones moved aside.
 
     Call it in one process only (world rank 0) and hand the answer to the others: on a shared volume every rank
     renaming the same directories would race.
     """
-    chosen, skipped = resume_choice(config)
-    files = RunFiles(config.training.output_dir)
+    chosen, skipped = resume_choice(config, files)
     for candidate, reason in skipped:
         # Moved aside, not deleted: the Trainer would otherwise write into it again, or keep it while rotating
         # away the checkpoint this run resumes from; and a person may want to look at it.

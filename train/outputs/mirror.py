@@ -1,18 +1,19 @@
-"""A run whose output_dir is in a store (``MLM_OUTPUT_DIR=s3://bucket/prefix``): the job trains into a local
-staging directory (train/config/layers.py's ``stage_outputs``) and this module mirrors it to the store
-(train/outputs/store.py) at the moments that keep the store resumable on its own, by any node, from nothing:
+"""A run whose output_dir is in a store (``MLM_OUTPUT_DIR=s3://bucket/prefix``): the job trains into a local staging
+directory (train/config/layers.py's ``stage_outputs``; train/outputs/location.py chooses this class) and this module
+mirrors it to the store (train/outputs/store.py) at the moments that keep the store resumable on its own, by any
+node, from nothing:
 
-- before training, world rank 0 (:meth:`Mirror.start`): a finished model in the store refused or started over; a
+- before training, world rank 0 (:meth:`Mirror.choose_resume`): a finished model in the store refused or started over; a
   checkpoint whose upload was cut off (in the store incomplete, in staging whole) uploaded again; the checkpoint
   to resume from chosen in the store, downloaded and checked, damaged ones moved aside in the store; staging
   cleared of what belongs to earlier runs (the store's files are the truth: the Trainer's rotation counts the
   checkpoints it finds, the report reads logs/train.jsonl, which is fetched from the store to be appended to);
-- then every other node downloads that checkpoint into its own staging directory (:meth:`Mirror.fetch`): nodes
+- then every other node downloads that checkpoint into its own staging directory (:meth:`Mirror.localize`): nodes
   share no volume;
-- at every save (:class:`UploadCheckpoints`), the stop on SIGTERM's included: each rank uploads the files only
+- at every save (:meth:`Mirror.checkpoint_saved`), the stop on SIGTERM's included: each rank uploads the files only
   it wrote (its RNG state), world rank 0 every other file, then, all ranks done, the completeness marker, and
   save_total_limit is applied in the store;
-- at the end (:meth:`Mirror.publish`, :meth:`Mirror.upload_run_files`): final/ (whole or absent), run.json,
+- at the end (:meth:`Mirror.publish`, :meth:`Mirror.sync`): final/ (whole or absent), run.json,
   all_results.json, logs/ and the report.
 
 What the libraries lack: the Trainer writes only directories, and fsspec has no rename, so "whole" is a marker
@@ -30,15 +31,16 @@ from collections.abc import Callable
 from pathlib import Path, PurePosixPath
 from typing import Any
 
-from transformers import TrainerCallback
-
 from train.common import distributed
 from train.common.console import say
 from train.common.errors import ConfigError
+from train.common.urls import is_store_url
 from train.config import Config
+from train.outputs.base import OutputLocation, Warn
 from train.outputs.checkpoints import KEEP_ASIDE, problem, resume_choice
-from train.outputs.runfiles import ASIDE_PREFIX, TRAINER_STATE, RunFiles, is_checkpoint_name, step_of
-from train.outputs.store import NAMES, VANISHED, Retry, Store, is_store_url
+from train.outputs.local import publish_final
+from train.outputs.runfiles import ASIDE_PREFIX, TRAINER_STATE, is_checkpoint_name, step_of
+from train.outputs.store import NAMES, VANISHED, Retry, Store
 from train.outputs.store_lease import StoreLease
 
 # The Trainer's RNG state: rng_state.pth with one process, rng_state_<process index>.pth with several; each rank
@@ -52,74 +54,74 @@ def writer_of(name: PurePosixPath | Path) -> int:
     return int(match[1]) if match and match[1] else 0
 
 
-class Mirror:
-    """The store of one run and the staging directory the job writes instead of it."""
+class Mirror(OutputLocation):
+    """output_dir is in a store: the run writes a staging directory, mirrored to the store."""
 
     def __init__(self, config: Config, store: Store | None = None) -> None:
         if config.output_store is None:
             raise ValueError("output_dir is not in a store")
-        self.config = config
+        super().__init__(config)
         retry = Retry(total_s=config.job.store_retry_timeout)
         self.store = store or Store(config.output_store, label=config.output_store_source, retry=retry)
-        self.files = RunFiles(config.training.output_dir)
 
-    @classmethod
-    def of(cls, config: Config) -> Mirror | None:
-        """The run's mirror, or None when output_dir is a directory."""
-        return cls(config) if config.output_store is not None else None
+    @property
+    def shown(self) -> str:
+        return self.store.url
 
     @property
     def where(self) -> str:
         return f"{self.store.label}={self.store.url!r}"
 
     @property
-    def final_url(self) -> str:
+    def final_shown(self) -> str:
         return f"{self.store.url}/{NAMES.final}"
+
+    def summary(self) -> str:
+        return f"{self.store.url} (staged in {self.files.root})"
 
     def lease(self) -> StoreLease:
         return StoreLease(self.store)
 
     # -- before a run: the launcher, plan, doctor and world rank 0 --
-    def check(self, dry_run: bool = False) -> None:
-        """The bucket exists and takes writes (ConfigError, exit 2, for a missing bucket; EnvironmentProblem,
-        exit 3, for credentials or an unreachable store), and holds no finished model to overwrite unless asked
-        (a dry run only reports it: :meth:`facts`)."""
+    def preflight(self) -> None:
+        """The bucket exists (ConfigError, exit 2) and takes writes (EnvironmentProblem, exit 3, for credentials or
+        an unreachable store)."""
         self.store.preflight()
-        if not dry_run:
-            self.refuse_finished()
 
-    def refuse_finished(self) -> None:
-        if self.store.has_final() and not self.config.job.overwrite_output_dir:
-            raise ConfigError(
-                f"{self.where}: holds a finished model in {NAMES.final}/; set MLM_OVERWRITE_OUTPUT_DIR=true to "
-                "replace it, or choose another output_dir"
-            )
+    def has_final(self) -> bool:
+        return self.store.has_final()
 
-    def facts(self) -> dict[str, Any]:
-        """What a run would find in the store (as train/outputs/local.py's output_facts for a directory): looks only."""
-        finished = self.store.has_final()
-        steps = self.store.checkpoint_steps()
-        complete = sorted((step for step, done in steps.items() if done), reverse=True)
+    def retire_final(self) -> None:
+        self.store.remove(NAMES.final_previous)
+        self.store.move(NAMES.final, NAMES.final_previous)
+
+    def remove_checkpoints(self) -> int:
+        old = self.store.checkpoint_steps()
+        for step in old:
+            self.store.remove(NAMES.checkpoint(step))
+        return len(old)
+
+    def resume_fact(self) -> str:
+        complete = self.complete_steps()
         resume = self.config.job.resume
-        if finished and not self.config.job.overwrite_output_dir:
-            would = "refuse: it holds a finished model (MLM_OVERWRITE_OUTPUT_DIR=true replaces it)"
-        elif finished:
-            would = "start over from step 0, replacing the finished model at its end"
-        elif resume == "never" or not (complete or resume != "auto"):
-            would = "start from step 0"
-        else:
-            would = f"resume from {resume if resume != 'auto' else NAMES.checkpoint(complete[0])} (if it loads)"
+        if resume == "never" or not (complete or resume != "auto"):
+            return "start from step 0"
+        return f"resume from {resume if resume != 'auto' else NAMES.checkpoint(complete[0])} (if it loads)"
+
+    def complete_steps(self) -> list[int]:
+        return sorted((step for step, done in self.store.checkpoint_steps().items() if done), reverse=True)
+
+    def details(self) -> dict[str, Any]:
+        steps = self.store.checkpoint_steps()
         return {
             "store": self.store.url,
             "staging_dir": str(self.files.root),
-            "finished_model": finished,
-            "a run would": would,
-            "complete_checkpoints": [NAMES.checkpoint(step).name for step in complete],
+            "complete_checkpoints": [NAMES.checkpoint(step).name for step in self.complete_steps()],
             "incomplete_checkpoints": [NAMES.checkpoint(s).name for s, done in sorted(steps.items()) if not done],
         }
 
     # -- the start of a run --
-    def start(self, warn: Callable[[str], None]) -> str | None:
+    def choose_resume(self, warn: Warn) -> str | None:
         """World rank 0, holding the lease, before training: returns the local checkpoint to resume from."""
         config, store = self.config, self.store
         self.start_over(warn)
@@ -141,24 +143,6 @@ class Mirror:
             warn(f"{self.where}: cannot resume from {name} ({reason}); {fallback}; it was moved to {aside}")
         self.tidy_asides()
         return str(chosen) if chosen else None
-
-    def start_over(self, warn: Callable[[str], None]) -> None:
-        """MLM_OVERWRITE_OUTPUT_DIR=true on a finished run, as train/outputs/local.py's start_over does in a directory:
-        the finished model moved to final.previous/ (copied in the store) until this run publishes its own, the
-        finished run's checkpoints removed."""
-        config, store = self.config, self.store
-        if not (config.job.overwrite_output_dir and store.has_final()):
-            return
-        store.remove(NAMES.final_previous)
-        store.move(NAMES.final, NAMES.final_previous)
-        old = store.checkpoint_steps() if config.job.resume in ("auto", "never") else {}
-        for step in old:
-            store.remove(NAMES.checkpoint(step))
-        warn(
-            f"{config.source_of('overwrite_output_dir')}=true: starting over; the finished model is kept in "
-            f"{NAMES.final_previous}/ of {store.url} until this run's final/ replaces it, and its {len(old)} "
-            "checkpoint(s) were removed"
-        )
 
     def recover(self, warn: Callable[[str], None]) -> None:
         """A checkpoint whose upload was cut off (the store failed, or the stop timeout ended it) is in staging
@@ -191,7 +175,7 @@ class Mirror:
         """MLM_RESUME=<checkpoint's URL>: downloaded into staging; a local path: as for a directory."""
         resume, label = self.config.job.resume, self.config.source_of("resume")
         if not is_store_url(resume):
-            chosen, _ = resume_choice(self.config)
+            chosen, _ = resume_choice(self.config, self.files)
             return str(chosen)
         parent, _, name = resume.rstrip("/").rpartition("/")
         if not is_checkpoint_name(name):
@@ -215,7 +199,7 @@ class Mirror:
         for name in by_step[keep:]:
             self.store.remove(name)
 
-    def fetch(self, resume: str | None) -> str | None:
+    def localize(self, resume: str | None) -> str | None:
         """Every rank but world rank 0, after it chose: the chosen checkpoint in this node's staging directory
         (its local rank 0 downloads; a staging directory shared with world rank 0's gets an identical copy
         renamed over its own before anyone reads it). Returns this node's path of it."""
@@ -226,56 +210,45 @@ class Mirror:
             self.store.download_checkpoint(step, self.files.root)
         return str(self.files.checkpoint(step))
 
-    # -- the end of a run --
-    def publish(self) -> None:
-        """final/ into the store (train/outputs/store.py: the weights last, then the marker); final.previous/ goes."""
-        self.store.publish_final(self.files.final)
-        self.store.remove(NAMES.final_previous)
-
-    def upload_run_files(self) -> None:
-        """run.json, all_results.json, logs/ and the report: each file one object replaced whole."""
-        self.store.upload(self.files.root, *(p.relative_to(self.files.root) for p in self.run_files()))
-
-    def run_files(self) -> list[Path]:
-        files = self.files
-        return [files.run_json, files.all_results, files.logs, files.report, files.root / "loss.png"]
-
-
-class UploadCheckpoints(TrainerCallback):
-    """Uploads each checkpoint once the Trainer and the job's other callbacks have written it (added after them:
-    the completeness marker and the stream position are in it), then rotates the store's checkpoints. Every rank
-    calls on_save (the Trainer saves on all of them): two barriers keep the marker after every rank's files."""
-
-    def __init__(self, mirror: Mirror) -> None:
-        self.mirror = mirror
-
-    def on_save(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
-        store, files = self.mirror.store, RunFiles(args.output_dir)
-        local, rank, started = files.checkpoint(state.global_step), distributed.world_rank(), time.monotonic()
+    # -- a checkpoint saved --
+    def checkpoint_saved(self, step: int, keep: int | None, protect: list[int]) -> None:
+        """Every rank (the Trainer saves on all of them): each uploads the files only it wrote, world rank 0 every
+        other file; two barriers keep the marker after every rank's files; then save_total_limit in the store."""
+        store, local = self.store, self.files.checkpoint(step)
+        rank, started = distributed.world_rank(), time.monotonic()
         if rank == 0:
-            store.remove(NAMES.checkpoint(state.global_step))  # a copy of this step cut off, or saved before
+            store.remove(NAMES.checkpoint(step))  # a copy of this step cut off, or saved before
         distributed.barrier()
         if local.is_dir():
             store.put_checkpoint_files(local, lambda rel: writer_of(rel) == rank)
         distributed.barrier()
         if rank == 0:
             store.mark(local)
-            best = state.best_model_checkpoint
-            protect = [step_of(Path(best))] if best and is_checkpoint_name(Path(best).name) else []
-            if args.save_total_limit:
-                store.rotate(args.save_total_limit, protect)
+            if keep:
+                store.rotate(keep, protect)
             size = sum(path.stat().st_size for path in local.rglob("*") if path.is_file()) / 2**20
             say(f"uploaded {local.name} to {store.url} ({size:,.1f} MiB in {time.monotonic() - started:.1f} s)")
         elif local.is_dir() and not (local / TRAINER_STATE).exists():
             shutil.rmtree(local, ignore_errors=True)  # this node's RNG states, uploaded: staging keeps no more
 
+    # -- the end of a run --
+    def publish(self, write: Callable[[Path], None]) -> None:
+        """final/ written whole in staging, then into the store (train/outputs/store.py: the weights last, then
+        the marker); final.previous/ goes."""
+        publish_final(self.files, write)
+        self.store.publish_final(self.files.final)
+        self.store.remove(NAMES.final_previous)
 
-def upload_crash_log(config: Config, log: Path) -> None:
-    """A rank's crash log into the store, at once and without long retries (the run is ending: its one line says
-    where the traceback is, in staging; this copies it where it outlives the machine). Never raises."""
-    try:
-        store = Store(config.output_store or "", label=config.output_store_source, retry=Retry(attempts=2, total_s=5))
-        if log.is_file():
-            store.put(log, log.relative_to(RunFiles(config.training.output_dir).root))
-    except Exception:  # noqa: BLE001 - a crash is being reported: the upload is a courtesy
-        return
+    def sync(self, *paths: Path) -> None:
+        """Files of staging into the store, each file one object replaced whole."""
+        self.store.upload(self.files.root, *(path.relative_to(self.files.root) for path in paths))
+
+    def keep_crash_log(self, log: Path) -> None:
+        """A rank's crash log into the store, at once and without long retries (the run is ending: its one line
+        says where the traceback is, in staging; this copies it where it outlives the machine). Never raises."""
+        try:
+            store = Store(self.config.output_store or "", label=self.store.label, retry=Retry(attempts=2, total_s=5))
+            if log.is_file():
+                store.put(log, log.relative_to(self.files.root))
+        except Exception:  # noqa: BLE001 - a crash is being reported: the upload is a courtesy
+            return

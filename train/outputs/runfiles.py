@@ -83,6 +83,11 @@ class RunFiles:
     def loss_png(self) -> Path:
         return self.root / "loss.png"
 
+    def record_files(self) -> list[Path]:
+        """What a run writes beside its model and checkpoints when it ends: run.json, the results, logs/, the
+        report."""
+        return [self.run_json, self.all_results, self.logs, self.report, self.loss_png]
+
     @property
     def lease(self) -> Path:
         return self.root / ".lease"

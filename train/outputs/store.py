@@ -26,7 +26,6 @@ from __future__ import annotations
 import errno
 import functools
 import os
-import re
 import shutil
 import time
 import uuid
@@ -37,14 +36,14 @@ from typing import Any, TypeVar
 
 from train.common import console
 from train.common.errors import ConfigError, EnvironmentProblem, UserError, first_line
+from train.common.urls import without_credentials
+from train.outputs.checkpoints import problem
 from train.outputs.runfiles import COMPLETE_MARKER, RunFiles, is_checkpoint_name, step_of
 
 LABEL = "MLM_OUTPUT_DIR"
 NAMES = RunFiles(".")  # the names of output_dir, relative: NAMES.final == Path("final")
-LOCAL_PROTOCOLS = ("file", "local")
-URL = re.compile(r"^(?P<protocol>[a-z][a-z0-9+.-]*)://", re.I)
 DOWNLOAD_PREFIX = ".download-"  # a checkpoint being downloaded into staging: renamed into place once whole
-PROBE_PREFIX = ".write-test-"  # as train/outputs/local.py's probe_write
+PROBE_PREFIX = ".write-test-"  # as train/common/writable.py's probe_write
 WEIGHT_SUFFIXES = (".safetensors", ".bin")  # final/'s weights: uploaded after every other file
 TRANSIENT_ERRNOS = frozenset(
     {errno.EBUSY, errno.EREMOTEIO, errno.ETIMEDOUT, errno.EAGAIN, errno.ECONNRESET, errno.ECONNABORTED}
@@ -56,21 +55,6 @@ TRANSIENT_CODES = frozenset(
 )
 VANISHED = "removed from the store while being read"  # a checkpoint newest_resumable could not download
 T = TypeVar("T")
-
-
-def is_store_url(value: str | os.PathLike[str]) -> bool:
-    """``value`` names an object store: a URL whose protocol fsspec has a filesystem for, other than file/local."""
-    match = URL.match(os.fspath(value))
-    if not match or match["protocol"].lower() in LOCAL_PROTOCOLS:
-        return False
-    import fsspec  # only a URL needs it
-
-    return match["protocol"].lower() in fsspec.available_protocols()
-
-
-def without_credentials(url: str) -> str:
-    """``url`` as messages and run.json show it: a ``user:secret@`` after the protocol left out."""
-    return re.sub(r"^([a-z][a-z0-9+.-]*://)[^/@]*@", r"\1", url, flags=re.I)
 
 
 @dataclass(frozen=True)
@@ -335,11 +319,9 @@ class Store:
         return target
 
     def newest_resumable(self, staging: Path) -> tuple[Path | None, list[tuple[int, str]]]:
-        """(the newest complete checkpoint that downloads and passes train/checkpoints.problem(), now in
+        """(the newest complete checkpoint that downloads and passes train/outputs/checkpoints.problem(), now in
         ``staging``; the newer ones that did not, with why). An unusable one is removed from staging, kept in the
         store (saving that step again replaces it)."""
-        from train.outputs.checkpoints import problem  # imports the config schema, which imports this module
-
         skipped: list[tuple[int, str]] = []
         for step in self.complete_checkpoints():
             try:

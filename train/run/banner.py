@@ -8,6 +8,7 @@ from typing import Any
 
 from train.common.console import jsonable, now, resolve_format
 from train.common.handoff import Handoff, global_batch, precision_label, precision_name
+from train.common.versions import package_versions
 from train.config import Config
 from train.outputs.runfiles import RunFiles
 
@@ -15,8 +16,6 @@ from train.outputs.runfiles import RunFiles
 def banner_record(config: Config, facts: dict[str, Any], handoff: Handoff | None = None) -> dict[str, Any]:
     """The launch facts as one record: the launcher's decisions (``handoff``; None when the job was started
     without the launcher) and what only the running job knows (``facts``: data size, steps)."""
-    from train.outputs.local import package_versions
-
     training, job = config.training, config.job
     world_size = int(facts.get("world_size") or training.world_size or 1)
     files = RunFiles(training.output_dir)
@@ -135,8 +134,6 @@ def banner(config: Config, facts: dict[str, Any], handoff: Handoff | None = None
             f"{_count(record['eval_samples'])} eval samples"
         ),
         f"  steps      {_count(steps)} ({span}){resumed}",
-        f"  outputs    {files.root} (logs in {record['logs']}, report {files.report})"
-        if not record["output_store"]
-        else f"  outputs    {record['output_store']} (staged in {files.root})",
+        f"  outputs    {facts.get('outputs') or files.root}",  # the output location's summary, from the job
     ]
     return "\n".join(lines)

@@ -41,6 +41,7 @@ from train.model.load import (
 from train.model.tokenizer_training import agree_on_tokenizer
 from train.model.words import word_starts
 from train.outputs.checkpoints import resumed_options
+from train.outputs.runfiles import RunFiles
 from train.run.callbacks import CheckpointCompleteMarker, DivergenceGuard, EpochForCollator
 from train.run.preemption import StopOnSignal
 from train.run.trainer import MLMTrainer, losses_are_batch_means
@@ -94,7 +95,7 @@ def argmax_logits(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
     return logits.argmax(dim=-1)
 
 
-def prepare(config: Config, choose_resume: Callable[[], str | None] = lambda: None) -> Prepared:
+def prepare(config: Config, files: RunFiles, choose_resume: Callable[[], str | None] = lambda: None) -> Prepared:
     """Data, tokenizer, model, collator and Trainer for this rank, and the checkpoint it resumes from.
 
     ``choose_resume`` (every rank calls it: train/run/job.py's agreement) runs once the options, the model's config
@@ -175,7 +176,7 @@ def prepare(config: Config, choose_resume: Callable[[], str | None] = lambda: No
         callbacks=[
             EpochForCollator(collator),
             *([StreamPosition()] if corpus.streaming else []),
-            CheckpointCompleteMarker(resumed_options(config)),
+            CheckpointCompleteMarker(files, resumed_options(config)),
         ],
     )
     trainer.eval_collator = collator.for_evaluation(job.eval_mlm_probability)

@@ -3,14 +3,16 @@
 from __future__ import annotations
 
 import math
+from pathlib import Path
 from typing import Any
 
 import torch
 from transformers import TrainerCallback
 
 from train.model.collator import MaskingCollator
+from train.outputs.base import OutputLocation
 from train.outputs.checkpoints import mark_complete
-from train.outputs.runfiles import RunFiles
+from train.outputs.runfiles import RunFiles, is_checkpoint_name, step_of
 
 
 class EpochForCollator(TrainerCallback):
@@ -27,14 +29,28 @@ class CheckpointCompleteMarker(TrainerCallback):
     """Records, in each checkpoint, when the Trainer finished saving it and the options it ran with (a resume
     compares them; train/outputs/checkpoints.py says why resume judges a checkpoint by content, not by this marker)."""
 
-    def __init__(self, options: dict[str, Any]) -> None:
-        self.options = options
+    def __init__(self, files: RunFiles, options: dict[str, Any]) -> None:
+        self.files, self.options = files, options
 
     def on_save(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
         if state.is_world_process_zero:
-            checkpoint = RunFiles(args.output_dir).checkpoint(state.global_step)
+            checkpoint = self.files.checkpoint(state.global_step)
             if checkpoint.is_dir():
                 mark_complete(checkpoint, self.options)
+
+
+class CheckpointSaved(TrainerCallback):
+    """Hands each saved checkpoint to the output location (a bucket uploads it and rotates its copies). Added
+    after every callback that writes into a checkpoint: the completeness marker and the stream position are in
+    it by then."""
+
+    def __init__(self, location: OutputLocation) -> None:
+        self.location = location
+
+    def on_save(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        best = state.best_model_checkpoint
+        protect = [step_of(Path(best))] if best and is_checkpoint_name(Path(best).name) else []
+        self.location.checkpoint_saved(state.global_step, args.save_total_limit, protect)
 
 
 def finite_weights(model: torch.nn.Module) -> bool:

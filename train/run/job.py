@@ -29,25 +29,18 @@ from train.common.errors import (
 )
 from train.common.handoff import Handoff
 from train.common.lifetime import end_children
+from train.common.writable import check_cache_dir, disk_full
 from train.config import Config, load_config, move_hub_token_to_env
 from train.data import StreamPosition
-from train.outputs.checkpoints import decide_resume, newest_resumable
-from train.outputs.lease import OutputLease
-from train.outputs.local import (
-    RunRecord,
-    check_cache_dir,
-    check_output_dir,
-    disk_full,
-    publish_final,
-    start_over,
-    write_json_atomic,
-)
-from train.outputs.mirror import Mirror, UploadCheckpoints
-from train.outputs.runfiles import RunFiles
+from train.outputs.base import OutputLocation
+from train.outputs.checkpoints import newest_resumable
+from train.outputs.location import output_location
+from train.outputs.record import RunRecord, write_json_atomic
+from train.publish import CARD, publish_run
 from train.run import crash, logs
 from train.run.build import Prepared, prepare
-from train.run.callbacks import finite_weights
-from train.run.outcome import divergence_message, evaluation_at, final_metrics
+from train.run.callbacks import CheckpointSaved, finite_weights
+from train.run.outcome import divergence_message, evaluation_at, final_metrics, write_report_safely
 from train.run.preemption import EvaluationInterrupted
 from train.run.trainer import apply_ddp_timeout, save_interrupted, tokens_seen_this_session
 
@@ -56,8 +49,9 @@ def main(argv: list[str] | None = None) -> int:
     config = load_config(sys.argv[1:] if argv is None else argv)
     apply_ddp_timeout(config.training)
     move_hub_token_to_env(config, os.environ)
+    location = output_location(config)
     try:
-        return run(config)
+        return run(config, location)
     except dist.DistBackendError as exc:
         # Another rank died (a node lost, killed or preempted without a checkpoint) or stopped answering: say so in
         # one line, and exit 1 (a crash, worth retrying) rather than the 2/3 that tell Kubernetes not to retry.
@@ -68,7 +62,7 @@ def main(argv: list[str] | None = None) -> int:
     except UserError:
         raise
     except Exception as exc:
-        files = RunFiles(config.training.output_dir)
+        files = location.files
         if disk_full(exc, files.root):  # a checkpoint or the final model did not fit; earlier ones are intact
             raise EnvironmentProblem(
                 f"{config.source_of('output_dir')}={str(files.root)!r}: no space left on the device while writing; "
@@ -77,10 +71,8 @@ def main(argv: list[str] | None = None) -> int:
         found = timed_out(config, exc) or crash.worker_death(exc)
         if found is None:
             found = crash.unexpected(exc, files, distributed.world_rank())
-            if config.output_store:  # the pod, and its staging directory, may be gone before anyone reads it
-                from train.outputs.mirror import upload_crash_log
-
-                upload_crash_log(config, files.crash_log(distributed.world_rank()))
+            # In a bucket: the pod, and its staging directory, may be gone before anyone reads it.
+            location.keep_crash_log(files.crash_log(distributed.world_rank()))
         raise found from exc
     finally:
         end_children()  # workers that ignore SIGTERM must not hold the rank's exit (train/common/lifetime.py)
@@ -90,56 +82,52 @@ def timed_out(config: Config, exc: BaseException) -> UserError | None:
     return crash.collective_timeout(exc, config.source_of("ddp_timeout"), config.training.ddp_timeout)
 
 
-def run(config: Config) -> int:
-    """Check the outputs, hold the lease (world rank 0), train, and write what the run amounts to."""
+def run(config: Config, location: OutputLocation) -> int:
+    """Check the outputs (unless this node's launcher did), hold the lease (world rank 0), train, and write what
+    the run amounts to."""
     logs.configure_console(config)
     started = now()
-    files = check_output_dir(config)
-    check_cache_dir()
     handoff = Handoff.from_environ()
-    mirror = Mirror.of(config)  # None for a directory
-    lease = mirror.lease() if mirror else OutputLease(files, config.source_of("output_dir"))
+    if handoff is None or not handoff.outputs_checked:  # a bare torchrun: nobody checked them yet
+        location.check()
+        check_cache_dir()
+    files = location.files
+    lease = location.lease()
     if distributed.is_world_zero():  # before output_dir changes: a second job must leave the first unharmed
         lease.acquire(wait_s=config.job.stop_timeout)
     try:
         set_seed(config.training.seed)
-        prepared = prepare(config, lambda: agreed_resume(config, mirror))
+        prepared = prepare(config, files, lambda: agreed_resume(location))
         resume = prepared.resume
-        logs.attach(prepared.trainer, config, prepared.facts(), handoff)
+        facts = {**prepared.facts(), "outputs": location.summary()}
+        logs.attach(prepared.trainer, config, facts, handoff)
         prepared.trainer.add_callback(prepared.stopper)
         prepared.trainer.add_callback(prepared.guard)
-        if mirror:  # after every callback that writes into a checkpoint
-            prepared.trainer.add_callback(UploadCheckpoints(mirror))
-        uploaded = mirror.upload_run_files if mirror else None
-        record = RunRecord(config, files, prepared.facts(), handoff, started, uploaded)
+        prepared.trainer.add_callback(CheckpointSaved(location))  # after every callback that writes into one
+        after = [lambda: write_report_safely(files), lambda: location.sync(*files.record_files())]
+        record = RunRecord(config, files, prepared.facts(), handoff, started, after)
         take_stream_position(config, prepared, resume)
         metrics = train(config, prepared, resume)
         end_if_diverged_or_stopped(config, prepared, record)
-        finish(config, prepared, record, metrics, mirror)
+        finish(config, prepared, record, metrics, location)
         return 0
     finally:
         if distributed.is_world_zero():
             lease.release()
 
 
-def agreed_resume(config: Config, mirror: Mirror | None = None) -> str | None:
-    """World rank 0 decides which checkpoint to resume from (and moves unusable ones aside); the others receive
-    its answer, so ranks sharing a volume never race renaming the same directories. With a store, rank 0 chooses
-    there and every node downloads the choice into its staging directory."""
-    is_zero = distributed.is_world_zero()
+def agreed_resume(location: OutputLocation) -> str | None:
+    """World rank 0 decides which checkpoint to resume from (and sets unusable ones aside); the others receive
+    its answer, so ranks sharing a volume never race renaming the same directories. Each rank then has it on
+    its node (from a bucket, every node downloads the choice into its staging directory)."""
     choice: list[str | None] = [None]
-    if is_zero and mirror:
-        choice = [mirror.start(warn)]
-    elif is_zero:
-        start_over(config, warn)
-        choice = [decide_resume(config, warn)]
+    if distributed.is_world_zero():
+        choice = [location.choose_resume(warn)]
     if distributed.initialized():
         dist.broadcast_object_list(choice, src=0)
-    resume = choice[0]
-    if mirror:
-        resume = mirror.fetch(resume)
-        distributed.barrier()
-    if resume and is_zero:
+    resume = location.localize(choice[0])
+    distributed.barrier()
+    if resume and distributed.is_world_zero():
         warn(f"resuming from {resume}")
     return resume
 
@@ -192,13 +180,13 @@ def end_if_diverged_or_stopped(config: Config, prepared: Prepared, record: RunRe
 
 
 def finish(
-    config: Config, prepared: Prepared, record: RunRecord, metrics: dict[str, Any], mirror: Mirror | None = None
+    config: Config, prepared: Prepared, record: RunRecord, metrics: dict[str, Any], location: OutputLocation
 ) -> None:
-    """World rank 0 writes final/, all_results.json and run.json (and uploads them to a store), then pushes and
-    logs to the trackers."""
+    """World rank 0 publishes final/, then writes all_results.json and run.json, then pushes and logs to the
+    trackers."""
     files = record.files
     if distributed.is_world_zero():
-        publish_final(files, prepared.write_model)
+        location.publish(prepared.write_model)  # final/ whole before run.json says "finished"
         trainer, corpus = prepared.trainer, prepared.corpus
         results = final_metrics(
             metrics,
@@ -208,23 +196,18 @@ def finish(
             world_size=config.training.world_size,
         )
         write_json_atomic(files.all_results, results)
-        if mirror:  # final/ before run.json says "finished"
-            mirror.publish()
         record.write("finished")
-        say(f"finished: model in {mirror.final_url if mirror else files.final}")
+        say(f"finished: model in {location.final_shown}")
     # The other ranks wait for final/ here, not for the upload: a push of a large model outlasts ddp_timeout, and
     # a rank waiting in a collective that long would time out and fail a finished run.
     distributed.barrier()
     if distributed.is_world_zero():
         # Once final/ and run.json are written: the hub push and the trackers' final model and facts (exit 3 when
-        # one fails, final/ kept). Imported here: trackers are loaded only by a run that reaches this point.
-        from train.publish import CARD, publish_run
-
+        # one fails, final/ kept).
         try:
             publish_run(config, files, step=prepared.trainer.state.global_step)
         finally:
-            if mirror and (files.final / CARD).is_file():  # the model card the push or MLflow wrote into final/
-                mirror.store.upload(files.root, files.final.relative_to(files.root) / CARD)
+            location.sync(files.final / CARD)  # the model card the push or MLflow wrote into final/
 
 
 def cleanup() -> None:

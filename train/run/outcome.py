@@ -6,6 +6,11 @@ from __future__ import annotations
 import math
 from typing import Any, Protocol
 
+from train.common.console import warn
+from train.common.errors import ConfigError
+from train.outputs.runfiles import RunFiles
+from train.report import write_report
+
 PERPLEXITY_MAX_LOSS = 700.0  # exp(loss) overflows a float above ~709: the perplexity of a worse loss is inf
 
 
@@ -76,3 +81,13 @@ def final_metrics(
         out["perplexity"] = perplexity(out["eval_loss"])
     out.update(world_size=world_size, train_samples=samples, eval_samples=corpus.eval_samples)
     return out
+
+
+def write_report_safely(files: RunFiles) -> None:
+    """The report is a convenience: failing to draw it must not fail a finished or preempted run."""
+    try:
+        write_report(files.root)
+    except ConfigError:
+        return  # stopped before its first log step: nothing to draw yet
+    except Exception as exc:  # noqa: BLE001 - any drawing failure is only a warning
+        warn(f"no report ({type(exc).__name__}: {exc}); try: entrypoint.sh report {files.root}")

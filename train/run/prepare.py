@@ -18,10 +18,10 @@ import time
 from train.common.console import say
 from train.common.errors import exit_process, run_main
 from train.common.hf import cache_root
+from train.common.writable import check_cache_dir
 from train.config import load_config, move_hub_token_to_env
 from train.data import build_corpus, load_raw, real_token_count
 from train.model.load import load_tokenizer, scratch_config
-from train.outputs.local import check_cache_dir
 
 
 def directory_bytes(path: os.PathLike[str] | str) -> int:

@@ -1,0 +1,43 @@
+"""Helpers shared by the unit tests of several modules: checkpoints as the Trainer writes them, and a configuration
+of the demo corpus for tokenizer training."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import torch
+from safetensors.torch import save_file
+
+from train.config import Config, load_config
+from train.outputs.checkpoints import mark_complete
+
+
+def checkpoint(root: Path, step: int, marked: bool = True) -> Path:
+    """A checkpoint as the Trainer writes one: weights, optimizer, scheduler, RNG state, trainer_state.json."""
+    path = root / f"checkpoint-{step}"
+    path.mkdir(parents=True)
+    save_file({"w": torch.ones(64, 64)}, str(path / "model.safetensors"))
+    torch.save({"state": {0: {"exp_avg": torch.zeros(64, 64)}}}, path / "optimizer.pt")
+    torch.save({"last_epoch": step}, path / "scheduler.pt")
+    torch.save({"python": 1}, path / "rng_state.pth")
+    (path / "config.json").write_text("{}")
+    (path / "trainer_state.json").write_text(json.dumps({"global_step": step, "log_history": []}))
+    if marked:
+        mark_complete(path)
+    return path
+
+
+def truncate(path: Path, keep: float = 0.5) -> None:
+    data = path.read_bytes()
+    path.write_bytes(data[: int(len(data) * keep)])
+
+
+def demo_config(**env: str) -> Config:
+    """The demo corpus (200 samples) with a 120-token tokenizer vocabulary; ``env``: other MLM_* options, by name."""
+    values = {
+        "MLM_DEMO_SAMPLES": "200",
+        "MLM_TOKENIZER_VOCAB_SIZE": "120",
+        **{f"MLM_{k.upper()}": v for k, v in env.items()},
+    }
+    return load_config([], values)

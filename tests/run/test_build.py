@@ -1,0 +1,64 @@
+"""train/run/build.py's prepare: what a rank trains with, and bad input refused before the resume choice (so that
+it leaves output_dir as it was)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from tests.helpers import demo_config
+from train.common.errors import ConfigError
+from train.outputs.runfiles import RunFiles
+from train.run.build import prepare
+from train.run.callbacks import CheckpointCompleteMarker
+
+TINY = "n_layers=1,n_heads=2,dim=16,hidden_dim=32"
+
+
+def tiny(tmp_path: Path, **env: str):
+    """The demo corpus and a one-layer DistilBERT from scratch, its cache and outputs under ``tmp_path``."""
+    options = {
+        "model_name_or_path": "scratch:distilbert",
+        "config_overrides": TINY,
+        "output_dir": str(tmp_path / "out"),
+        "max_steps": "2",
+        **env,
+    }
+    return demo_config(**options)
+
+
+@pytest.fixture(autouse=True)
+def own_cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("HF_HOME", str(tmp_path / "hf"))
+
+
+def test_prepare_builds_the_rank_and_asks_for_the_resume_once_the_input_is_checked(tmp_path: Path) -> None:
+    config = tiny(tmp_path)
+    files = RunFiles(config.training.output_dir)
+    asked: list[str] = []
+
+    def choose_resume() -> str | None:
+        asked.append("resume")
+        return None
+
+    prepared = prepare(config, files, choose_resume)
+    assert asked == ["resume"] and prepared.resume is None
+    assert prepared.head == "masked-only" and prepared.corpus.train_samples and prepared.corpus.eval_samples
+    assert prepared.packing["padding"] == config.job.padding and 0 < prepared.packing["efficiency"] <= 1
+    assert prepared.masking["mlm_probability"] == config.job.mlm_probability
+    markers = [c for c in prepared.trainer.callback_handler.callbacks if isinstance(c, CheckpointCompleteMarker)]
+    assert [marker.files for marker in markers] == [files]  # the run's files, handed down, not rebuilt
+    facts = prepared.facts()
+    assert facts["dataset_fingerprint"] == prepared.corpus.fingerprint and facts["head"] == "masked-only"
+
+
+def test_bad_input_is_refused_before_the_resume_is_chosen(tmp_path: Path) -> None:
+    asked: list[str] = []
+    bad_model = tiny(tmp_path, config_overrides="n_layers=1,no_such_field=3")
+    with pytest.raises(ConfigError, match="no_such_field"):
+        prepare(bad_model, RunFiles(bad_model.training.output_dir), lambda: asked.append("resume") or None)
+    missing_data = tiny(tmp_path, dataset=str(tmp_path / "no-such-file.txt"))
+    with pytest.raises(ConfigError, match="no-such-file.txt"):
+        prepare(missing_data, RunFiles(missing_data.training.output_dir), lambda: asked.append("resume") or None)
+    assert asked == []  # the choice (which moves damaged checkpoints aside) never ran

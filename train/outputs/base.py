@@ -1,0 +1,160 @@
+"""What every output location does, and the rules that are the same wherever the outputs live.
+
+A run's outputs live in a directory (train/outputs/local.py) or in a bucket through a local staging directory
+(train/outputs/mirror.py); train/outputs/location.py decides which, once. The job, the launcher, ``plan`` and
+``doctor`` hold an :class:`OutputLocation` and call its methods: none of them asks which kind it has. The rules
+written here once for both kinds: a finished ``final/`` is refused unless MLM_OVERWRITE_OUTPUT_DIR=true, and
+then the run starts over (:meth:`OutputLocation.start_over`); what a run would do there (:meth:`facts`).
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from train.common.errors import ConfigError, EnvironmentProblem
+from train.common.writable import probe_write, write_failure
+from train.config import Config
+from train.outputs.lease import OutputLease
+from train.outputs.runfiles import RunFiles
+
+Warn = Callable[[str], None]
+REFUSE = "refuse: it holds a finished model (MLM_OVERWRITE_OUTPUT_DIR=true replaces it)"
+START_OVER = "start over from step 0, replacing the finished model at its end"
+
+
+class OutputLocation(ABC):
+    """One run's outputs. ``files`` is the local tree every rank writes (output_dir itself, or the staging
+    directory of a bucket): the Trainer and the job write directories only."""
+
+    def __init__(self, config: Config) -> None:
+        self.config = config
+        self.files = RunFiles(config.training.output_dir)
+
+    # -- how it is named --
+    @property
+    @abstractmethod
+    def shown(self) -> str:
+        """The location as a person names it: the directory's path or the bucket's URL."""
+
+    @property
+    @abstractmethod
+    def where(self) -> str:
+        """The option and its value, as an error message starts: ``MLM_OUTPUT_DIR='/output'``."""
+
+    @property
+    @abstractmethod
+    def final_shown(self) -> str:
+        """Where the finished model is: a path or a URL."""
+
+    @abstractmethod
+    def summary(self) -> str:
+        """The banner's outputs line: where the outputs go, and where to look."""
+
+    # -- what each kind does in its own way --
+    @abstractmethod
+    def preflight(self) -> None:
+        """Beyond the local directory: can the run write where the outputs live? EnvironmentProblem (exit 3) or
+        ConfigError (exit 2) when it cannot. Looks only (doctor calls it)."""
+
+    @abstractmethod
+    def has_final(self) -> bool:
+        """A finished model is there."""
+
+    @abstractmethod
+    def retire_final(self) -> None:
+        """final/ becomes final.previous/ (replacing an older one), kept until this run publishes its own."""
+
+    @abstractmethod
+    def remove_checkpoints(self) -> int:
+        """Remove a finished run's checkpoints (resuming from them would train 0 steps); returns how many."""
+
+    @abstractmethod
+    def resume_fact(self) -> str:
+        """What a run would resume from, in words (``resume from checkpoint-8``, ``start from step 0``)."""
+
+    @abstractmethod
+    def details(self) -> dict[str, Any]:
+        """The kind's own facts for ``plan``: the directory, or the store and its staging directory."""
+
+    @abstractmethod
+    def lease(self) -> OutputLease:
+        """One job at a time in this location."""
+
+    @abstractmethod
+    def choose_resume(self, warn: Warn) -> str | None:
+        """World rank 0, holding the lease, before training: start over if asked, set damaged checkpoints aside,
+        and return the local checkpoint to resume from (None: from step 0)."""
+
+    @abstractmethod
+    def publish(self, write: Callable[[Path], None]) -> None:
+        """World rank 0: the finished model written by ``write`` into final/, whole or not at all."""
+
+    def localize(self, resume: str | None) -> str | None:
+        """Every rank, once world rank 0 chose ``resume``: this node's path of it."""
+        return resume
+
+    def checkpoint_saved(self, step: int, keep: int | None, protect: list[int]) -> None:  # noqa: B027 - a directory does nothing
+        """Every rank, after each checkpoint is whole in ``files`` (``keep``: save_total_limit; ``protect``: the
+        steps rotation must keep)."""
+
+    def sync(self, *paths: Path) -> None:  # noqa: B027 - a directory does nothing
+        """Make these files of ``files`` durable where the outputs live (nothing to do in a directory)."""
+
+    def keep_crash_log(self, log: Path) -> None:  # noqa: B027 - a directory does nothing
+        """A crashed rank's traceback kept where the outputs live, quickly, never raising."""
+
+    # -- the rules, once for both kinds --
+    def check(self, dry_run: bool = False) -> None:
+        """Before any work: writable, and no finished model to overwrite unless asked (a dry run, ``plan``,
+        reports a finished model as a fact instead: :meth:`facts`)."""
+        try:
+            self.files.root.mkdir(parents=True, exist_ok=True)
+            probe_write(self.files.root)
+        except OSError as exc:
+            label = self.config.source_of("output_dir")  # MLM_STAGING_DIR for a bucket's staging directory
+            message = f"{label}={str(self.files.root)!r}: not writable ({write_failure(exc)}); "
+            raise EnvironmentProblem(message + "expected a writable directory") from None
+        self.preflight()
+        if not dry_run:
+            self.refuse_finished()
+
+    def refuse_finished(self) -> None:
+        """A finished ``final/`` is replaced only when asked (ConfigError otherwise)."""
+        if self.has_final() and not self.config.job.overwrite_output_dir:
+            raise ConfigError(
+                f"{self.where}: holds a finished model in {self.files.final.name}/; set "
+                "MLM_OVERWRITE_OUTPUT_DIR=true to replace it, or choose another output_dir"
+            )
+
+    def start_over(self, warn: Warn) -> bool:
+        """MLM_OVERWRITE_OUTPUT_DIR=true on a finished run: this run starts from step 0.
+
+        The finished model is kept, renamed ``final.previous/``, until this run publishes its own, and the
+        finished run's checkpoints are removed. Once started over there is no ``final/``: a preempted restart
+        with the same options resumes its own checkpoints instead of starting again. World rank 0 only, before
+        the resume decision."""
+        config = self.config
+        if not (config.job.overwrite_output_dir and self.has_final()):
+            return False
+        self.retire_final()
+        removed = self.remove_checkpoints() if config.job.resume in ("auto", "never") else 0  # a named one stays
+        previous = self.files.final_previous.name
+        warn(
+            f"{config.source_of('overwrite_output_dir')}=true: starting over; the finished model is kept in "
+            f"{previous}/ of {self.shown} until this run's final/ replaces it, and its {removed} checkpoint(s) "
+            "were removed"
+        )
+        return True
+
+    def facts(self) -> dict[str, Any]:
+        """What a run would find there and do (``plan``, ``doctor``): looks only."""
+        resume = self.resume_fact()
+        finished = self.has_final()
+        if finished and not self.config.job.overwrite_output_dir:
+            would = REFUSE
+        else:
+            would = START_OVER if finished else resume
+        return {**self.details(), "finished_model": finished, "a run would": would}

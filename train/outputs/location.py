@@ -1,0 +1,17 @@
+"""Where a run's outputs live, decided once: output_dir a directory, or a store's URL trained into a local
+staging directory and mirrored there (train/config/layers.py's ``stage_outputs`` resolved the URL into
+``Config.output_store`` and the staging directory). Every caller - the launcher, ``plan``, ``doctor``, the job -
+holds what :func:`output_location` returns and calls its methods (train/outputs/base.py); none asks which kind
+it has."""
+
+from __future__ import annotations
+
+from train.config import Config
+from train.outputs.base import OutputLocation
+from train.outputs.local import Directory
+from train.outputs.mirror import Mirror
+
+
+def output_location(config: Config) -> OutputLocation:
+    """The run's outputs: a :class:`Mirror` of a store when output_dir names one, else a :class:`Directory`."""
+    return Directory(config) if config.output_store is None else Mirror(config)
