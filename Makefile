@@ -1,4 +1,4 @@
-# mlm-trainer: the front door. `make help` lists the targets; every README command is one of them.
+# mlm-trainer: the front door. `make help` lists the targets; every command of README.md and docs/ is one of them.
 SHELL := /bin/bash
 .SHELLFLAGS := -eo pipefail -c
 .DEFAULT_GOAL := help
@@ -53,7 +53,7 @@ test-fast: venv ## Unit tests only (-m "not slow": no torchrun, image or namespa
 	$(BIN)/python -m pytest -m "not slow" --durations=10 $(PYTEST_ARGS)
 
 .PHONY: lint
-lint: venv ## ruff, shellcheck, hadolint, compose config, README option table up to date
+lint: venv ## ruff, shellcheck, hadolint, compose config, the option and model tables in docs/ up to date
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check train tests bench docker tools k8s
 	$(BIN)/shellcheck entrypoint.sh .ci/run .ci/*.sh docker/*.sh bench/*.sh slurm/*.sbatch
@@ -68,7 +68,7 @@ audit: venv ## Known vulnerabilities in the locks (pip-audit); audit-ignore.toml
 	$(BIN)/python -m tools.audit $(AUDIT_ARGS)
 
 .PHONY: options
-options: venv ## Regenerate the README's tables of options (from the schema) and models (from the code)
+options: venv ## Regenerate docs/options.md (from the schema) and docs/models.md's table (from the code)
 	$(BIN)/python -m tools.options --write docs/options.md
 	$(BIN)/python -m tools.models --write docs/models.md
 
@@ -105,7 +105,7 @@ image-test: venv system-deps ## Build the same Dockerfile on a local Debian base
 	bash docker/image-test.sh
 
 .PHONY: run
-run: ## docker run the image on all GPUs with ./data, ./output and a cache volume (the README's "full run")
+run: ## docker run the image on all GPUs with ./data, ./output and a cache volume (docs/image.md's "full run")
 	mkdir -p $(OUTPUT_DIR)
 	# MLM_CONFIG empty unless you set it: your MLM_* options on the project's defaults, not the image's demo preset.
 	docker run --rm --gpus $(GPUS) --ipc=host --ulimit memlock=-1 --ulimit stack=67108864 \

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # mlm-trainer entrypoint: PID-1 duties only, then exec into Python so signals reach the job.
 #
-# usage: entrypoint.sh [train] [--option value ...]   train (the default; options as in the README)
+# usage: entrypoint.sh [train] [--option value ...]   train (the default; options: docs/options.md)
 #        entrypoint.sh plan [--option value ...]      print the launch plan as JSON, train nothing
 #        entrypoint.sh prepare [--option value ...]   tokenize the corpus into the cache (HF_HOME), train nothing
 #        entrypoint.sh gpus                           list the GPUs this container can use

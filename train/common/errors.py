@@ -1,7 +1,7 @@
 """The one exception type for user-facing failures, and the exit codes the job documents.
 
 Library code raises; only the outermost ``main`` turns a :class:`UserError` into one line on stderr and an exit
-code, so every module stays testable. The codes are part of the public contract (README, Kubernetes
+code, so every module stays testable. The codes are part of the public contract (docs/exit-codes.md, Kubernetes
 podFailurePolicy):
 
 ====  =========================================================================================

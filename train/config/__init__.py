@@ -8,8 +8,10 @@ Every option is a typed dataclass field: :class:`JobArguments` (ours) plus every
 - ``schema``: the fields, each with its type, default, help and bound; our defaults for the Trainer's fields.
 - ``bounds``: what a bound is, the limits (``MAX_PROCESSES``, ...), and how a value shows in an error.
 - ``parser``: the schema as one HfArgumentParser, which converts every layer's strings.
-- ``layers``: the four layers read by one loop (unknown keys name the nearest option), the resolved
-  :class:`Config` and its redaction; ``yaml_file`` reads the YAML layer's file.
+- ``layers``: the four layers read by one loop (unknown keys name the nearest option); ``yaml_file`` reads the
+  YAML layer's file.
+- ``resolved``: the resolved :class:`Config`, where each value came from, and its redaction.
+- ``implied``: what the options imply, settled at load: a store's staging directory, the job's Hub push, trackers.
 - ``validate``: the bounds and the rules between options, checked before TrainingArguments is built.
 
 Other modules import from here, not from the modules inside.
@@ -30,8 +32,10 @@ from train.config.bounds import (
     help_with,
     shown,
 )
-from train.config.layers import REDACTED, Config, load_config, move_hub_token_to_env, split_trackers, take_over_push
+from train.config.implied import split_trackers, take_over_push
+from train.config.layers import load_config
 from train.config.parser import TOKENS_SEEN_MODES, build_parser, expected_type, option_actions, tokens_seen_mode
+from train.config.resolved import REDACTED, Config, move_hub_token_to_env
 from train.config.schema import (
     BOUNDS,
     ENV_PREFIX,

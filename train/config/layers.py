@@ -10,84 +10,21 @@ flags. Those flags, then the command line as given, are parsed by the schema's o
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import difflib
 import json
 import os
-from collections.abc import Callable, Iterator, Mapping, MutableMapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from transformers import TrainingArguments
-
-from train.common import hub_auth
 from train.common.errors import ConfigError
-from train.common.hf import cache_key, cache_root
-from train.common.urls import LOCAL_PROTOCOLS, is_store_url, without_credentials
-from train.common.urls import URL as STORE_URL
 from train.config.bounds import shown
+from train.config.implied import split_trackers, stage_outputs, take_over_push
 from train.config.parser import build_parser, expected_type, option_actions
-from train.config.schema import ENV_PREFIX, NON_OPTION_ENV, SECRET_FIELDS, JobArguments, env_name
+from train.config.resolved import Config
+from train.config.schema import ENV_PREFIX, NON_OPTION_ENV, env_name
 from train.config.validate import validate
 from train.config.yaml_file import read_yaml
-
-REDACTED = "***"
-STAGING = "staging"  # the staging directories of store output_dirs, under our cache (train/common/hf.py's cache_root)
-
-
-@dataclass
-class Config:
-    """The resolved configuration, and where each non-default value came from."""
-
-    job: JobArguments
-    training: TrainingArguments
-    sources: dict[str, str]
-    # MLM_PUSH_TO_HUB as the user set it: the job pushes final/, the Trainer is told not to (see take_over_push).
-    push_to_hub: bool = False
-    # output_dir as the user set it when it is a store's URL (training.output_dir is then the staging directory,
-    # see stage_outputs), and where it was set.
-    output_store: str | None = None
-    output_store_source: str = "output_dir"
-
-    def source_of(self, name: str) -> str:
-        """Where an option was set, as errors name it (``MLM_SEED``, ``job.yaml: seed``, ``--seed``), else its name."""
-        return self.sources.get(name, name)
-
-    def as_dict(self, redact: bool = True) -> dict[str, Any]:
-        """The resolved options as plain JSON-able values; secrets replaced by ``***``."""
-        resolved: dict[str, Any] = dataclasses.asdict(self.job)
-        resolved.update(_jsonable(self.training.to_dict()))
-        resolved["push_to_hub"] = self.push_to_hub
-        resolved["output_store"] = without_credentials(self.output_store) if self.output_store else None
-        if redact:
-            for name in SECRET_FIELDS:
-                if resolved.get(name):
-                    resolved[name] = REDACTED
-        return resolved
-
-
-def move_hub_token_to_env(config: Config, environ: MutableMapping[str, str]) -> None:
-    """Keep a hub token out of every file: the Trainer pickles its arguments into each checkpoint's and the final
-    model's training_args.bin (mode 0644). The token moves to ``HF_TOKEN`` in this process's environment, where
-    huggingface_hub (and the Trainer's push) read it, and the argument is cleared."""
-    token = config.training.hub_token
-    if token:
-        environ.setdefault("HF_TOKEN", token)
-        config.training.hub_token = None
-
-
-def _jsonable(values: Mapping[str, Any]) -> dict[str, Any]:
-    out: dict[str, Any] = {}
-    for key, value in values.items():
-        if isinstance(value, (str, int, float, bool)) or value is None:
-            out[key] = value
-        elif isinstance(value, (list, tuple)):
-            out[key] = [v if isinstance(v, (str, int, float, bool)) else str(v) for v in value]
-        elif isinstance(value, dict):
-            out[key] = _jsonable(value)
-        else:
-            out[key] = str(getattr(value, "value", value))
-    return out
 
 
 @dataclass(frozen=True)
@@ -175,29 +112,6 @@ def load_config(argv: Sequence[str] | None = None, environ: Mapping[str, str] | 
     return config
 
 
-def stage_outputs(config: Config, environ: Mapping[str, str]) -> None:
-    """An output_dir in a store (``s3://bucket/prefix``): the job trains into a local staging directory, which
-    train/outputs/mirror.py mirrors to the store, so every module that writes output_dir writes a directory. The store's
-    URL moves to ``Config.output_store``; ``training.output_dir`` becomes the staging directory (MLM_STAGING_DIR,
-    else one under our cache named by the URL: the same on every node and every run of that output_dir), and
-    errors about the local directory name MLM_STAGING_DIR."""
-    training, job = config.training, config.job
-    url = STORE_URL.match(training.output_dir)
-    if url and url["protocol"].lower() in LOCAL_PROTOCOLS:
-        training.output_dir = training.output_dir[url.end() :]  # file:///out is /out
-    if not url or not is_store_url(training.output_dir):
-        if url and url["protocol"].lower() not in LOCAL_PROTOCOLS:
-            raise ConfigError(
-                f"{config.source_of('output_dir')}={shown(training.output_dir)}: no filesystem for "
-                f"{url['protocol']}://; expected a directory or a store's URL (s3://, gs://, az://, ...)"
-            )
-        return
-    config.output_store, config.output_store_source = training.output_dir, config.source_of("output_dir")
-    staging = job.staging_dir or str(cache_root(environ) / STAGING / cache_key(training.output_dir))
-    training.output_dir = os.path.abspath(os.path.expanduser(staging))
-    config.sources["output_dir"] = config.sources.get("staging_dir", env_name("staging_dir"))
-
-
 def _nearest(name: str, known: Sequence[str]) -> str:
     match = difflib.get_close_matches(name, known, n=1, cutoff=0.5)
     return f"; did you mean {match[0]}?" if match else ""
@@ -263,29 +177,3 @@ def _cli_flags(cli_args: Sequence[str]) -> list[tuple[str, list[str]]]:
         elif flags:
             flags[-1][1].append(arg)
     return flags
-
-
-def take_over_push(config: Config, environ: Mapping[str, str]) -> None:
-    """Move MLM_PUSH_TO_HUB from the Trainer to the job, and fail now (ConfigError) when the push could not work.
-
-    MLM_PUSH_TO_HUB, MLM_HUB_MODEL_ID and MLM_HUB_PRIVATE_REPO are TrainingArguments fields, but the Trainer's own
-    push creates the repository when it is built and uploads output_dir (checkpoints, logs, training_args.bin) at
-    every save. The job pushes final/ instead, once, from rank 0, after final/ and run.json are written
-    (train/publish/__init__.py): the Trainer gets push_to_hub=False, Config.push_to_hub keeps the choice, and what
-    the push needs is checked by train.common.hub_auth before any training rather than after it."""
-    training = config.training
-    config.push_to_hub, training.push_to_hub = bool(training.push_to_hub), False
-    if config.push_to_hub:
-        repo = f"{config.source_of('hub_model_id')}={shown(training.hub_model_id)}"
-        source = config.source_of("push_to_hub")
-        hub_auth.check_push(training.hub_model_id, training.hub_token, environ, source=source, repo=repo)
-
-
-def split_trackers(config: Config) -> None:
-    """MLM_REPORT_TO=mlflow,wandb (YAML ``report_to: mlflow,wandb``) names two trackers. TrainingArguments.report_to
-    is one string to argparse, so the list arrives whole, and the Trainer would look for a tracker called
-    ``mlflow,wandb``: it is split here. (The Trainer checks the names; importing its list here would cost the
-    launcher seconds.)"""
-    training = config.training
-    names = [name.strip() for entry in training.report_to or () for name in str(entry).split(",") if name.strip()]
-    training.report_to = [] if names == ["none"] else names

@@ -4,7 +4,7 @@ Our options are the fields of :class:`JobArguments`; every field of ``transforme
 them, with our defaults where they differ (:data:`PROJECT_DEFAULTS`) and our bounds (:data:`TRAINING_BOUNDS`:
 the Trainer's class is not ours to annotate, and the Trainer pickles it into every checkpoint, so it stays the
 Trainer's own). An option's help ends with its bound's words (:func:`train.config.bounds.help_with`); the
-environment variable, YAML key, CLI flag and README row are all derived from the field's name.
+environment variable, YAML key, CLI flag and docs/options.md row are all derived from the field's name.
 """
 
 from __future__ import annotations
@@ -39,7 +39,7 @@ from train.config.bounds import (
 )
 
 ENV_PREFIX = "MLM_"
-# MLM_* variables that are not options: read by entrypoint.sh / the launcher / logging, documented in the README.
+# MLM_* variables that are not options: read by entrypoint.sh / the launcher / logging, documented in docs/options.md.
 NON_OPTION_ENV = {"MLM_CONFIG", "MLM_DEBUG", "MLM_EXIT_DIR", "MLM_LAUNCH", "MLM_PYTHON"}
 SECRET_FIELDS = {"hub_token"}
 BOUND = "bound"  # the metadata key of a field's Bound (the parser takes it out: argparse would refuse it)

@@ -1,5 +1,5 @@
 """Where a run's outputs live, decided once: output_dir a directory, or a store's URL trained into a local
-staging directory and mirrored there (train/config/layers.py's ``stage_outputs`` resolved the URL into
+staging directory and mirrored there (train/config/implied.py's ``stage_outputs`` resolved the URL into
 ``Config.output_store`` and the staging directory). Every caller - the launcher, ``plan``, ``doctor``, the job -
 holds what :func:`output_location` returns and calls its methods (train/outputs/base.py); none asks which kind
 it has."""

@@ -1,5 +1,5 @@
 """A run whose output_dir is in a store (``MLM_OUTPUT_DIR=s3://bucket/prefix``): the job trains into a local staging
-directory (train/config/layers.py's ``stage_outputs``; train/outputs/location.py chooses this class) and this module
+directory (train/config/implied.py's ``stage_outputs``; train/outputs/location.py chooses this class) and this module
 mirrors it to the store (train/outputs/store.py) at the moments that keep the store resumable on its own, by any
 node, from nothing:
 
