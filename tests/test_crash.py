@@ -5,10 +5,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from train.common.errors import EXIT_CRASH, EXIT_ENVIRONMENT, first_line
+from train.common.errors import EXIT_CRASH, EXIT_ENVIRONMENT, first_line, signal_named
 from train.launch.torchrun import killed_rank
 from train.outputs.runfiles import RunFiles
-from train.run.crash import collective_timeout, signal_named, unexpected, worker_death
+from train.run.crash import collective_timeout, unexpected, worker_death
 
 
 def test_first_line() -> None:

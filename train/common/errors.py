@@ -151,3 +151,26 @@ def exit_process(code: int) -> NoReturn:
     """
     gc.freeze()
     sys.exit(code)
+
+
+# What a killed process most likely met: one rule for a rank's DataLoader worker (train/run/crash.py) and for a
+# rank the launcher saw killed (train/launch/torchrun.py).
+OOM_KILLER = "most often the out-of-memory killer"
+RANK_REMEDY = "raise the memory limit or lower the batch size"
+
+
+def why_killed(signal_name: str, remedy: str) -> str:
+    """What a process killed by ``signal_name`` most likely met, and ``remedy`` for the out-of-memory killer."""
+    if signal_name == "SIGKILL":
+        return f"{OOM_KILLER} - {remedy}"
+    if signal_name == "SIGBUS":
+        return "SIGBUS is most often a /dev/shm too small (docker run --ipc=host)"
+    return "check the machine's logs"
+
+
+def signal_named(description: str) -> str:
+    """SIGKILL for strsignal's "Killed"; the description itself when no signal has it."""
+    for candidate in signal.Signals:
+        if signal.strsignal(candidate) == description.strip():
+            return candidate.name
+    return description.strip()

@@ -31,15 +31,16 @@ from train.common.errors import (
     EXIT_CRASH,
     EXIT_DIR_ENV,
     EXIT_PREEMPTED,
+    RANK_REMEDY,
     STOP_SIGNALS,
     debug_enabled,
     documented_exit,
     read_exit_codes,
+    why_killed,
 )
 from train.common.lifetime import die_with_parent
 from train.launch.plan import Plan, torchrun_path
 from train.launch.rendezvous import wait_for_address
-from train.run.crash import RANK_REMEDY, why_killed
 
 
 def _child_env(environ: Mapping[str, str], plan: Plan, exit_dir: str) -> dict[str, str]:

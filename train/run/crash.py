@@ -9,23 +9,22 @@ needs the cause and the fix.
 from __future__ import annotations
 
 import re
-import signal
 import traceback
 
-from train.common.errors import EXIT_CRASH, EnvironmentProblem, UserError, first_line
+from train.common.errors import (
+    EXIT_CRASH,
+    OOM_KILLER,
+    EnvironmentProblem,
+    UserError,
+    first_line,
+    signal_named,
+    why_killed,
+)
 from train.outputs.runfiles import RunFiles
 
 # torch 2.13, torch/utils/data: the C++ SIGCHLD check, and the Python side's timeout on a dead worker.
 _WORKER_KILLED = re.compile(r"DataLoader worker \(pid ([0-9]+)\) is killed by signal: ([^.]+)")
 _WORKER_EXITED = re.compile(r"DataLoader worker \(pid\(s\) ([0-9, ]+)\) exited unexpectedly")
-
-
-def signal_named(description: str) -> str:
-    """SIGKILL for strsignal's "Killed"; the description itself when no signal has it."""
-    for candidate in signal.Signals:
-        if signal.strsignal(candidate) == description.strip():
-            return candidate.name
-    return description.strip()
 
 
 # gloo (torch 2.13): "Application timeout caused pair closure", "Timed out waiting 10000ms for recv operation";
@@ -45,18 +44,7 @@ def collective_timeout(exc: BaseException, label: str, seconds: float) -> UserEr
     )
 
 
-OOM_KILLER = "most often the out-of-memory killer"
 WORKER_REMEDY = "lower MLM_DATALOADER_NUM_WORKERS or raise the memory limit"
-RANK_REMEDY = "raise the memory limit or lower the batch size"
-
-
-def why_killed(signal_name: str, remedy: str) -> str:
-    """What a process killed by ``signal_name`` most likely met, and ``remedy`` for the out-of-memory killer."""
-    if signal_name == "SIGKILL":
-        return f"{OOM_KILLER} - {remedy}"
-    if signal_name == "SIGBUS":
-        return "SIGBUS is most often a /dev/shm too small (docker run --ipc=host)"
-    return "check the machine's logs"
 
 
 def worker_death(exc: BaseException) -> EnvironmentProblem | None:
