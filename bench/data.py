@@ -39,7 +39,11 @@ def worker(mode: str, corpus: Path, tokenizer_dir: Path, hf_home: Path) -> dict[
     os.environ["HF_HOME"] = str(hf_home)
     from transformers import AutoTokenizer
 
+    # After HF_HOME above, not at the top: train.config imports huggingface_hub, which reads HF_HOME at import.
     from train.config import load_config
+
+    # After HF_HOME: train.data imports datasets, whose config takes its cache paths from HF_HOME at import.
+    from train.data import load_raw, tokenize, tokenized_stream
 
     workers = {"ours-1": "1", "ours-all": str(len(os.sched_getaffinity(0)))}.get(mode, "1")
     env = {
@@ -51,8 +55,6 @@ def worker(mode: str, corpus: Path, tokenizer_dir: Path, hf_home: Path) -> dict[
         "MLM_PREPROCESSING_NUM_WORKERS": workers,
         "MLM_MAX_STEPS": "1",
     }
-    from train.data import load_raw, tokenize, tokenized_stream
-
     tokenizer = AutoTokenizer.from_pretrained(str(tokenizer_dir))
     streamed = {**env, "MLM_STREAMING": "true", "MLM_MAX_EVAL_SAMPLES": "100"}
     config = load_config([], streamed if mode == "stream" else env)  # outside the timing: imports, arguments

@@ -39,13 +39,14 @@ from bench.runner import (
     warm_cache,
     write_results,
 )
+from train.config import load_config
 
 
 def prepare(settings: DemoSettings, workdir: Path) -> tuple[Path, dict[str, Any]]:
     """Train the tokenizer both recipes share, time tokenizing the 50,000 demo samples cold and again from the
     cache, and fill the runs' tokenization caches so no timed run pays for tokenizing."""
     use_local_hf(workdir)
-    from train.config import load_config
+    # After use_local_hf: these import datasets, which reads HF_HOME at import (bench.run imports this module first).
     from train.data import load_raw
     from train.model.tokenizer_training import train_tokenizer
 
@@ -67,7 +68,7 @@ def prepare(settings: DemoSettings, workdir: Path) -> tuple[Path, dict[str, Any]
 def time_tokenization(workdir: Path, argv: list[str]) -> dict[str, Any]:
     """Tokenize the whole demo set (50,000 samples, both splits) into an empty cache, then again in a fresh
     process, as a second run of the job would: it must read everything from the cache (bench/tokenization.py)."""
-    from train.config import load_config
+    # Not at the top: these import datasets, which reads HF_HOME at import; prepare's use_local_hf sets it first.
     from train.data import load_raw, tokenize
     from train.model.load import load_tokenizer, scratch_config
 

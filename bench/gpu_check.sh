@@ -7,7 +7,7 @@
 # 1. entrypoint.sh gpus and plan on this machine
 # 2. NVML's GPU count (after CUDA_VISIBLE_DEVICES) == torch.cuda.device_count()
 # 3. a short real training run through the launcher with the precision it picks (the demo, from scratch, offline)
-# 4. with 2+ GPUs: the same run without torchrun (the Trainer then uses nn.DataParallel), for the README's numbers
+# 4. with 2+ GPUs: the same run without torchrun (the Trainer then uses nn.DataParallel), for docs/performance.md's numbers
 set -Eeuo pipefail
 
 cd "$(dirname "$(readlink -f "${BASH_SOURCE[0]}")")/.."

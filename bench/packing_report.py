@@ -130,12 +130,24 @@ def shared_machine(runs: list[dict[str, Any]], threads: int | None) -> str:
 
 def markdown(result: dict[str, Any]) -> str:
     """The packing series' report: efficiency per mode, then per architecture speed, ratios and held-out loss."""
-    env, settings, corpus, runs = result["environment"], result["settings"], result["corpus"], result["runs"]
-    quality = result["quality_runs"]
-    out = [f"# Benchmark: packing modes, documents apart or across ({result['date'][:10]}, {env['host']})\n"]
-    add = out.append
-    held = result["heldout"]
-    add(
+    summary = result["summary"]
+    out = _introduction(result)
+    out += _efficiency(summary)
+    for name, s in summary["architectures"].items():
+        out += _speed(name, s)
+        out += _speed_ratios(s["ratios"])
+        out += _heldout_losses(name, s["quality"], result["settings"]["quality_steps"])
+    out += _failures(result.get("failures") or [])
+    out += _every_run(result["runs"] + result["quality_runs"])
+    out += _flags(result)
+    return "\n".join(out) + "\n"
+
+
+def _introduction(result: dict[str, Any]) -> list[str]:
+    """The title, and a paragraph on the machine, the data, the models, the speed and the quality runs."""
+    env, settings, corpus, held = result["environment"], result["settings"], result["corpus"], result["heldout"]
+    return [
+        f"# Benchmark: packing modes, documents apart or across ({result['date'][:10]}, {env['host']})\n",
         f"{machine(result)}; torch {env['torch']}, transformers {env['transformers']}. Data: the real series' "
         f"{corpus['bytes'] / MIB:.1f} MiB of real English ({corpus['source']}), one document per line, less "
         f"{held['documents']:,} held-out lines ({held['tokens']:,} tokens); its WordPiece tokenizer "
@@ -147,14 +159,17 @@ def markdown(result: dict[str, Any]) -> str:
         f"{settings['seeds']} seed(s), {ISOLATED} then {CROSSING}, {settings['quality_steps']} steps of "
         f"{settings['blocks']} blocks (the same blocks, masks and tokens for both), learning rate "
         f"{settings['learning_rate']:g} after {settings['warmup_steps']} warm-up steps. "
-        + shared_machine(runs + quality, settings["threads"])
-        + "\n"
-    )
-    add("## Packing efficiency: real tokens / positions computed\n")
-    add("| mode | what | examples per step | real tokens per example | efficiency | the banner's | target | "
-        "tokens kept |")  # fmt: skip
-    add("|---|---|---|---|---|---|---|---|")
-    summary = result["summary"]
+        + shared_machine(result["runs"] + result["quality_runs"], settings["threads"])
+        + "\n",
+    ]
+
+
+def _efficiency(summary: dict[str, Any]) -> list[str]:
+    """Per mode: its batches, its efficiency against the target, the banner's figure and the tokens it keeps."""
+    out = ["## Packing efficiency: real tokens / positions computed\n"]
+    out.append("| mode | what | examples per step | real tokens per example | efficiency | the banner's | target | "
+               "tokens kept |")  # fmt: skip
+    out.append("|---|---|---|---|---|---|---|---|")
     first = next(iter(summary["architectures"].values()), {"modes": {}})
     for mode, facts in summary["efficiency"].items():
         banner = (first["modes"].get(mode) or {}).get("banner_efficiency")
@@ -162,72 +177,101 @@ def markdown(result: dict[str, Any]) -> str:
             goal = "–"
         else:
             goal = f"≥ {facts['target']:.0%}: {'met' if facts['met'] else '**not met**'}"
-        add(
+        out.append(
             f"| {mode} | {MODES[mode]} | {facts['batch']:,} | {facts['tokens_per_example']:.1f} | "
             f"**{facts['efficiency']:.1%}** ({facts['samples']:,} samples) | "
             f"{_range(banner, '.1%') if banner else '–'} | {goal} | {_pct(facts['tokens_kept'])} |"
         )
-    add("")
-    for name, s in summary["architectures"].items():
-        params = f"{s['parameters'] / 1e6:.1f} M parameters" if s["parameters"] else "no run"
-        add(f"## {name} ({params}): real tokens/s, min – max over the repeats\n")
-        add("| mode | real tokens/s | s/step | peak MiB | wall s |")
-        add("|---|---|---|---|---|")
-        for mode, m in s["modes"].items():
-            memory = {k: v / MIB for k, v in m["peak_memory_bytes"].items()}
-            add(
-                f"| {mode} | {_range(m['real_tokens_per_s'], ',.0f')} | {_range(m['step_s'], '.3f')} | "
-                f"{_range(memory, ',.0f')} | {_range(m['wall_s'], '.1f')} |"
-            )
-        add("")
-        if s["ratios"]:
-            add("| real tokens/s ratio | median [min – max] | per repeat |")
-            add("|---|---|---|")
-            for c in s["ratios"]:
-                add(f"| {c['label']} | **{_ratio(c)}** | {', '.join(f'{v:.2f}' for v in c['values'])} |")
-            add("")
-        q = s["quality"]
-        if q:
-            add(f"### {name}: held-out loss on whole documents, each alone (per masked token)\n")
-            add(f"| seed | isolated ({ISOLATED}) | crossing ({CROSSING}) | crossing − isolated |")
-            add("|---|---|---|---|")
-            for row in q["seeds"]:
-                add(f"| {row['seed']} | {row['isolated']:.4f} | {row['crossing']:.4f} | "
-                    f"{row['crossing'] - row['isolated']:+.4f} |")  # fmt: skip
-            d, speed = q["difference"], q["speed"]
-            add(
-                f"| min – max | {_range(q['isolated'], '.4f')} | {_range(q['crossing'], '.4f')} | "
-                f"**{d['min']:+.4f} – {d['max']:+.4f}** |"
-            )
-            add(
-                f"\nIsolated lower in {q['isolated_lower']} of {len(q['seeds'])} seed(s). The same runs' real "
-                f"tokens/s, isolated / crossing over {settings['quality_steps']} steps: **{_ratio(speed)}** (per seed: "
-                f"{', '.join(f'{v:.2f}' for v in speed['values'])}).\n"
-            )
-    for failure in result.get("failures") or []:
-        add(f"- **{failure['architecture']} {failure['mode']}** failed ({failure['label']}): "
-            f"{failure['error'].splitlines()[0]}")  # fmt: skip
-    if result.get("failures"):
-        add("")
+    out.append("")
+    return out
 
-    add("## Every run, in the order they ran\n")
-    add("| run | mode | batch | real tokens/s | s/step | wall s | first step s | peak MiB | final loss | held-out loss "
-        "| load avg (before, after) |")  # fmt: skip
-    add("|---|---|---|---|---|---|---|---|---|---|---|")
-    for run in runs + quality:
+
+def _speed(name: str, s: dict[str, Any]) -> list[str]:
+    """One architecture's speed per mode, min – max over the repeats."""
+    params = f"{s['parameters'] / 1e6:.1f} M parameters" if s["parameters"] else "no run"
+    out = [f"## {name} ({params}): real tokens/s, min – max over the repeats\n"]
+    out.append("| mode | real tokens/s | s/step | peak MiB | wall s |")
+    out.append("|---|---|---|---|---|")
+    for mode, m in s["modes"].items():
+        memory = {k: v / MIB for k, v in m["peak_memory_bytes"].items()}
+        out.append(
+            f"| {mode} | {_range(m['real_tokens_per_s'], ',.0f')} | {_range(m['step_s'], '.3f')} | "
+            f"{_range(memory, ',.0f')} | {_range(m['wall_s'], '.1f')} |"
+        )
+    out.append("")
+    return out
+
+
+def _speed_ratios(ratios: list[dict[str, Any]]) -> list[str]:
+    """One architecture's real tokens/s ratios, taken within each repeat."""
+    if not ratios:
+        return []
+    out = ["| real tokens/s ratio | median [min – max] | per repeat |", "|---|---|---|"]
+    for c in ratios:
+        out.append(f"| {c['label']} | **{_ratio(c)}** | {', '.join(f'{v:.2f}' for v in c['values'])} |")
+    out.append("")
+    return out
+
+
+def _heldout_losses(name: str, q: dict[str, Any] | None, quality_steps: int) -> list[str]:
+    """One architecture's held-out loss per seed, isolated against crossing, and the same runs' speed ratio."""
+    if not q:
+        return []
+    out = [f"### {name}: held-out loss on whole documents, each alone (per masked token)\n"]
+    out.append(f"| seed | isolated ({ISOLATED}) | crossing ({CROSSING}) | crossing − isolated |")
+    out.append("|---|---|---|---|")
+    for row in q["seeds"]:
+        out.append(f"| {row['seed']} | {row['isolated']:.4f} | {row['crossing']:.4f} | "
+                   f"{row['crossing'] - row['isolated']:+.4f} |")  # fmt: skip
+    d, speed = q["difference"], q["speed"]
+    out.append(
+        f"| min – max | {_range(q['isolated'], '.4f')} | {_range(q['crossing'], '.4f')} | "
+        f"**{d['min']:+.4f} – {d['max']:+.4f}** |"
+    )
+    out.append(
+        f"\nIsolated lower in {q['isolated_lower']} of {len(q['seeds'])} seed(s). The same runs' real "
+        f"tokens/s, isolated / crossing over {quality_steps} steps: **{_ratio(speed)}** (per seed: "
+        f"{', '.join(f'{v:.2f}' for v in speed['values'])}).\n"
+    )
+    return out
+
+
+def _failures(failures: list[dict[str, Any]]) -> list[str]:
+    """A line per failed run, with the first line of its error."""
+    if not failures:
+        return []
+    out = [
+        f"- **{f['architecture']} {f['mode']}** failed ({f['label']}): {f['error'].splitlines()[0]}" for f in failures
+    ]
+    out.append("")
+    return out
+
+
+def _every_run(runs: list[dict[str, Any]]) -> list[str]:
+    """Every run's figures, the speed runs then the quality runs, in the order they ran."""
+    out = ["## Every run, in the order they ran\n"]
+    out.append("| run | mode | batch | real tokens/s | s/step | wall s | first step s | peak MiB | final loss | "
+               "held-out loss | load avg (before, after) |")  # fmt: skip
+    out.append("|---|---|---|---|---|---|---|---|---|---|---|")
+    for run in runs:
         load = ", ".join(f"{x:.1f}" for x in run["load_avg_1m"])
         held_loss = f"{run['heldout']['loss']:.4f}" if run.get("heldout") else "–"
-        add(
+        out.append(
             f"| {run['label']} | {run['recipe']} | {run['probe']['samples_per_step']:,} | "
             f"{run['real_tokens_per_s']:,.0f} | {heads.step_seconds(run):.3f} | {run['wall_s']:.1f} | "
             f"{run['first_step_s']:.1f} | {run['peak_memory_bytes'] / MIB:,.0f} | {run['final_loss']:.3f} | "
             f"{held_loss} | {load} |"
         )
-    add("")
-    add("## Flags\n")
+    out.append("")
+    return out
+
+
+def _flags(result: dict[str, Any]) -> list[str]:
+    """Each architecture's and each mode's flags, and the notes on how the figures are counted."""
+    out = ["## Flags\n"]
     for name, overrides in result["architectures"].items():
-        add(f"- **{name}**: `--model_name_or_path scratch:{name} --config_overrides {overrides}`")
+        out.append(f"- **{name}**: `--model_name_or_path scratch:{name} --config_overrides {overrides}`")
     for mode, flags in result["flags"].items():
-        add(f"- **{mode}**: `{' '.join(flags)}`")
-    add(f"\n{NOTES}")
-    return "\n".join(out) + "\n"
+        out.append(f"- **{mode}**: `{' '.join(flags)}`")
+    out.append(f"\n{NOTES}")
+    return out

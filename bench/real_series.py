@@ -12,6 +12,8 @@ from pathlib import Path
 from typing import Any
 
 from bench import real, report
+from bench.corpus import SOURCE, write_corpus
+from bench.data import train_tokenizer
 from bench.runner import result_header, run_dir, run_once, use_local_hf, warm_cache, write_results
 
 
@@ -24,9 +26,6 @@ def prepare_real(settings: real.RealSettings, workdir: Path) -> tuple[Path, Path
     """The corpus, a 30,522-token WordPiece tokenizer trained on it, and every recipe's tokenization cache
     filled, so no timed run pays for tokenizing (outside the timed steps either way)."""
     use_local_hf(workdir)
-    from bench.corpus import SOURCE, write_corpus
-    from bench.data import train_tokenizer
-
     corpus = write_corpus(workdir / f"corpus-{settings.corpus_mb:g}mb.txt", int(settings.corpus_mb * 2**20))
     tokenizer_dir = train_tokenizer(corpus, workdir / f"tokenizer-{corpus.stem}")
     with corpus.open("rb") as lines:
@@ -50,6 +49,7 @@ def warm_run_mlm_cache(argv: list[str], workdir: Path) -> None:
     truncation changes its state and so the cache's fingerprint)."""
     from transformers import AutoTokenizer
 
+    # Not at the top: bench.run_mlm imports datasets, which reads HF_HOME at import; use_local_hf sets it first.
     from bench.run_mlm import parse, tokenized_train
 
     recipe, training = parse(argv + ["--output_dir", str(run_dir(workdir, "warm-run_mlm"))])

@@ -40,37 +40,58 @@ def _spread(s: dict[str, float], fmt: str) -> str:
 
 
 def markdown(result: dict[str, Any]) -> str:
+    """The demo series' report, section by section."""
+    gpu = result["settings"]["device"] == "cuda"
+    out = _demo_introduction(result)
+    out += _demo_ratios(result.get("ratios", {}))
+    out += _demo_each_recipe(result["summary"], gpu)
+    out += _demo_every_run(result["runs"], gpu)
+    out += _demo_time_to_first_step(result["runs"])
+    out += _demo_loss_curves(result.get("loss_curves") or {})
+    out += _demo_tokenizing(result["tokenization"])
+    out += _demo_first_step(result)
+    if result.get("startup"):
+        out += startup_markdown(result["startup"])
+    out += _demo_recipes(result, gpu)
+    return "\n".join(out) + "\n"
+
+
+def _demo_introduction(result: dict[str, Any]) -> list[str]:
+    """The title, and a paragraph on the machine, the model, the data and the runs."""
     env, settings = result["environment"], result["settings"]
-    gpu = settings["device"] == "cuda"
-    out: list[str] = []
-    add = out.append
-    threads = result["runs"][0]["probe"]["torch_threads"] if result["runs"] else "?"
-    device = env["gpu"] if gpu else f"CPU, {env['cpu_count']} cores, {threads} torch thread(s) per run"
-    add(f"# Benchmark: the seed recipe against our default recipe ({result['date'][:10]}, {env['host']})\n")
     extras = settings.get("extras") or []
     then = f"; then single runs ({', '.join(extras)}) with the flags listed below" if extras else ""
-    add(
-        f"{device}; torch {env['torch']}, transformers {env['transformers']}. Model: DistilBERT from scratch "
+    return [
+        f"# Benchmark: the seed recipe against our default recipe ({result['date'][:10]}, {env['host']})\n",
+        f"{machine(result)}; torch {env['torch']}, transformers {env['transformers']}. Model: DistilBERT from scratch "
         f"(`{settings['model_overrides']}`), the same WordPiece tokenizer and the same 50,000 demo samples for "
         f"both recipes; {settings['max_steps']} optimizer steps of 32 samples per run; {settings['repeats']} "
         f"repetitions, alternating {' / '.join(settings['recipes'])}, each run a fresh torchrun process{then}. "
-        "Throughput counts real (non-padding) tokens over the steps after the first fifth.\n"
-    )
-    ratios = result.get("ratios", {})
+        "Throughput counts real (non-padding) tokens over the steps after the first fifth.\n",
+    ]
+
+
+def _demo_ratios(ratios: dict[str, Any]) -> list[str]:
+    """Per recipe, a table of its ratios to the seed recipe."""
+    out: list[str] = []
     for name, metrics in ratios.items():
-        add(f"## {name} / seed, per repetition: median [min – max]\n")
-        add("| metric | ratio | per repetition |")
-        add("|---|---|---|")
+        out.append(f"## {name} / seed, per repetition: median [min – max]\n")
+        out.append("| metric | ratio | per repetition |")
+        out.append("|---|---|---|")
         for metric, s in metrics.items():
             values = ", ".join(f"{v:.2f}" for v in s["values"])
-            add(f"| {metric.replace('_', ' ')} | **{_spread(s, '.2f')}** | {values} |")
-        add("")
+            out.append(f"| {metric.replace('_', ' ')} | **{_spread(s, '.2f')}** | {values} |")
+        out.append("")
+    return out
 
-    add("## Each recipe: median [min – max]\n")
+
+def _demo_each_recipe(summary: dict[str, Any], gpu: bool) -> list[str]:
+    """Each recipe's figures, median [min – max] over its runs."""
+    out = ["## Each recipe: median [min – max]\n"]
     header = "| recipe | real tokens/s | samples/s | wall s | first step s | peak memory MiB |"
-    add(header + (" MFU |" if gpu else ""))
-    add("|---|---|---|---|---|---|" + ("---|" if gpu else ""))
-    for name, s in result["summary"].items():
+    out.append(header + (" MFU |" if gpu else ""))
+    out.append("|---|---|---|---|---|---|" + ("---|" if gpu else ""))
+    for name, s in summary.items():
         memory = {k: v / MIB for k, v in s["peak_memory_bytes"].items()}
         row = (
             f"| {name} | {_spread(s['real_tokens_per_s'], ',.0f')} | {_spread(s['samples_per_s'], ',.1f')} | "
@@ -78,14 +99,18 @@ def markdown(result: dict[str, Any]) -> str:
         )
         if gpu:
             row += f" {_spread(s['mfu'], '.1%')} |" if "mfu" in s else " |"
-        add(row)
-    add("")
+        out.append(row)
+    out.append("")
+    return out
 
-    add("## Every run, in the order they ran\n")
-    add("| run | recipe | real tokens/s | samples/s | wall s | first step s | peak MiB | final loss | eval loss |"
-        " load avg (before, after) |" + (" MFU |" if gpu else ""))  # fmt: skip
-    add("|---|---|---|---|---|---|---|---|---|---|" + ("---|" if gpu else ""))
-    for run in result["runs"]:
+
+def _demo_every_run(runs: list[dict[str, Any]], gpu: bool) -> list[str]:
+    """Every run's figures, in the order they ran."""
+    out = ["## Every run, in the order they ran\n"]
+    header = "| run | recipe | real tokens/s | samples/s | wall s | first step s | peak MiB | final loss | eval loss |"
+    out.append(header + " load avg (before, after) |" + (" MFU |" if gpu else ""))
+    out.append("|---|---|---|---|---|---|---|---|---|---|" + ("---|" if gpu else ""))
+    for run in runs:
         eval_loss = f"{run['eval_loss']:.3f}" if run.get("eval_loss") is not None else "–"
         load = ", ".join(f"{x:.1f}" for x in run["load_avg_1m"])
         row = (
@@ -95,57 +120,78 @@ def markdown(result: dict[str, Any]) -> str:
         )
         if gpu:
             row += f" {run['mfu']:.1%} |" if run.get("mfu") is not None else " – |"
-        add(row)
-    add("")
+        out.append(row)
+    out.append("")
+    return out
 
-    startups = [r for r in result["runs"] if r.get("startup_s")]
-    if startups:
-        add("## Where the time to the first step goes, median seconds\n")
-        add("| recipe | torchrun + Python start | imports | data, model, Trainer | first step (workers start) |")
-        add("|---|---|---|---|---|")
-        for name in dict.fromkeys(r["recipe"] for r in startups):
-            parts = [statistics.median(r["startup_s"][k] for r in startups if r["recipe"] == name) for k in STAGES]
-            add(f"| {name} | " + " | ".join(f"{p:.1f}" for p in parts) + " |")
-        add("")
 
-    curves = result.get("loss_curves") or {}
-    if curves.get("rows"):
-        add("## Loss curves, repetition 1 (same model, data and steps)\n")
-        add("| step | seed | ours | difference |")
-        add("|---|---|---|---|")
-        for step, seed, ours in curves["rows"]:
-            add(f"| {step} | {seed:.4f} | {ours:.4f} | {ours - seed:+.4f} |")
-        add(f"\nLargest difference: {curves['max_abs_diff']:.4f} ({curves['max_rel_diff']:.2%} of the seed's loss).\n")
+def _demo_time_to_first_step(runs: list[dict[str, Any]]) -> list[str]:
+    """Per recipe, the median seconds of each start-up stage (runs that timed their stages only)."""
+    startups = [r for r in runs if r.get("startup_s")]
+    if not startups:
+        return []
+    out = ["## Where the time to the first step goes, median seconds\n"]
+    out.append("| recipe | torchrun + Python start | imports | data, model, Trainer | first step (workers start) |")
+    out.append("|---|---|---|---|---|")
+    for name in dict.fromkeys(r["recipe"] for r in startups):
+        parts = [statistics.median(r["startup_s"][k] for r in startups if r["recipe"] == name) for k in STAGES]
+        out.append(f"| {name} | " + " | ".join(f"{p:.1f}" for p in parts) + " |")
+    out.append("")
+    return out
 
-    add("## Tokenizing the 50,000 demo samples\n")
-    add("| padding | samples | first run s | second run s | second run from the cache |")
-    add("|---|---|---|---|---|")
-    for padding, t in result["tokenization"].items():
+
+def _demo_loss_curves(curves: dict[str, Any]) -> list[str]:
+    """The seed recipe's and ours' loss side by side, step by step."""
+    if not curves.get("rows"):
+        return []
+    out = ["## Loss curves, repetition 1 (same model, data and steps)\n"]
+    out.append("| step | seed | ours | difference |")
+    out.append("|---|---|---|---|")
+    for step, seed, ours in curves["rows"]:
+        out.append(f"| {step} | {seed:.4f} | {ours:.4f} | {ours - seed:+.4f} |")
+    out.append(
+        f"\nLargest difference: {curves['max_abs_diff']:.4f} ({curves['max_rel_diff']:.2%} of the seed's loss).\n"
+    )
+    return out
+
+
+def _demo_tokenizing(tokenization: dict[str, Any]) -> list[str]:
+    """Per padding, tokenizing the demo samples twice: the second time from the cache."""
+    out = ["## Tokenizing the 50,000 demo samples\n"]
+    out.append("| padding | samples | first run s | second run s | second run from the cache |")
+    out.append("|---|---|---|---|---|")
+    for padding, t in tokenization.items():
         hit = "yes" if t["cache_hit"] else "**no**"
-        add(f"| {padding} | {t['samples']:,} | {t['cold_s']:.2f} | {t['cached_s']:.2f} | {hit} |")
-    add("")
+        out.append(f"| {padding} | {t['samples']:,} | {t['cold_s']:.2f} | {t['cached_s']:.2f} | {hit} |")
+    out.append("")
+    return out
+
+
+def _demo_first_step(result: dict[str, Any]) -> list[str]:
+    """A sentence on the time to configs/demo.yaml's first step, with empty caches and warm."""
     entry = result.get("first_step_demo")
-    if entry:
-        warm = (result.get("startup") or {}).get("demo")
-        warm_text = f"; warm, {_spread(warm['first_step_s'], '.1f')} s (the start-up runs below)" if warm else ""
-        add(
-            f"Time to the first optimizer step on configs/demo.yaml via {entry['via']}: "
-            f"{entry['cold_cache_s']:.1f} s with empty caches (tokenizer training and tokenization included)"
-            f"{warm_text}.\n"
-        )
+    if not entry:
+        return []
+    warm = (result.get("startup") or {}).get("demo")
+    warm_text = f"; warm, {_spread(warm['first_step_s'], '.1f')} s (the start-up runs below)" if warm else ""
+    return [
+        f"Time to the first optimizer step on configs/demo.yaml via {entry['via']}: "
+        f"{entry['cold_cache_s']:.1f} s with empty caches (tokenizer training and tokenization included)"
+        f"{warm_text}.\n"
+    ]
 
-    if result.get("startup"):
-        out += startup_markdown(result["startup"])
 
-    add("## Recipes\n")
+def _demo_recipes(result: dict[str, Any], gpu: bool) -> list[str]:
+    """Each recipe's flags, the flags of every run, the proposed defaults and, on a GPU, how MFU is counted."""
+    out = ["## Recipes\n"]
     for name, flags in result["recipes"].items():
-        add(f"- **{name}**: `{' '.join(flags) or '(the defaults)'}`")
-    add(f"- every run: `{' '.join(result['common_flags'])}`")
+        out.append(f"- **{name}**: `{' '.join(flags) or '(the defaults)'}`")
+    out.append(f"- every run: `{' '.join(result['common_flags'])}`")
     proposed = ", ".join(f"{k}={v}" for k, v in result["proposed_defaults"].items())
-    add(f'\n"ours" is the default recipe plus the proposed default changes ({proposed}).')
+    out.append(f'\n"ours" is the default recipe plus the proposed default changes ({proposed}).')
     if gpu:
-        add(f"\n{FLOPS_NOTE}")
-    return "\n".join(out) + "\n"
+        out.append(f"\n{FLOPS_NOTE}")
+    return out
 
 
 # ------------------------------------------------------------------------------------------- real-corpus series

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.stats import run_metrics
+from train.config import load_config
 from train.outputs.runfiles import RunFiles
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -118,7 +119,7 @@ def run_once(
 def warm_cache(argv: list[str]) -> None:
     """Tokenize the data of our job's run ``argv`` into the cache (HF_HOME), as the run itself would, so that no
     timed run pays for tokenizing."""
-    from train.config import load_config
+    # Not at the top: these import datasets, which reads HF_HOME at import; the series' use_local_hf sets it first.
     from train.data import load_raw, tokenize
     from train.model.load import load_tokenizer, scratch_config
 

@@ -24,6 +24,8 @@ from datetime import date
 from pathlib import Path
 from typing import Any
 
+from train.outputs.store import Store
+
 REPO = Path(__file__).resolve().parent.parent
 RESULTS = REPO / "bench" / "results"
 MIB = 2**20
@@ -66,8 +68,6 @@ def fake_checkpoint(root: Path, step: int, mib: int) -> Path:
 
 
 def raw_transfers(url: str, sizes: list[int], repeats: int, work: Path) -> list[dict[str, Any]]:
-    from train.outputs.store import Store
-
     rows = []
     for mib in sizes:
         local = fake_checkpoint(work / f"up-{mib}", 1, mib)

@@ -1,4 +1,4 @@
-"""``python -m tools.models --write|--check FILE``: the README's model table, generated from what the code does
+"""``python -m tools.models --write|--check FILE``: docs/models.md's model table, generated from what the code does
 with each architecture (tools/generated.py: between two marker comments; ``make lint`` checks it).
 
 Each row is found, not stated: a tiny model of the type is built as the job builds it, and the table says which
@@ -13,6 +13,13 @@ import typing
 from typing import Any
 
 from tools.generated import Section, cell
+from train.common.errors import ConfigError
+from train.config import load_config
+from train.config.schema import JobArguments
+from train.model.head import use_masked_only_head
+from train.model.load import attention_implementation
+from train.model.packing import SUPPORTED, unsupported_reason
+from train.model.tokenizer_training import tokenizer_kind
 
 # The architectures users continue pre-training, by model_type; each with what its config needs to be tiny. The
 # tests run every one (tests/test_head.py, tests/e2e/test_model_matrix.py).
@@ -55,13 +62,6 @@ def full_row(model_type: str) -> tuple[str, str, str, str]:
     """:func:`row` and on which attention implementations the model keeps a packed row's documents apart."""
     from transformers import AutoModelForMaskedLM
 
-    from train.common.errors import ConfigError
-    from train.config import load_config
-    from train.config.schema import JobArguments
-    from train.model.head import use_masked_only_head
-    from train.model.load import attention_implementation
-    from train.model.tokenizer_training import tokenizer_kind
-
     config = load_config([], {})
     arch = tiny_config(model_type)
     model = AutoModelForMaskedLM.from_config(arch, attn_implementation=attention_implementation(config, arch))
@@ -70,8 +70,6 @@ def full_row(model_type: str) -> tuple[str, str, str, str]:
         head = "masked-only"
     except ConfigError:
         head = "dense"
-    from train.model.packing import SUPPORTED, unsupported_reason
-
     # Of the implementations MLM_ATTN_IMPLEMENTATION offers, the ones the model keeps documents apart on.
     offered = typing.get_args(typing.get_type_hints(JobArguments)["attn_implementation"])
     possible = [a for a in SUPPORTED.get(model_type, ()) if a in offered and unsupported_reason(arch, a) is None]
