@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator
+from importlib import resources
 from pathlib import Path
 
 import huggingface_hub.constants
@@ -211,6 +212,22 @@ def test_the_card_names_a_hub_base_model_and_dataset_and_no_secret(tmp_path: Pat
     metadata, body = card_parts(text)
     assert metadata["base_model"] == "distilbert-base-uncased" and metadata["datasets"] == ["wikitext"]
     assert TOKEN not in text and "hub_token" not in body
+
+
+def test_the_card_is_its_template_filled(tmp_path: Path) -> None:
+    """card.md (shipped inside train/publish, which the image copies whole) holds the fixed text; every
+    placeholder is filled and every fixed line is kept."""
+    template = resources.files("train.publish").joinpath("card.md").read_text(encoding="utf-8")
+    config = push_config(tmp_path, dataset_config_name="wikitext-2-raw-v1", dataset="wikitext")
+    text = model_card(config, facts(config), RESULTS, step=3, repo_id="me/m", mask="<mask>")
+    assert "${" in template and "$" not in text
+    assert [line for line in template.splitlines() if "$" not in line] == [
+        line for line in text.splitlines() if line in template.splitlines()
+    ]
+    _, body = card_parts(text)
+    assert "| dataset | `wikitext` (config `wikitext-2-raw-v1`) |" in body
+    assert 'fill_mask("This is a training <mask> for multi-GPU demonstration.")' in body
+    assert "| model | `distilbert-base-uncased, from its pretrained weights on the hub` |" in body
 
 
 def test_trackers_get_the_job_options_facts_and_final_metrics(tmp_path: Path) -> None:

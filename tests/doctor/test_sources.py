@@ -75,7 +75,17 @@ def test_local_model_and_data(env, tmp_path, monkeypatch):
     (tmp_path / "model" / "config.json").write_text("{}")
     (tmp_path / "train.txt").write_text("hello\n")
     found = checks()
-    assert found["model"].status == "OK" and found["dataset"].status == "OK"
+    # Only a config.json: an architecture trained from scratch (train.model.source), and this one has no type.
+    assert found["model"].status == "FAIL" and "no model_type" in found["model"].detail
+    assert found["dataset"].status == "OK"
+    (tmp_path / "model" / "config.json").write_text('{"model_type": "bert"}')
+    found = checks()["model"]
+    assert found.status == "OK" and found.detail.endswith(
+        "(config.json only, no weights), trained from scratch, nothing to download"
+    )
+    (tmp_path / "model" / "model.safetensors").write_bytes(b"")
+    found = checks()["model"]
+    assert found.status == "OK" and "from its pretrained weights in a local directory" in found.detail
 
 
 def test_tokenizer_directory_and_missing_validation_file(env, tmp_path, monkeypatch):
@@ -91,4 +101,13 @@ def test_tokenizer_directory_and_missing_validation_file(env, tmp_path, monkeypa
 def test_unknown_scratch_model_type_fails(env, monkeypatch):
     no_driver(monkeypatch)
     monkeypatch.setenv("MLM_MODEL_NAME_OR_PATH", "scratch:nosuchmodel")
-    assert checks()["model"].status == "FAIL"
+    found = checks()["model"]
+    assert found.status == "FAIL" and "unknown model type 'nosuchmodel'" in found.detail
+
+
+def test_a_tokenizer_file_is_not_a_tokenizer_directory(env, tmp_path, monkeypatch):
+    no_driver(monkeypatch)
+    (tmp_path / "tokenizer.json").write_text("{}")
+    monkeypatch.setenv("MLM_TOKENIZER_NAME", str(tmp_path / "tokenizer.json"))
+    found = checks()["tokenizer"]
+    assert found.status == "FAIL" and "not a directory" in found.detail

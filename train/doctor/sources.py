@@ -1,6 +1,7 @@
-"""The source rows: the model, the tokenizer and the dataset are where the run will look for them. Whether a name
-is a local path, where the caches are and whether offline mode is on are train.common.hf's rules; asking the hub whether
-a repo exists (with a timeout) is doctor's own."""
+"""The source rows: the model, the tokenizer and the dataset are where the run will look for them. What a model name
+is (scratch, local or hub) is train.model.source's rule; whether a name is a local path, where the caches are and
+whether offline mode is on are train.common.hf's; asking the hub whether a repo exists (with a timeout) is doctor's
+own."""
 
 from __future__ import annotations
 
@@ -11,8 +12,9 @@ from pathlib import Path
 from train.common import hf
 from train.common.errors import ConfigError
 from train.config import Config
-from train.data import is_remote
+from train.data import is_remote, shown_url, source_files
 from train.doctor.rows import FAIL, OK, WARN, Check
+from train.model.source import ModelSource, model_source
 
 HUB_TIMEOUT_S = 10.0
 
@@ -75,37 +77,62 @@ def _hub_failure(name: str, label: str, repo_id: str, exc: Exception, cached: bo
 
 
 def check_model(config: Config, environ: Mapping[str, str], field_name: str = "model_name_or_path") -> Check:
-    name = getattr(config.job, field_name)
+    """The model as train/model/source.py names it (so doctor, the job and the model card agree on what it is);
+    ``field_name="tokenizer_name"`` checks the tokenizer instead."""
+    if field_name != "model_name_or_path":
+        return check_tokenizer(config, environ, field_name)
     label = config.source_of(field_name)
-    check_name = "model" if field_name == "model_name_or_path" else "tokenizer"
-    if field_name == "model_name_or_path" and name.startswith("scratch:"):
-        from transformers import AutoConfig
+    source = model_source(config.job.model_name_or_path, config.job.config_overrides)
+    if source.kind == "hub":
+        return check_hub("model", label, source.name, "model", environ)
+    if source.kind == "scratch":
+        return _check_architecture(source, label)
+    path = source.path or Path(source.name)  # a local source always has its path
+    if path.is_dir() and (path / "config.json").exists():
+        return Check("model", OK, source.description)
+    return Check(
+        "model",
+        FAIL,
+        f"{path}: no such local model directory (with a config.json)",
+        f"mount the model there, or set {label} to a hub id",
+    )
 
-        try:
-            AutoConfig.for_model(name.split(":", 1)[1])
-        except ValueError:
-            return Check(check_name, FAIL, f"{name}: unknown model type", f"set {label} to e.g. scratch:distilbert")
-        return Check(check_name, OK, f"{name}: trained from scratch, nothing to download")
-    if hf.looks_local(name):
-        path = Path(name).expanduser()
-        if path.is_file() and path.suffix == ".json":
-            return Check(check_name, OK, f"{path}: a model config (trained from scratch)")
-        if path.is_dir() and ((path / "config.json").exists() or check_name == "tokenizer"):
-            return Check(check_name, OK, f"{path}: local directory")
+
+def _check_architecture(source: ModelSource, label: str) -> Check:
+    """A model trained from scratch: its type is one transformers knows, its config.json is readable."""
+    try:
+        values = source.config_values(label)
+    except ConfigError as exc:
+        return Check("model", FAIL, str(exc), f"point {label} at a model config.json (with a model_type)")
+    from transformers import AutoConfig
+
+    try:
+        AutoConfig.for_model(values["model_type"])
+    except ValueError:
         return Check(
-            check_name,
+            "model",
             FAIL,
-            f"{path}: no such local model directory (with a config.json)",
-            f"mount the model there, or set {label} to a hub id",
+            f"{source.name}: unknown model type {values['model_type']!r}",
+            f"set {label} to e.g. scratch:distilbert",
         )
-    return check_hub(check_name, label, name, "model", environ)
+    return Check("model", OK, f"{source.description}, nothing to download")
+
+
+def check_tokenizer(config: Config, environ: Mapping[str, str], field_name: str = "tokenizer_name") -> Check:
+    """A tokenizer named by hub id or local directory (any directory: a tokenizer needs no config.json)."""
+    name, label = getattr(config.job, field_name), config.source_of(field_name)
+    if not hf.looks_local(name):
+        return check_hub("tokenizer", label, name, "model", environ)
+    path = Path(name).expanduser()
+    if path.is_dir():
+        return Check("tokenizer", OK, f"{path}: local directory")
+    what = "not a directory" if path.exists() else "no such local tokenizer directory"
+    return Check("tokenizer", FAIL, f"{path}: {what}", f"mount the tokenizer there, or set {label} to a hub id")
 
 
 def check_files(name: str, label: str) -> Check:
     """A local or remote path (file, directory, glob) listed the way the job lists it (train.data.source_files):
     for a remote one that also checks the credentials and the network. A save_to_disk directory is one dataset."""
-    from train.data import shown_url, source_files
-
     path = Path(name).expanduser()
     if (
         not is_remote(name)

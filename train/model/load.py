@@ -1,7 +1,8 @@
 """Tokenizer and model: from the hub, a local directory, or an architecture trained from scratch.
 
 ``model_name_or_path`` may be a hub id, a local directory with weights, or an architecture without weights: a
-``config.json`` (file, or a directory holding only it) or ``scratch:<model_type>`` plus ``config_overrides``.
+``config.json`` (file, or a directory holding only it) or ``scratch:<model_type>`` plus ``config_overrides``; which
+one a name is, train/model/source.py decides (for doctor and the model card too).
 Without a tokenizer for a from-scratch model, one of its family's kind is trained on the training text and cached.
 The attention implementation is the model's best (:func:`attention_implementation`); the masked-only head is
 train/model/head.py.
@@ -20,34 +21,24 @@ from transformers import AutoConfig, AutoModelForMaskedLM, AutoTokenizer
 from transformers.models.auto.modeling_auto import MODEL_FOR_MASKED_LM_MAPPING
 
 from train.common.errors import ConfigError, first_line
-from train.common.hf import offline_hint
+from train.common.hf import looks_local, offline_hint
 from train.config import Config
 from train.data import RawData
+from train.model.source import model_source
 from train.model.tokenizer_training import checkpoint_tokenizer, tokenizer_kind, train_tokenizer
-
-WEIGHT_FILES = (
-    "model.safetensors",
-    "model.safetensors.index.json",
-    "pytorch_model.bin",
-    "pytorch_model.bin.index.json",
-)
 
 
 def scratch_config(config: Config) -> Any | None:
-    """The architecture to build without weights, or None when the model is pretrained."""
-    name = config.job.model_name_or_path
-    path = Path(name).expanduser()
-    label = config.source_of("model_name_or_path")
-    if name.startswith("scratch:"):
-        values: dict[str, Any] = {"model_type": name.split(":", 1)[1]}
-    elif path.is_file() and path.suffix == ".json":
-        values = _config_json(path, label)
-    elif path.is_dir() and (path / "config.json").exists() and not any((path / f).exists() for f in WEIGHT_FILES):
-        values = _config_json(path / "config.json", label)
-    else:
-        if name.startswith(("/", ".", "~")) and not path.exists():
+    """The architecture to build without weights (train/model/source.py says which names are one), or None when
+    the model is pretrained; a local model path that is not there is a ConfigError before any data is read."""
+    job = config.job
+    name, label = job.model_name_or_path, config.source_of("model_name_or_path")
+    source = model_source(name, job.config_overrides)
+    if source.pretrained:
+        if source.path is not None and not source.path.exists():
             raise ConfigError(f"{label}={name!r}: no such local model directory")
         return None
+    values = source.config_values(label)
     arch = _build(values, label, name)
     if config.job.config_overrides:
         # As constructor arguments, so that the fields a config derives from others in its constructor follow
@@ -112,16 +103,6 @@ def _reason(exc: BaseException) -> str:
     return (lines[-1] if lines else type(exc).__name__)[:200]
 
 
-def _config_json(path: Path, label: str) -> dict[str, Any]:
-    try:
-        values = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError) as exc:
-        raise ConfigError(f"{label}={str(path)!r}: not a model config.json ({exc})") from None
-    if not isinstance(values, dict) or "model_type" not in values:
-        raise ConfigError(f"{label}={str(path)!r}: not a model config.json (no model_type)")
-    return values
-
-
 def check_model_config(config: Config, arch: Any) -> None:
     """The model config's own validation, which ``save_pretrained`` runs (transformers 5.x ``validate``): a config
     the model takes at build time but rejects at its first save would otherwise fail after all the training."""
@@ -150,7 +131,7 @@ def load_tokenizer(config: Config, raw: RawData, arch: Any | None, resume: str |
         kind = tokenizer_kind(config, getattr(arch, "model_type", None))
         return checkpoint_tokenizer(resume) or train_tokenizer(raw, config, kind)
     source = tokenizer_label(config)
-    if name.startswith(("/", ".", "~")) and not Path(name).expanduser().exists():
+    if looks_local(name) and not Path(name).expanduser().exists():
         raise ConfigError(f"{source}={name!r}: no such local tokenizer directory")
     try:
         tokenizer = AutoTokenizer.from_pretrained(name, trust_remote_code=job.trust_remote_code)

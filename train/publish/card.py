@@ -1,0 +1,157 @@
+"""The model card, final/README.md: hub metadata, the results, the data and how the model was trained, how to use
+it. The fixed text is the template card.md beside this module (shipped with train/); this module only computes
+the values it is filled with, so the card reads as the file a person will see.
+
+The model is described by train/model/source.py, the rule the job built it by: a run trained from a config.json
+(or a directory holding only one) says it was trained from scratch, and only a hub model is named ``base_model``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from importlib import resources
+from pathlib import Path
+from string import Template
+from typing import Any
+
+from train.common.hf import looks_local
+from train.config import SECRET_FIELDS, Config
+from train.data.sources import DEMO, is_remote
+from train.model.source import model_source
+from train.publish.common import read_json
+
+CARD = "README.md"
+CARD_TAGS = ["fill-mask", "masked-lm", "mlm-trainer"]
+TEMPLATE = "card.md"
+NOT_MEASURED = "not measured"
+
+
+def model_card(
+    config: Config,
+    run: dict[str, Any],
+    results: dict[str, Any],
+    step: int,
+    repo_id: str | None,
+    mask: str = "[MASK]",
+) -> str:
+    """README.md for final/, from ``run`` (run.json) and ``results`` (all_results.json) after ``step`` steps;
+    ``repo_id`` is where it is pushed (None: not pushed), ``mask`` the tokenizer's mask token for the example."""
+    values = {
+        **header_values(config, repo_id),
+        **result_values(config, run, results, step),
+        **data_values(config, run, results),
+        **training_values(run, results),
+        "where": repo_id or "path/to/final",
+        "mask": mask,
+        "options": json.dumps(chosen_options(config, run), indent=2, sort_keys=True, default=str),
+    }
+    return card_template().substitute(values)
+
+
+def card_template() -> Template:
+    """card.md, read from the package (a missing placeholder value is a KeyError, never a silent gap)."""
+    return Template(resources.files(__package__).joinpath(TEMPLATE).read_text(encoding="utf-8"))
+
+
+def header_values(config: Config, repo_id: str | None) -> dict[str, str]:
+    """The hub metadata (a hub base model and a hub dataset are linked), the title and the model's description."""
+    from huggingface_hub import ModelCardData  # costly: loaded when a card is written
+
+    job = config.job
+    source = model_source(job.model_name_or_path, job.config_overrides)
+    metadata = ModelCardData(
+        library_name="transformers",
+        pipeline_tag="fill-mask",
+        tags=CARD_TAGS,
+        base_model=source.name if source.kind == "hub" else None,
+        datasets=[job.dataset] if is_hub_dataset(job.dataset) else None,
+    ).to_yaml()
+    name = (repo_id or config.training.hub_model_id or "mlm-trainer model").split("/")[-1]
+    return {"metadata": metadata.rstrip(), "name": name, "model": source.description}
+
+
+def is_hub_dataset(name: str) -> bool:
+    """A dataset option naming a hub dataset: not the demo, not a local path, not a remote URL (as train.data's
+    resolver decides, without listing any files)."""
+    return name != DEMO and not is_remote(name) and not looks_local(name)
+
+
+def result_values(config: Config, run: dict[str, Any], results: dict[str, Any], step: int) -> dict[str, str]:
+    """The final evaluation and throughput, and the steps with the global batch they were taken in."""
+    return {
+        "eval_loss": _number(results.get("eval_loss"), ".4f"),
+        "perplexity": _number(results.get("perplexity"), ".2f"),
+        "eval_accuracy": _number(results.get("eval_accuracy"), ".4f"),
+        "steps": f"{step:,}",
+        "global_batch": global_batch(config, run, results),
+        "tokens_per_second": _number(results.get("train_tokens_per_second"), ",.0f"),
+    }
+
+
+def global_batch(config: Config, run: dict[str, Any], results: dict[str, Any]) -> str:
+    """Samples per optimizer step: per-device batch x world size x accumulation, as run.json recorded them."""
+    options = run.get("config") or config.as_dict(redact=True)
+    world = run.get("world_size") or results.get("world_size")
+    if not world:
+        return "?"
+    per_device = int(options.get("per_device_train_batch_size") or 0)
+    return str(per_device * int(world) * int(options.get("gradient_accumulation_steps") or 1))
+
+
+def data_values(config: Config, run: dict[str, Any], results: dict[str, Any]) -> dict[str, str]:
+    """The dataset, its fingerprint, the sample counts and how the text became examples."""
+    job = config.job
+    return {
+        "dataset": job.dataset,
+        "dataset_config": f" (config `{job.dataset_config_name}`)" if job.dataset_config_name else "",
+        "fingerprint": run.get("dataset_fingerprint") or "unknown",
+        "train_samples": _count(results.get("train_samples")),
+        "eval_samples": _count(results.get("eval_samples")),
+        "max_seq_length": str(job.max_seq_length),
+        "padding": job.padding,
+        "mlm_probability": f"{job.mlm_probability:g}",
+    }
+
+
+def training_values(run: dict[str, Any], results: dict[str, Any]) -> dict[str, str]:
+    """Where and with what it ran: processes, precision, library versions, the image, the times."""
+    hardware = run.get("hardware") or {}
+    versions = run.get("versions") or {}
+    return {
+        "world_size": str(run.get("world_size") or results.get("world_size") or "?"),
+        "precision": hardware.get("precision") or "as configured",
+        "versions": " · ".join(f"{k} {v}" for k, v in versions.items()) or "unknown",
+        "image_revision": run.get("image_revision") or "unknown",
+        "started": str(run.get("started", "?")),
+        "ended": str(run.get("ended", "?")),
+    }
+
+
+def chosen_options(config: Config, run: dict[str, Any]) -> dict[str, Any]:
+    """The options set for this run (not left at their default), as run.json recorded them: secrets never."""
+    options = run.get("config") or config.as_dict(redact=True)
+    return {key: options.get(key) for key in sorted(config.sources) if key in options and key not in SECRET_FIELDS}
+
+
+def _number(value: Any, spec: str) -> str:
+    return format(value, spec) if isinstance(value, (int, float)) and not isinstance(value, bool) else NOT_MEASURED
+
+
+def _count(value: Any) -> str:
+    return f"{value:,}" if isinstance(value, int) else "?"
+
+
+def mask_token(final: Path) -> str:
+    """The tokenizer's mask token as final/ saved it (``[MASK]`` for BERT-like tokenizers)."""
+    mask = read_json(final / "tokenizer_config.json").get("mask_token")
+    if isinstance(mask, dict):  # an AddedToken, serialized
+        mask = mask.get("content")
+    return mask if isinstance(mask, str) and mask else "[MASK]"
+
+
+def write_card(final: Path, text: str) -> None:
+    """final/README.md, replaced in one step (final/ stays whole at every moment)."""
+    tmp = final / f".{CARD}.tmp-{os.getpid()}"
+    tmp.write_text(text, encoding="utf-8")
+    os.replace(tmp, final / CARD)
