@@ -43,7 +43,6 @@ MODES: dict[str, str] = {
     "dynamic": "each batch padded to its longest example (a multiple of 8 on a GPU)",
     "padding_free": "each batch's examples end to end in one row, kept apart, no padding",
 }
-PACKED = ("packed", "packed_crossing")  # the modes whose examples are blocks (train.data.PACKED)
 ISOLATED, CROSSING = "packed", "packed_crossing"  # the quality comparison's two modes
 # The issue's targets for the packing efficiency (issue 28).
 TARGETS: dict[str, float] = {"packed": 0.95, "padding_free": 1.0}
@@ -133,7 +132,10 @@ def check(settings: PackingSettings) -> None:
 def examples_per_step(mode: str, settings: PackingSettings, tokens_per_example: float) -> int:
     """Samples per step: ``blocks`` for the packed modes; for the others as many examples as make the same real
     tokens on average (``tokens_per_example``: the corpus's mean, specials included)."""
-    if mode in PACKED:
+    # Not at the top: train.data imports datasets, which reads HF_HOME at import; bench.run imports this first.
+    from train.data import Padding
+
+    if Padding(mode).packs:
         return settings.blocks
     if tokens_per_example <= 0:
         raise ValueError(f"tokens_per_example={tokens_per_example}: the corpus has no tokens")
@@ -244,6 +246,7 @@ def heldout_loss(
     token) seeded by (``seed``, 0, document index): every model is scored on the same positions."""
     import torch
 
+    # Not at the top: these import datasets, which reads HF_HOME at import; bench.run imports this before use_local_hf.
     from train.data import SAMPLE_INDEX
     from train.model.collator import IGNORE_INDEX, MaskingCollator
 

@@ -19,6 +19,7 @@ from typing import Any
 from bench import heads, packing, packing_report, real, report
 from bench.real_series import prepare_real
 from bench.runner import RunFailed, result_header, run_dir, run_once, write_results
+from train.config import load_config
 from train.outputs.runfiles import RunFiles
 
 REFERENCE = "dynamic"  # the mode whose tokenization counts the corpus's tokens (one example per line, cut at 128)
@@ -59,8 +60,8 @@ def tokenized_layout(argv: list[str], batch: int, samples: int) -> dict[str, Any
     efficiency as the job computes it (its collator's ``measure()``) over ``samples`` samples drawn at random, in
     batches of ``batch``: the Trainer shuffles, and neighbouring lines of a file have similar lengths, so batches
     of consecutive samples (the job's own 256) pad far less than the ones it trains on."""
-    from train.config import load_config
-    from train.data import load_raw, real_token_count, tokenize, truncation
+    # Not at the top: these import datasets, which reads HF_HOME at import; prepare_real's use_local_hf sets it first.
+    from train.data import Padding, load_raw, real_token_count, tokenize, truncation
     from train.model.collator import MaskingCollator
     from train.model.load import load_tokenizer, scratch_config
 
@@ -69,11 +70,10 @@ def tokenized_layout(argv: list[str], batch: int, samples: int) -> dict[str, Any
     tokenizer = load_tokenizer(config, raw, scratch_config(config))
     split = tokenize(config, raw, tokenizer)["train"]
     job = config.job
-    # The collator's padding as train/run/build.py sets it: only dynamic padding rounds, padding-free flattens.
+    padding = Padding(job.padding)  # the collator's padding as train/run/build.py sets it: the mode's rules
     collator = MaskingCollator(
         pad_token_id=tokenizer.pad_token_id, mask_token_id=tokenizer.mask_token_id, vocab_size=len(tokenizer),
-        pad_to_multiple_of=job.pad_to_multiple_of if job.padding == "dynamic" else None,
-        flatten=job.padding == "padding_free",
+        pad_to_multiple_of=padding.pad_multiple(job.pad_to_multiple_of), flatten=padding.flattens,
     )  # fmt: skip
     drawn = random.Random(real.SEED).sample(range(len(split)), min(samples, len(split)))
     sample = split.__getitems__(drawn)

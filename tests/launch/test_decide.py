@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from types import SimpleNamespace
 
 import pytest
 
@@ -160,3 +161,29 @@ def test_decide_pad_multiple():
     assert decide.decide_pad_multiple(8, None, cpu_mode=False) == ()
     assert decide.decide_pad_multiple(8, "MLM_PAD_TO_MULTIPLE_OF", cpu_mode=True) == ()
     assert decide.decide_pad_multiple(1, None, cpu_mode=True) == ()
+
+
+def test_decide_log_format():
+    assert decide.decide_log_format("auto", "text") == ("--log_format", "text")
+    assert decide.decide_log_format("json", "text") == ()
+
+
+def test_decide_use_cpu():
+    assert decide.decide_use_cpu(False, None, cpu_mode=True) == (("--use_cpu", "true"), None)
+    assert decide.decide_use_cpu(True, "MLM_USE_CPU", cpu_mode=True) == ((), None)
+    assert decide.decide_use_cpu(False, None, cpu_mode=False) == ((), None)
+    flags, warning = decide.decide_use_cpu(False, "MLM_USE_CPU", cpu_mode=True)
+    assert flags == () and warning is not None and warning.startswith("MLM_USE_CPU=false on a node without GPU")
+
+
+def test_decide_backend():
+    assert decide.decide_backend(None, cpu_mode=True) == ("gloo", ("--ddp_backend", "gloo"))
+    assert decide.decide_backend("", cpu_mode=False) == ("nccl", ("--ddp_backend", "nccl"))
+    assert decide.decide_backend("gloo", cpu_mode=False) == ("gloo", ())
+
+
+def test_decide_max_restarts():
+    cluster = SimpleNamespace(max_restarts=5)
+    assert decide.decide_max_restarts(0, user_set=False, topology=cluster) == 5
+    assert decide.decide_max_restarts(2, user_set=True, topology=cluster) == 2
+    assert decide.decide_max_restarts(0, user_set=False, topology=SimpleNamespace(max_restarts=None)) == 0

@@ -238,6 +238,23 @@ def test_split_secret_flags_takes_both_spellings_and_keeps_the_rest_in_order():
     assert planning.split_secret_flags(["--hub_token"]) == ([], {"MLM_HUB_TOKEN": ""})  # no value: an empty token
 
 
+def test_the_decided_values_are_the_decision_flags_read_back():
+    flags = ["--log_format", "text", "--use_cpu", "true", "--ddp_backend", "gloo", "--gradient_accumulation_steps", "4"]
+    assert planning.option_values(flags) == {
+        "log_format": "text", "use_cpu": True, "ddp_backend": "gloo", "gradient_accumulation_steps": 4,
+    }  # fmt: skip
+
+
+def test_cpu_plan_decides_in_order_and_shows_the_values(monkeypatch, capsys, base_env, no_nvml):
+    document = plan_ok(monkeypatch, capsys, {**base_env, "MLM_LOG_FORMAT": "auto", "MLM_GLOBAL_BATCH_SIZE": "64"})
+    assert job_flags(document)[0] == "--log_format" and job_flags(document)[2:] == [
+        "--use_cpu", "true", "--ddp_backend", "gloo", "--gradient_accumulation_steps", "2", "--pad_to_multiple_of", "1",
+    ]  # fmt: skip
+    config = document["config"]
+    assert (config["use_cpu"], config["ddp_backend"], config["gradient_accumulation_steps"]) == (True, "gloo", 2)
+    assert config["pad_to_multiple_of"] == 1 and config["log_format"] == job_flags(document)[1]
+
+
 @pytest.mark.parametrize(
     ("shm", "workers", "warns"),
     [(64 * 2**20, 2, True), (None, 1, True), (64 * 2**20, 0, False), (2 * 2**30, 4, False)],

@@ -1,6 +1,7 @@
 """The data layer: where a corpus is (sources), reading and splitting it (load; its values in raw), tokenizing,
 packing and counting (tokenization: not ``tokenize``, which would be shadowed by the function of that name this
-package exports), streaming it (stream), and the :class:`Corpus` a rank trains on (corpus). A job calls::
+package exports), streaming it (stream), the :class:`Corpus` a rank trains on (corpus), and the padding modes with
+their rules (padding: :class:`Padding`). A job calls::
 
     raw = load_raw(config)                                   # either mode: RawData (raw.stream set for a stream)
     corpus = build_corpus(config, raw, tokenizer, rank, world_size)
@@ -13,6 +14,7 @@ from __future__ import annotations
 
 from train.data.corpus import Corpus, build_corpus
 from train.data.load import load_raw
+from train.data.padding import Padding
 from train.data.raw import RawData, TextStream
 from train.data.sources import (
     BUILDERS,
@@ -34,7 +36,6 @@ from train.data.stream import (
 )
 from train.data.tokenization import (
     DOCUMENT_LENGTHS,
-    PACKED,
     SAMPLE_INDEX,
     IndexedExamples,
     real_token_count,
@@ -47,10 +48,10 @@ __all__ = [
     "COMPRESSIONS",
     "DEMO_SENTENCE",
     "DOCUMENT_LENGTHS",
-    "PACKED",
     "SAMPLE_INDEX",
     "Corpus",
     "IndexedExamples",
+    "Padding",
     "RawData",
     "Source",
     "StreamPosition",

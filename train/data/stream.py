@@ -38,9 +38,10 @@ from train.common.distributed import initialized, is_world_zero
 from train.common.errors import ConfigError, first_line
 from train.common.hf import cache_key, offline_hint
 from train.config import Config, JobArguments
+from train.data.padding import Padding
 from train.data.raw import TextStream
 from train.data.sources import Source, demo_dataset, read_error, shown_url
-from train.data.tokenization import PACKED, SAMPLE_INDEX, encode_texts, group_texts
+from train.data.tokenization import SAMPLE_INDEX, encode_texts, group_texts
 from train.outputs.runfiles import STREAM_STATE, RunFiles
 
 DEMO_SHARDS = 4  # the demo stream's files, so that it splits across ranks by whole shards
@@ -130,10 +131,11 @@ def tokenized_stream(config: Config, stream: TextStream, tokenizer: Any, rank: i
     example with its sample index."""
     job = config.job
     mine = split_dataset_by_node(stream.rows, rank=rank, world_size=world_size)
+    packs = Padding(job.padding).packs
 
     def prepare(texts: list[Any]) -> dict[str, Any]:
         encoded = encode_texts(tokenizer, stream.keep(texts), job, count_cut=False)  # a stream's cuts are not counted
-        if job.padding in PACKED:
+        if packs:
             encoded = group_texts(encoded, job.max_seq_length)
         return {**encoded, SAMPLE_INDEX: [content_index(ids) for ids in encoded["input_ids"]]}
 

@@ -1,11 +1,8 @@
-"""Tokenization (cached), the padding/packing modes and the counts the logs report: real tokens, truncation.
+"""Tokenization (cached), packing and the counts the logs report: real tokens, truncation.
 
 Tokenized splits are cached as Arrow files under the HF cache, keyed by the raw data's fingerprint, the tokenizer
-and the settings, so a second run and the other ranks reuse them. ``max_length`` pads every example to
-max_seq_length now (the seed's way); ``dynamic`` leaves examples unpadded for the collator to pad per batch;
-``packed`` and ``packed_crossing`` concatenate and cut into full blocks (run_mlm.py's group_texts), each block
-with its documents' lengths (``packed`` keeps them apart: train/model/packing.py); ``padding_free`` leaves examples
-as ``dynamic`` does, for the collator to lay a batch out in one row.
+and the settings, so a second run and the other ranks reuse them. How each padding mode tokenizes (padded now,
+left for the collator, or whole and cut into blocks) is the mode's own rule: train/data/padding.py.
 """
 
 from __future__ import annotations
@@ -22,13 +19,13 @@ from datasets import Dataset
 from train.common.errors import ConfigError
 from train.common.hf import cache_key, cache_root
 from train.config import MIN_ROWS_PER_WORKER, Config, JobArguments
+from train.data.padding import Padding
 from train.data.raw import RawData
 from train.machine.resources import usable_cpus
 
 SAMPLE_INDEX = "sample_index"  # per example: what the collator keys its masks on (train/model/collator.py)
 CUT_TOKENS = "cut_tokens"  # per example: the text tokens truncation to max_seq_length dropped
 DOCUMENT_LENGTHS = "document_lengths"  # per packed block: the lengths of the documents (or their pieces) in it
-PACKED = ("packed", "packed_crossing")  # the padding modes that concatenate documents and cut blocks
 CACHE_VERSION = "4"  # bump when a cached step (filter, tokenization) changes shape, to invalidate older caches
 
 
@@ -88,16 +85,17 @@ def count_cut_tokens(encoded: dict[str, list], count: int) -> dict[str, list]:
 def encode_texts(tokenizer: Any, texts: list[str], job: JobArguments, count_cut: bool) -> dict[str, Any]:
     """A batch of texts tokenized the way ``job.padding`` needs: whole for packing (which cuts the blocks itself),
     else cut to max_seq_length and, for ``count_cut``, with each example's ``cut_tokens`` counted."""
-    if job.padding in PACKED:
+    padding = Padding(job.padding)
+    if padding.packs:
         # verbose=False: the "longer than the specified maximum" warning means nothing before packing cuts.
         return tokenizer(texts, return_special_tokens_mask=True, return_attention_mask=False, verbose=False)
     encoded = tokenizer(
         texts,
-        padding="max_length" if job.padding == "max_length" else False,
+        padding="max_length" if padding.pads_when_tokenized else False,  # transformers' argument, not our mode
         truncation=True,
         max_length=job.max_seq_length,
         return_special_tokens_mask=True,
-        return_attention_mask=job.padding == "max_length",
+        return_attention_mask=padding.pads_when_tokenized,
         # The overflow says what truncation dropped: counted per example, then left out.
         return_overflowing_tokens=count_cut,
     )
@@ -169,7 +167,7 @@ def tokenize(config: Config, raw: RawData, tokenizer: Any) -> dict[str, IndexedE
             cache_file_name=str(cache_dir / f"{key}-{split}-tok.arrow"),
             desc=f"Tokenizing {split}",
         )
-        if job.padding in PACKED:
+        if Padding(job.padding).packs:
             tokenized = tokenized.map(
                 group_texts,
                 batched=True,

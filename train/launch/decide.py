@@ -1,6 +1,7 @@
 """The launch decisions, as pure functions of the resolved options, the GPU inventory and the topology: processes
-per node, precision, the global batch and its gradient accumulation, the padding multiple, the /dev/shm threshold.
-``plan`` calls them for a launch, ``doctor`` for its rows: one rule each.
+per node, the log format, use_cpu, the process-group backend, precision, the global batch and its gradient
+accumulation, the padding multiple, the /dev/shm threshold, torchrun's restarts. ``plan`` calls them for a launch,
+``doctor`` for its rows: one rule each.
 """
 
 from __future__ import annotations
@@ -50,6 +51,36 @@ def decide_nproc(
             f"{source}={count}: only {gpu_count} GPU(s) are visible; a rank per GPU means at most {gpu_count}"
         )
     return count, source
+
+
+def decide_log_format(configured: str, terminal: str) -> tuple[str, ...]:
+    """The decision flags for ``log_format``: ``auto`` is resolved once, on the launcher's terminal (``terminal``,
+    json or text), since a rank's stdout is a pipe whenever torchrun filters output."""
+    return ("--log_format", terminal) if configured == "auto" else ()
+
+
+def decide_use_cpu(use_cpu: bool, source: str | None, cpu_mode: bool) -> tuple[tuple[str, ...], str | None]:
+    """The decision flags for ``use_cpu`` in CPU mode, or the warning when the user turned it off there.
+
+    accelerate wraps CPU ranks in DDP only with use_cpu: without it every rank trains its own copy of the model on
+    its shard and gradients are never averaged (transformers 5.24 / accelerate 1.15)."""
+    if not cpu_mode or use_cpu:
+        return (), None
+    if source is not None:
+        return (), (
+            f"{source}=false on a node without GPU: CPU ranks get a process group but no DDP, so each would train "
+            "its own copy; remove it"
+        )
+    return ("--use_cpu", "true"), None
+
+
+def decide_backend(configured: str | None, cpu_mode: bool) -> tuple[str, tuple[str, ...]]:
+    """The process-group backend and its decision flags: the user's (``configured``: set and not empty), else gloo
+    on CPU and nccl on GPUs."""
+    if configured:
+        return configured, ()
+    backend = "gloo" if cpu_mode else "nccl"
+    return backend, ("--ddp_backend", backend)
 
 
 @dataclass(frozen=True)
@@ -178,10 +209,20 @@ def decide_pad_multiple(configured: int, source: str | None, cpu_mode: bool) -> 
     """The decision flags for ``pad_to_multiple_of``: dynamic padding rounds each batch's length up to a multiple
     of 8 for the GPU's tensor cores. A CPU has none, so there the rounding only adds positions to compute (8.7 %
     more on the real-text benchmark's batches of 32; the mid model's dense-head step was 6-7 % slower than
-    run_mlm.py's, which pads to the longest): CPU ranks pad to the longest sample unless the user chose."""
+    run_mlm.py's, which pads to the longest): CPU ranks pad to the longest sample unless the user chose.
+
+    This is the value, a fact of the hardware, decided whatever the padding mode: whether a mode uses it is the
+    mode's rule (train/data/padding.py ``Padding.pad_multiple``), applied where the collator is built."""
     if cpu_mode and source is None and configured != 1:
         return ("--pad_to_multiple_of", "1")
     return ()
+
+
+def decide_max_restarts(configured: int, user_set: bool, topology: Topology) -> int:
+    """torchrun's restarts: the user's option when set, else the cluster's (PET_MAX_RESTARTS), else the default."""
+    if user_set or topology.max_restarts is None:
+        return configured
+    return topology.max_restarts
 
 
 def shm_warning(shm_bytes: int | None, workers: int) -> str | None:

@@ -25,15 +25,19 @@ from train.launch.decide import (
     MIN_SHM_BYTES,
     Batch,
     Precision,
+    decide_backend,
     decide_batch,
+    decide_log_format,
+    decide_max_restarts,
     decide_nproc,
     decide_pad_multiple,
     decide_precision,
+    decide_use_cpu,
     plural,
     shm_warning,
 )
 from train.launch.topology import Topology, topology_from_env
-from train.machine.gpus import Inventory, check_driver
+from train.machine.gpus import Gpu, Inventory, check_driver
 
 JOB_MODULE = "train.run.job"
 # Variables that make accelerate (inside TrainingArguments) believe this process is a rank. The launcher is not
@@ -81,90 +85,99 @@ def make_plan(
     log_format: str = "json",
     shm_bytes: int | None = MIN_SHM_BYTES,
 ) -> Plan:
-    """Every launch decision, from the resolved config, the GPU inventory and the cluster environment."""
+    """Every launch decision, from the resolved config, the GPU inventory and the cluster environment, in the
+    order the launcher makes them (a refusal raises from the step that makes it)."""
     job, training, sources = config.job, config.training, config.sources
-    warnings: list[str] = []
     topology = topology_from_env(environ)
-
-    cpu_mode = not inventory.gpus or bool(training.use_cpu)
-    if cpu_mode:
-        reason = "use_cpu is set" if inventory.gpus else inventory.cpu_reason
-        if job.require_gpu:
-            raise EnvironmentProblem(
-                f"{config.source_of('require_gpu')} asks for a GPU but none is used: {reason}; give the container "
-                "GPUs (docker run --gpus all; Kubernetes: resources.limits nvidia.com/gpu) or unset it to use the CPU"
-            )
-        warnings.append(f"no GPU visible: CPU mode ({reason})")
-    else:
-        driver_warning = check_driver(inventory, torch_cuda)
-        if driver_warning:
-            warnings.append(driver_warning)
-
+    cpu_mode, device_warning = decide_device(config, inventory, torch_cuda)
     gpu_count = 0 if cpu_mode else len(inventory.gpus)
     nproc, nproc_source = decide_nproc(
         job.nproc_per_node, config.source_of("nproc_per_node"), topology.nproc_per_node, gpu_count, cpu_count
     )
     gpus_used = inventory.gpus[:nproc] if not cpu_mode else []
+    log_flags = decide_log_format(job.log_format, log_format)
+    use_cpu_flags, use_cpu_warning = decide_use_cpu(training.use_cpu, sources.get("use_cpu"), cpu_mode)
+    backend, backend_flags = decide_backend(training.ddp_backend if "ddp_backend" in sources else None, cpu_mode)
+    precision = precision_for(config, gpus_used)
+    batch = batch_for(config, nproc, topology, cpu_mode)
+    pad_flags = decide_pad_multiple(job.pad_to_multiple_of, sources.get("pad_to_multiple_of"), cpu_mode)
+    shm = shm_warning(shm_bytes, training.dataloader_num_workers)
+    max_restarts = decide_max_restarts(job.max_restarts, "max_restarts" in sources, topology)
 
-    decided: dict[str, Any] = {}
-    flags: list[str] = []
-    if job.log_format == "auto":
-        # Resolved once, on the launcher's terminal: a rank's stdout is a pipe whenever torchrun filters output.
-        decided["log_format"] = log_format
-        flags += ["--log_format", log_format]
-    if cpu_mode and not training.use_cpu:
-        if "use_cpu" in sources:
-            warnings.append(
-                f"{sources['use_cpu']}=false on a node without GPU: CPU ranks get a process group but no DDP, "
-                "so each would train its own copy; remove it"
-            )
-        else:
-            # accelerate wraps CPU ranks in DDP only with use_cpu: without it every rank trains its own copy of the
-            # model on its shard and gradients are never averaged (transformers 5.24 / accelerate 1.15).
-            flags += ["--use_cpu", "true"]
-            decided["use_cpu"] = True
-    backend = training.ddp_backend if "ddp_backend" in sources and training.ddp_backend else None
-    if backend is None:
-        backend = "gloo" if cpu_mode else "nccl"
-        flags += ["--ddp_backend", backend]
-        decided["ddp_backend"] = backend
+    # The decision flags go after the user's (highest precedence), in the order decided.
+    flags = [*log_flags, *use_cpu_flags, *backend_flags, *precision.flags, *batch.flags, *pad_flags]
+    user_flags, secret_env = split_secret_flags(user_argv)
+    command = [*torchrun, *_torchrun_flags(topology, nproc, max_restarts, job), "-m", JOB_MODULE, *user_flags, *flags]
+    env = rank_env(environ, gpus_used, nproc, cpu_count)
+    env[HANDOFF_ENV] = handoff(precision, batch, topology, gpus_used, command).to_env()
+    return Plan(
+        inventory=inventory,
+        topology=topology,
+        nproc_per_node=nproc,
+        nproc_source=nproc_source,
+        cpu_mode=cpu_mode,
+        backend=backend,
+        precision=precision,
+        batch=batch,
+        max_restarts=max_restarts,
+        decision_flags=flags,
+        decided=option_values(flags),
+        env=env,
+        warnings=[warning for warning in (device_warning, use_cpu_warning, shm) if warning],
+        command=command,
+        secret_env=secret_env,
+    )
 
+
+def decide_device(config: Config, inventory: Inventory, torch_cuda: str | None) -> tuple[bool, str | None]:
+    """Whether the ranks run on the CPU (no GPU visible, or use_cpu), and the plan's warning about the device: CPU
+    mode and why, or an older driver's. Refused when a GPU is required and none is used, or when this torch cannot
+    use the visible GPUs (train.machine.gpus.check_driver)."""
+    if inventory.gpus and not config.training.use_cpu:
+        return False, check_driver(inventory, torch_cuda)
+    reason = "use_cpu is set" if inventory.gpus else inventory.cpu_reason
+    if config.job.require_gpu:
+        raise EnvironmentProblem(
+            f"{config.source_of('require_gpu')} asks for a GPU but none is used: {reason}; give the container "
+            "GPUs (docker run --gpus all; Kubernetes: resources.limits nvidia.com/gpu) or unset it to use the CPU"
+        )
+    return True, f"no GPU visible: CPU mode ({reason})"
+
+
+def precision_for(config: Config, gpus_used: Sequence[Gpu]) -> Precision:
+    """The precision for the GPUs used (the lowest compute capability among them; none on CPU), or the user's."""
+    training, sources = config.training, config.sources
     capability = min((g.compute_capability for g in gpus_used), default=None)
     user_precision = {name: sources[name] for name in ("fp16", "bf16", "tf32") if name in sources}
-    precision = decide_precision(training.fp16, training.bf16, training.tf32, user_precision, capability)
-    flags += precision.flags
-    for flag in precision.flags[::2]:
-        decided[flag.removeprefix("--")] = True
+    return decide_precision(training.fp16, training.bf16, training.tf32, user_precision, capability)
 
-    accumulation_source = sources.get("gradient_accumulation_steps")
-    batch = decide_batch(
+
+def batch_for(config: Config, nproc: int, topology: Topology, cpu_mode: bool) -> Batch:
+    """The global batch and the gradient accumulation it implies for ``nproc`` processes per node."""
+    training = config.training
+    return decide_batch(
         training.per_device_train_batch_size,
         training.gradient_accumulation_steps,
-        accumulation_source,
-        job.global_batch_size,
+        config.sources.get("gradient_accumulation_steps"),
+        config.job.global_batch_size,
         config.source_of("global_batch_size"),
         nproc,
         topology,
         "process" if cpu_mode else "GPU",
     )
-    flags += batch.flags
-    if batch.flags:
-        decided["gradient_accumulation_steps"] = batch.accumulation
 
-    pad_flags = decide_pad_multiple(job.pad_to_multiple_of, sources.get("pad_to_multiple_of"), cpu_mode)
-    flags += pad_flags
-    if pad_flags:
-        decided["pad_to_multiple_of"] = int(pad_flags[1])
 
-    warning = shm_warning(shm_bytes, training.dataloader_num_workers)
-    if warning:
-        warnings.append(warning)
+def option_values(flags: Sequence[str]) -> dict[str, Any]:
+    """The option values the decision flags set (``--name value`` pairs), as the ranks' parser reads them: true,
+    a whole number or a word. The plan document's config shows them."""
+    values: dict[str, Any] = {}
+    for flag, value in zip(flags[::2], flags[1::2], strict=True):
+        values[flag.removeprefix("--")] = True if value == "true" else int(value) if value.isdecimal() else value
+    return values
 
-    if "max_restarts" in sources or topology.max_restarts is None:
-        max_restarts = job.max_restarts
-    else:
-        max_restarts = topology.max_restarts
 
+def rank_env(environ: Mapping[str, str], gpus_used: Sequence[Gpu], nproc: int, cpu_count: int) -> dict[str, str]:
+    """The variables set in torchrun's environment for the ranks (the hand-off record aside)."""
     env = {
         # NVML numbers GPUs in PCI bus order; CUDA's default (fastest first) could differ.
         "CUDA_DEVICE_ORDER": "PCI_BUS_ID",
@@ -178,11 +191,14 @@ def make_plan(
         # MLflow's end_run prints a "View run ... at: URL" line on stdout, which in JSON mode is not a JSON line;
         # the URL is in the tracking server anyway.
         env["MLFLOW_SUPPRESS_PRINTING_URL_TO_STDOUT"] = "true"
+    return env
 
-    command = [*torchrun, *_torchrun_flags(topology, nproc, max_restarts, job)]
-    user_flags, secret_env = split_secret_flags(user_argv)
-    command += ["-m", JOB_MODULE, *user_flags, *flags]
-    env[HANDOFF_ENV] = Handoff(
+
+def handoff(
+    precision: Precision, batch: Batch, topology: Topology, gpus_used: Sequence[Gpu], command: list[str]
+) -> Handoff:
+    """The facts the ranks show but must not recompute (:class:`~train.common.handoff.Handoff`)."""
+    return Handoff(
         precision=precision.label,
         global_batch_size=batch.global_batch_size,
         batch=batch.banner,
@@ -193,23 +209,6 @@ def make_plan(
         # The launcher checks this node's output location and cache before it starts torchrun (__main__.py): the
         # ranks need not write probes and ask the store again.
         outputs_checked=True,
-    ).to_env()
-    return Plan(
-        inventory=inventory,
-        topology=topology,
-        nproc_per_node=nproc,
-        nproc_source=nproc_source,
-        cpu_mode=cpu_mode,
-        backend=backend,
-        precision=precision,
-        batch=batch,
-        max_restarts=max_restarts,
-        decision_flags=flags,
-        decided=decided,
-        env=env,
-        warnings=warnings,
-        command=command,
-        secret_env=secret_env,
     )
 
 

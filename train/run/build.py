@@ -25,7 +25,7 @@ from train.common.console import say, warn
 from train.common.errors import ConfigError
 from train.common.hf import cache_root
 from train.config import Config
-from train.data import Corpus, StreamPosition, build_corpus, load_raw, stream_training_overrides
+from train.data import Corpus, Padding, StreamPosition, build_corpus, load_raw, stream_training_overrides
 from train.model import packing
 from train.model.collator import MaskingCollator
 from train.model.head import freeze_what_the_loss_never_reaches, use_masked_only_head
@@ -107,10 +107,11 @@ def prepare(config: Config, files: RunFiles, choose_resume: Callable[[], str | N
     the nodes share the cache, where world rank 0 does it for all. A trained tokenizer is world rank 0's on every
     node (and a resumed run's is its checkpoint's): train/model/tokenizer_training.py says why."""
     training, job = config.training, config.job
+    padding = Padding(job.padding)
     stopper = StopOnSignal()  # first: a stop while the data is prepared (or a checkpoint downloads) is exit 75
     arch = scratch_config(config)
     model_config = check_before_data(config, arch)
-    if model_config is not None and job.padding in ISOLATING:  # refused before the data, where the config is known
+    if model_config is not None and padding.isolates:  # refused before the data, where the config is known
         check_isolation(config, model_config, attention_implementation(config, model_config))
     shared = cache_shared_with_rank_0(training)
     trained = trains_its_tokenizer(config, arch)
@@ -135,7 +136,7 @@ def prepare(config: Config, files: RunFiles, choose_resume: Callable[[], str | N
                 raise
             warn(f"{exc}; training with the dense head")
     isolate = None
-    if job.padding in ISOLATING:
+    if padding.isolates:
         check_isolation(config, model.config, model.config._attn_implementation)
         packing.prepare_model(model)
         isolate = functools.partial(
@@ -156,10 +157,10 @@ def prepare(config: Config, files: RunFiles, choose_resume: Callable[[], str | N
         mask_replace_prob=job.mask_replace_prob,
         random_replace_prob=job.random_replace_prob,
         seed=training.seed,
-        pad_to_multiple_of=job.pad_to_multiple_of if job.padding == "dynamic" else None,
+        pad_to_multiple_of=padding.pad_multiple(job.pad_to_multiple_of),
         word_start=word_starts(tokenizer, tokenizer_label(config)) if job.whole_word_mask else None,
         isolate=isolate,
-        flatten=job.padding == "padding_free",
+        flatten=padding.flattens,
     )
     evaluating = corpus.validation is not None and training.eval_strategy != "no"
     guard = DivergenceGuard()
@@ -188,7 +189,6 @@ def prepare(config: Config, files: RunFiles, choose_resume: Callable[[], str | N
     )  # fmt: skip
 
 
-ISOLATING = ("packed", "padding_free")  # the padding modes that keep documents apart (train/model/packing.py)
 MEASURED_SAMPLES = 256  # samples collated to measure the masking rate and the efficiency: a few milliseconds
 
 
@@ -224,7 +224,7 @@ def batch_facts(config: Config, collator: MaskingCollator, corpus: Corpus) -> tu
     }
     layout = {
         "padding": job.padding,
-        "documents_apart": job.padding in ISOLATING,
+        "documents_apart": Padding(job.padding).isolates,
         "efficiency": _rounded(measured["efficiency"]),
     }
     return masking, layout
