@@ -14,7 +14,7 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from bench import heads, report
+from bench import heads, heads_report, report
 from bench.real_series import prepare_real
 from bench.runner import RunFailed, result_header, run_once, warm_cache, write_results
 
@@ -84,12 +84,12 @@ def run_heads_series(settings: heads.HeadsSettings, workdir: Path, results_dir: 
         else:
             run.update(architecture=name, rep=rep, step_s=heads.step_seconds(run))
             runs.append(run)
-            log(report.heads_run_line(run))
+            log(heads_report.heads_run_line(run))
             if head != "masked-only":  # written once the pair is complete
                 continue
         # <stem>-heads.json and .md and, untagged, latest-heads.md: what was measured so far
         result = {**context, "runs": runs, "summary": heads.summarise(runs, settings)}
-        markdown = report.heads_markdown(result)
+        markdown = heads_report.heads_markdown(result)
         write_results(results_dir, results_stem(stem), result, markdown, None if tagged else "latest-heads.md")
     print(markdown)
     log(f"bench heads: results in {results_dir / results_stem(stem)}.json and .md")

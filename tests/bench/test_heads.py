@@ -8,7 +8,8 @@ from dataclasses import asdict
 
 import pytest
 
-from bench import heads, real, report
+from bench import heads, real
+from bench.heads_report import heads_markdown, heads_run_line
 from bench.run import heads_settings, parse_args, selected_series
 from tests.bench.records import flag, real_run
 
@@ -174,8 +175,8 @@ def test_the_heads_series_runs_only_when_asked_and_takes_its_options():
 def heads_report(
     settings: heads.HeadsSettings, runs: list, sources: dict, gpu: str | None = None, failures: tuple | list = ()
 ) -> str:
-    """bench.report.heads_markdown of a made-up result, as bench/heads_series.py puts it together."""
-    return report.heads_markdown({
+    """bench.heads_report.heads_markdown of a made-up result, as bench/heads_series.py puts it together."""
+    return heads_markdown({
         "date": "2026-01-01T00:00:00+00:00",
         "environment": {"host": "h", "gpu": gpu, "cpu_count": 2, "torch": "t", "transformers": "x"},
         "settings": asdict(settings),
@@ -200,7 +201,7 @@ def test_the_report_shows_each_heads_step_time_the_ratio_and_the_target():
     assert "vocabulary 30,522" in text and "MFU" not in text
     assert "- **deberta-v2** (`deberta-v2.json`): DeBERTa-v3's" in text and '"pos_att_type": ["p2c", "c2p"]' in text
     assert "| deberta-v2 |" not in text  # no run: no row
-    assert report.heads_run_line(RUNS[0]).startswith("heads roberta pair 1 dense: 3.000 s/step")
+    assert heads_run_line(RUNS[0]).startswith("heads roberta pair 1 dense: 3.000 s/step")
 
 
 def test_on_a_gpu_the_report_gives_each_heads_mfu_but_none_for_albert():
