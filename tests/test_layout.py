@@ -60,7 +60,9 @@ def test_our_modules_are_imported_at_the_top(path: Path) -> None:
             names = [node.module or ""] if isinstance(node, ast.ImportFrom) else [a.name for a in node.names]
             if not any(name.split(".")[0] in ("train", "bench", "tools") for name in names):
                 continue  # a library's own import, kept lazy for its cost
-            assert says_why(lines, node.lineno), f"{path}:{node.lineno}: imports {names[0]} inside a function without saying why"
+            assert says_why(lines, node.lineno), (
+                f"{path}:{node.lineno}: imports {names[0]} inside a function without saying why"
+            )
 
 
 def says_why(lines: list[str], lineno: int) -> bool:
