@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import json
+import pickle
 from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
-import torch
 from torchdata.stateful_dataloader import StatefulDataLoader
 
 from tests.data.helpers import config_for, write_shards
@@ -20,7 +21,7 @@ from train.data import (
     tokenized_stream,
 )
 from train.model.tokenizer_training import train_tokenizer
-from train.outputs.runfiles import STREAM_STATE, RunFiles
+from train.outputs.runfiles import PICKLED_STREAM_STATE, STREAM_STATE, RunFiles
 
 
 def prepared(source: Path, **env: str):
@@ -95,7 +96,7 @@ def test_the_position_is_saved_into_the_checkpoint_and_read_back(tmp_path: Path)
     args, state = SimpleNamespace(output_dir=str(tmp_path)), SimpleNamespace(global_step=10)
     StreamPosition().on_save(args, state, None, train_dataloader=Positioned())
     saved = files.checkpoint(10) / STREAM_STATE
-    assert torch.load(saved, weights_only=False) == {"world_size": 1, "ranks": [{"read": 7}]}
+    assert json.loads(saved.read_text()) == {"world_size": 1, "ranks": [{"read": 7}]}
     assert not list(files.checkpoint(10).glob("*.tmp"))  # written whole, then renamed into place
     assert StreamPosition.load(str(files.checkpoint(10)), 0, 1, "MLM_STREAMING") == {"read": 7}
     with pytest.raises(ConfigError, match=r"MLM_STREAMING=true: checkpoint-10 holds the stream positions of 1 rank"):
@@ -104,6 +105,30 @@ def test_the_position_is_saved_into_the_checkpoint_and_read_back(tmp_path: Path)
     assert not files.checkpoint(20).exists()  # no checkpoint at that step: nothing is created
     files.checkpoint(30).mkdir()
     assert StreamPosition.load(str(files.checkpoint(30)), 0, 1, "MLM_STREAMING") is None  # saved before streaming
+
+
+class Payload:
+    """A pickle whose loading would create ``marker``: what a hostile writer of a shared volume plants."""
+
+    def __init__(self, marker: Path) -> None:
+        self.marker = marker
+
+    def __reduce__(self) -> tuple:
+        return (Path.touch, (self.marker,))
+
+
+def test_a_planted_pickle_never_runs_and_a_damaged_position_is_named(tmp_path: Path) -> None:
+    files, marker = RunFiles(tmp_path), tmp_path / "ran"
+    checkpoint = files.checkpoint(10)
+    checkpoint.mkdir()
+    with (checkpoint / PICKLED_STREAM_STATE).open("wb") as handle:
+        pickle.dump({"world_size": 1, "ranks": [Payload(marker)]}, handle)
+    with pytest.raises(ConfigError, match=r"checkpoint-10 holds its stream position as a pickle .* never loaded"):
+        StreamPosition.load(str(checkpoint), 0, 1, "MLM_STREAMING")
+    (checkpoint / STREAM_STATE).write_text('{"world_size": 1, "ranks": [')  # cut off
+    with pytest.raises(ConfigError, match=r"checkpoint-10/stream_state.json is damaged"):
+        StreamPosition.load(str(checkpoint), 0, 1, "MLM_STREAMING")
+    assert not marker.exists()
 
 
 def test_only_world_rank_0_writes_the_positions(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -219,7 +219,7 @@ def test_a_streamed_packed_corpus_resumes_to_the_uninterrupted_runs_weights(
     straight = tmp_path / "straight"
     assert job_in_process(packing_env(straight, corpus, "packed", **streamed)) == 0
     resumed = stop_and_resume(job_in_process, packing_env(tmp_path / "resumed", corpus, "packed", **streamed), capsys)
-    saved = torch.load(resumed / f"checkpoint-{STOP_AT}" / STREAM_STATE, weights_only=False)
+    saved = json.loads((resumed / f"checkpoint-{STOP_AT}" / STREAM_STATE).read_text())
     assert saved["world_size"] == 1 and saved["ranks"][0]
     same_weights(straight / "final", resumed / "final")
     assert facts(straight)["packing"] == packing_facts("packed")

@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
+import json
 import signal
 import time
 from pathlib import Path
 
 import pytest
-import torch
 
 from tests.conftest import tiny_env
 from tests.data.helpers import write_shards
@@ -44,7 +44,7 @@ def test_a_preempted_stream_resumes_where_it_stopped_and_ends_with_identical_wei
     process.send_signal(signal.SIGTERM)
     _, stderr = process.communicate(timeout=60)
     assert process.returncode == 75, stderr[-3000:]
-    saved = torch.load(output / "checkpoint-10" / STREAM_STATE, weights_only=False)
+    saved = json.loads((output / "checkpoint-10" / STREAM_STATE).read_text())
     assert saved["world_size"] == 2 and all(saved["ranks"])
 
     time.sleep(0.1)

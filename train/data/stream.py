@@ -22,6 +22,7 @@ StreamPosition does.
 from __future__ import annotations
 
 import hashlib
+import json
 import warnings
 from pathlib import Path
 from typing import Any
@@ -42,7 +43,7 @@ from train.data.padding import Padding
 from train.data.raw import TextStream
 from train.data.sources import Source, demo_dataset, read_error, shown_url
 from train.data.tokenization import SAMPLE_INDEX, encode_texts, group_texts
-from train.outputs.runfiles import STREAM_STATE, RunFiles
+from train.outputs.runfiles import PICKLED_STREAM_STATE, STREAM_STATE, RunFiles
 
 DEMO_SHARDS = 4  # the demo stream's files, so that it splits across ranks by whole shards
 SAVED_SHARDS = 16  # a save_to_disk dataset streamed: shards to split across ranks and DataLoader workers
@@ -167,9 +168,13 @@ def stream_loader(dataset: IterableDataset, trainer: Any) -> Any:
 
 
 class StreamPosition(TrainerCallback):
-    """Saves every rank's stream position into each checkpoint (``stream_state.pt``), before the checkpoint is
+    """Saves every rank's stream position into each checkpoint (``stream_state.json``), before the checkpoint is
     marked complete; ``load`` reads this rank's back for a resumed run. Every rank calls ``on_save`` (the Trainer
-    saves on all of them), rank 0 gathers the positions and writes the file."""
+    saves on all of them), rank 0 gathers the positions and writes the file.
+
+    JSON, not torch.save: a checkpoint is read back by whoever resumes it, and a pickle in it would run whatever
+    code its writer put there. StatefulDataLoader's state over a datasets stream is plain numbers and strings;
+    one that is not fails the save with the value named, rather than being written in a form that can run code."""
 
     def on_save(self, args: Any, state: Any, control: Any, train_dataloader: Any = None, **kwargs: Any) -> None:
         position = train_dataloader.state_dict() if hasattr(train_dataloader, "state_dict") else None
@@ -181,20 +186,30 @@ class StreamPosition(TrainerCallback):
             checkpoint = RunFiles(args.output_dir).checkpoint(state.global_step)
             if checkpoint.is_dir():
                 tmp = checkpoint / (STREAM_STATE + ".tmp")
-                torch.save({"world_size": len(positions), "ranks": positions}, tmp)
+                tmp.write_text(json.dumps({"world_size": len(positions), "ranks": positions}), encoding="utf-8")
                 tmp.replace(checkpoint / STREAM_STATE)
 
     @staticmethod
     def load(checkpoint: str, rank: int, world_size: int, option: str) -> dict[str, Any] | None:
         """This rank's saved position in ``checkpoint``, or None when it holds none (saved before streaming)."""
-        path = Path(checkpoint) / STREAM_STATE
+        path, name = Path(checkpoint) / STREAM_STATE, Path(checkpoint).name
         if not path.exists():
+            if (Path(checkpoint) / PICKLED_STREAM_STATE).exists():
+                raise ConfigError(
+                    f"{option}=true: {name} holds its stream position as a pickle ({PICKLED_STREAM_STATE}, written "
+                    "by an earlier version), which is never loaded: it could run code; resume it with the image that "
+                    "wrote it, or start over with MLM_RESUME=never"
+                )
             return None
-        saved = torch.load(path, weights_only=False)
-        if saved["world_size"] != world_size:
+        try:
+            saved = json.loads(path.read_text(encoding="utf-8"))
+            count, ranks = int(saved["world_size"]), saved["ranks"]
+        except (OSError, ValueError, TypeError, KeyError) as exc:
+            raise ConfigError(f"{option}=true: {name}/{STREAM_STATE} is damaged ({first_line(exc)})") from None
+        if count != world_size:
             raise ConfigError(
-                f"{option}=true: {Path(checkpoint).name} holds the stream positions of {saved['world_size']} "
-                f"rank(s), this run has {world_size}: resume with {saved['world_size']}, or start over with "
+                f"{option}=true: {name} holds the stream positions of {count} "
+                f"rank(s), this run has {world_size}: resume with {count}, or start over with "
                 "MLM_RESUME=never"
             )
-        return saved["ranks"][rank]
+        return ranks[rank]

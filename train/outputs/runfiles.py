@@ -6,7 +6,7 @@ which lists the checkpoint directories (their validation and the resume choice a
       final/                the finished model (written as .final.tmp/, renamed into place: train/outputs/local.py)
       final.previous/       a finished model being replaced by a run started over (MLM_OVERWRITE_OUTPUT_DIR)
       checkpoint-N/         the Trainer's checkpoints, each with .complete, mlm_options.json and, for a stream,
-                            stream_state.pt
+                            stream_state.json
       run.json              what ran (options redacted, versions, hardware, status)
       all_results.json      the finished run's metrics
       logs/train.jsonl      one JSON record per log step
@@ -26,7 +26,8 @@ ASIDE_PREFIX = ".invalid-"  # a checkpoint moved aside: .invalid-checkpoint-15-<
 # Inside a checkpoint (the Trainer's own files besides):
 COMPLETE_MARKER = ".complete"  # written once the Trainer's on_save has run
 OPTIONS_NAME = "mlm_options.json"  # the resolved options (redacted) of the run that wrote the checkpoint
-STREAM_STATE = "stream_state.pt"  # every rank's position in a streamed corpus
+STREAM_STATE = "stream_state.json"  # every rank's position in a streamed corpus
+PICKLED_STREAM_STATE = "stream_state.pt"  # the same, as versions before 2026-12 pickled it: never loaded
 TRAINER_STATE = "trainer_state.json"  # the Trainer's: written after the weights, optimizer and RNG states
 
 
