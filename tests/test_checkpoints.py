@@ -3,10 +3,13 @@ never zero resumable checkpoints after rotation, moved-aside ones bounded."""
 
 from __future__ import annotations
 
+import hashlib
+import json
 import os
 from pathlib import Path
 
 import pytest
+import torch
 
 from tests.helpers import checkpoint, truncate
 from train.common.errors import ConfigError
@@ -120,3 +123,79 @@ def test_resuming_with_changed_options_names_what_is_kept_and_what_reorders(tmp_
     warnings.clear()
     decide_resume(old, RunFiles(tmp_path), warnings.append)
     assert warnings == []
+
+
+# ---- the marker's list of files: sizes and SHA-256, and the safe load ------------------------------------------
+
+
+def flip(path: Path, offset: int = -9) -> None:
+    """One bit flipped, the size kept: what a flaky disk or object store does."""
+    data = bytearray(path.read_bytes())
+    data[offset] ^= 0x01
+    path.write_bytes(bytes(data))
+
+
+class Payload:
+    """A pickle whose loading would create ``marker``: what a hostile writer of a shared volume plants."""
+
+    def __init__(self, marker: Path) -> None:
+        self.marker = marker
+
+    def __reduce__(self) -> tuple:
+        return (Path.touch, (self.marker,))
+
+
+def test_the_marker_lists_every_file_with_its_size_and_digest(tmp_path):
+    path = checkpoint(tmp_path, 10)
+    listed = json.loads((path / COMPLETE_MARKER).read_text())["files"]
+    assert sorted(listed) == sorted(p.name for p in path.iterdir() if p.name != COMPLETE_MARKER)
+    weights = path / "model.safetensors"
+    assert listed["model.safetensors"] == {
+        "size": weights.stat().st_size,
+        "sha256": hashlib.sha256(weights.read_bytes()).hexdigest(),
+    }
+
+
+@pytest.mark.parametrize("name", ["model.safetensors", "optimizer.pt", "scheduler.pt", "rng_state.pth"])
+def test_a_flipped_bit_in_any_file_is_named(tmp_path, name):
+    path = checkpoint(tmp_path, 10)
+    flip(path / name)
+    assert problem(path) == f"{name}: its SHA-256 differs from the marker's (the bytes changed after it was written)"
+
+
+def test_a_missing_an_extra_or_a_resized_file_is_named(tmp_path):
+    path = checkpoint(tmp_path, 10)
+    (path / "scheduler.pt").unlink()
+    assert problem(path) == "scheduler.pt: missing (the marker lists it)"
+    other = checkpoint(tmp_path, 20)
+    (other / "notes.txt").write_text("left by a second writer")
+    assert problem(other) == "notes.txt: not among the files the marker lists"
+    resized = checkpoint(tmp_path, 30)
+    (resized / "config.json").write_text('{"model_type": "bert"}')
+    assert (problem(resized) or "").startswith("config.json: 22 bytes, the marker says 2")
+
+
+def test_a_planted_pickle_never_runs_even_with_a_marker_that_lists_it(tmp_path):
+    """The writer of a shared volume can rewrite the marker too: the safe load refuses the pickle, nothing runs."""
+    ran = tmp_path / "ran"
+    path = checkpoint(tmp_path, 10)
+    torch.save({"state": Payload(ran)}, path / "optimizer.pt")
+    mark_complete(path)  # the digests agree with the planted file
+    assert (problem(path) or "").startswith("optimizer.pt: fails the safe load")
+    assert not ran.exists()
+
+
+def test_a_damaged_checkpoint_is_set_aside_with_one_line_and_the_older_one_used(tmp_path):
+    checkpoint(tmp_path, 10)
+    newest = checkpoint(tmp_path, 20)
+    flip(newest / "optimizer.pt")
+    warnings: list[str] = []
+    assert decide_resume(config(tmp_path), RunFiles(tmp_path), warnings.append) == str(tmp_path / "checkpoint-10")
+    assert warnings[0].startswith("cannot resume from checkpoint-20 (optimizer.pt: its SHA-256 differs")
+    assert "resuming from checkpoint-10 instead" in warnings[0]
+
+
+def test_a_checkpoint_marked_before_markers_listed_files_is_judged_by_content(tmp_path):
+    path = checkpoint(tmp_path, 10)
+    (path / COMPLETE_MARKER).write_text("2026-11-01T10:00:00\n")  # an earlier version's marker: a time only
+    assert problem(path) is None

@@ -5,25 +5,33 @@ checkpoint cut off while being written, truncated by a full disk or damaged by a
 crash (a permanent crash loop under a Job controller). Here a checkpoint is resumable when its content says so:
 ``trainer_state.json`` parses and names the checkpoint's step (the Trainer writes it after the weights,
 optimizer, scheduler and RNG states), and every weight and state file in it is whole (a safetensors file as long
-as its header says; a torch zip archive whose directory reads and whose members fit in the file).
+as its header says; a torch zip archive whose directory reads and whose members fit in the file); every state
+file transformers loads back passes the safe loader (``weights_only=True``: a planted pickle is refused, never run);
+and every file is the one the ``.complete`` marker lists, with its size and SHA-256 (a flipped bit, a partial
+overwrite by a second writer). A checkpoint that fails any of these is damaged: set aside, the older one used.
 
-The ``.complete`` marker written once the Trainer's ``on_save`` has run is kept as a record but is not required:
-the Trainer rotates old checkpoints away (``save_total_limit``) *before* ``on_save``, so a kill between the two
-would otherwise leave no resumable checkpoint at all.
+The marker, written once the Trainer's ``on_save`` has run, is not required: the Trainer rotates old checkpoints
+away (``save_total_limit``) *before* ``on_save``, so a kill between the two would otherwise leave no resumable
+checkpoint at all; without it (or from a version that wrote no list) the content checks decide alone.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
+import re
 import shutil
 import zipfile
 from collections.abc import Callable
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import Any
 
+import torch
+from transformers.trainer_pt_utils import safe_globals
+
 from train.common.console import now
-from train.common.errors import ConfigError
+from train.common.errors import ConfigError, first_line
 from train.config import Config
 from train.outputs.runfiles import COMPLETE_MARKER, OPTIONS_NAME, TRAINER_STATE, RunFiles, is_checkpoint_name, step_of
 
@@ -44,11 +52,84 @@ REORDER_DATA = (
 TORCH_SUFFIXES = (".pt", ".pth", ".bin")
 
 
-def mark_complete(checkpoint: Path, options: dict[str, Any] | None = None) -> None:
-    """Record that the Trainer finished this checkpoint, and the options of the run that wrote it."""
+# The Trainer's RNG state: rng_state.pth with one process, rng_state_<process index>.pth with several; each rank
+# writes its own (transformers 5.24, Trainer._save_rng_state), every other file of a checkpoint is world rank 0's.
+RNG_STATE = re.compile(r"^rng_state(?:_(\d+))?\.pth$")
+# What transformers loads back from a checkpoint with torch.load(weights_only=True): a file of these that the safe
+# loader refuses would end the resume with an UnpicklingError, so it makes the checkpoint damaged here instead.
+# training_args.bin is not among them: the Trainer pickles its arguments there and never loads them on resume.
+SAFE_LOADED = re.compile(r"^(optimizer\.pt|scheduler\.pt|scaler\.pt|rng_state(_\d+)?\.pth|pytorch_model.*\.bin)$")
+
+
+def writer_of(name: PurePosixPath | Path) -> int:
+    """The world rank that wrote a checkpoint's file ``name``."""
+    match = RNG_STATE.match(PurePosixPath(name).name)
+    return int(match[1]) if match and match[1] else 0
+
+
+def digest(path: Path) -> dict[str, Any]:
+    """A file's size and SHA-256, as the completeness marker lists them."""
+    with path.open("rb") as handle:
+        return {"size": path.stat().st_size, "sha256": hashlib.file_digest(handle, "sha256").hexdigest()}
+
+
+def digests_written_by(checkpoint: Path, rank: int) -> dict[str, dict[str, Any]]:
+    """The size and digest of each file of ``checkpoint`` world rank ``rank`` wrote (the marker aside)."""
+    found = {}
+    for path in sorted(p for p in checkpoint.rglob("*") if p.is_file() and p.name != COMPLETE_MARKER):
+        rel = path.relative_to(checkpoint)
+        if writer_of(rel) == rank:
+            found[rel.as_posix()] = digest(path)
+    return found
+
+
+def mark_complete(
+    checkpoint: Path, options: dict[str, Any] | None = None, others: dict[str, dict[str, Any]] | None = None
+) -> None:
+    """World rank 0, once every rank's files are written: the options of the run that wrote the checkpoint, then
+    the marker listing every file with its size and SHA-256 (``others``: the other ranks' own files, digested by
+    them: on a node-local staging directory rank 0 does not see them)."""
     if options is not None:
         (checkpoint / OPTIONS_NAME).write_text(json.dumps(options, indent=1, default=str), encoding="utf-8")
-    (checkpoint / COMPLETE_MARKER).write_text(now() + "\n", encoding="utf-8")
+    files = {**digests_written_by(checkpoint, 0), **(others or {})}
+    marker = {"completed": now(), "files": dict(sorted(files.items()))}
+    (checkpoint / COMPLETE_MARKER).write_text(json.dumps(marker, indent=1) + "\n", encoding="utf-8")
+
+
+def manifest_problem(checkpoint: Path) -> str | None:
+    """Whether the files are the ones the marker lists (none missing, none extra, each size and SHA-256 the
+    same). No marker, or one written before markers listed files: nothing to compare (the content checks stay)."""
+    try:
+        listed = json.loads((checkpoint / COMPLETE_MARKER).read_text(encoding="utf-8"))["files"]
+    except (OSError, ValueError, TypeError, KeyError):
+        return None
+    present = {
+        p.relative_to(checkpoint).as_posix() for p in checkpoint.rglob("*") if p.is_file() and p.name != COMPLETE_MARKER
+    }
+    missing, extra = sorted(set(listed) - present), sorted(present - set(listed))
+    if missing:
+        return f"{missing[0]}: missing (the marker lists it)"
+    if extra:
+        return f"{extra[0]}: not among the files the marker lists"
+    for name, expected in listed.items():
+        found = digest(checkpoint / name)
+        if found["size"] != expected.get("size"):
+            return f"{name}: {found['size']} bytes, the marker says {expected.get('size')}"
+        if found["sha256"] != expected.get("sha256"):
+            return f"{name}: its SHA-256 differs from the marker's (the bytes changed after it was written)"
+    return None
+
+
+def _safe_load_problem(path: Path) -> str | None:
+    """The file as transformers will load it on resume (weights_only=True, memory-mapped: the tensors are not
+    read, and numpy's RNG state allowed as the Trainer allows it for rng_state*.pth): a pickle that could run code
+    is refused by the loader before anything runs."""
+    try:
+        with safe_globals():
+            torch.load(path, weights_only=True, mmap=True, map_location="cpu")
+    except Exception as exc:  # noqa: BLE001 - any refusal of the safe loader makes the checkpoint unusable
+        return f"{path.name}: fails the safe load ({first_line(exc)})"
+    return None
 
 
 def changed_options(checkpoint: Path, options: dict[str, Any]) -> list[str]:
@@ -116,6 +197,8 @@ def problem(checkpoint: Path) -> str | None:
                 found = _safetensors_problem(path)
             elif path.suffix in TORCH_SUFFIXES:
                 found = _torch_file_problem(path)
+                if found is None and SAFE_LOADED.match(path.name):
+                    found = _safe_load_problem(path)
             elif path.suffix == ".json":
                 found = None
                 try:
@@ -130,7 +213,10 @@ def problem(checkpoint: Path) -> str | None:
         return f"unreadable ({exc.strerror or exc})"
     if not any(checkpoint.glob("*.safetensors")) and not any(checkpoint.glob("pytorch_model*.bin")):
         return "no model weights"
-    return None
+    try:
+        return manifest_problem(checkpoint)
+    except OSError as exc:
+        return f"unreadable ({exc.strerror or exc})"
 
 
 def resume_choice(config: Config, files: RunFiles) -> tuple[Path | None, list[tuple[Path, str]]]:

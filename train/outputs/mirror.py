@@ -28,7 +28,7 @@ import re
 import shutil
 import time
 from collections.abc import Callable
-from pathlib import Path, PurePosixPath
+from pathlib import Path
 from typing import Any
 
 from train.common import distributed
@@ -37,21 +37,11 @@ from train.common.errors import ConfigError
 from train.common.urls import is_store_url
 from train.config import Config
 from train.outputs.base import OutputLocation, Warn
-from train.outputs.checkpoints import KEEP_ASIDE, problem, resume_choice
+from train.outputs.checkpoints import KEEP_ASIDE, problem, resume_choice, writer_of
 from train.outputs.local import publish_final
 from train.outputs.runfiles import ASIDE_PREFIX, TRAINER_STATE, is_checkpoint_name, step_of
 from train.outputs.store import NAMES, VANISHED, Retry, Store
 from train.outputs.store_lease import StoreLease
-
-# The Trainer's RNG state: rng_state.pth with one process, rng_state_<process index>.pth with several; each rank
-# writes its own (transformers 5.24, Trainer._save_rng_state), every other file of a checkpoint is world rank 0's.
-RNG_STATE = re.compile(r"^rng_state(?:_(\d+))?\.pth$")
-
-
-def writer_of(name: PurePosixPath | Path) -> int:
-    """The world rank that wrote a checkpoint's file ``name``."""
-    match = RNG_STATE.match(PurePosixPath(name).name)
-    return int(match[1]) if match and match[1] else 0
 
 
 class Mirror(OutputLocation):

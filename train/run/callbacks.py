@@ -7,11 +7,13 @@ from pathlib import Path
 from typing import Any
 
 import torch
+import torch.distributed as dist
 from transformers import TrainerCallback
 
+from train.common import distributed
 from train.model.collator import MaskingCollator
 from train.outputs.base import OutputLocation
-from train.outputs.checkpoints import mark_complete
+from train.outputs.checkpoints import digests_written_by, mark_complete
 from train.outputs.runfiles import RunFiles, is_checkpoint_name, step_of
 
 
@@ -26,17 +28,23 @@ class EpochForCollator(TrainerCallback):
 
 
 class CheckpointCompleteMarker(TrainerCallback):
-    """Records, in each checkpoint, when the Trainer finished saving it and the options it ran with (a resume
-    compares them; train/outputs/checkpoints.py says why resume judges a checkpoint by content, not by this marker)."""
+    """Records, in each checkpoint, when the Trainer finished saving it, the options it ran with (a resume compares
+    them) and every file with its size and SHA-256 (a resume verifies them: train/outputs/checkpoints.py). Every
+    rank calls on_save: each digests the files it wrote, world rank 0 gathers them (which also waits for every
+    rank's files) and writes the marker."""
 
     def __init__(self, files: RunFiles, options: dict[str, Any]) -> None:
         self.files, self.options = files, options
 
     def on_save(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
-        if state.is_world_process_zero:
-            checkpoint = self.files.checkpoint(state.global_step)
-            if checkpoint.is_dir():
-                mark_complete(checkpoint, self.options)
+        checkpoint, rank = self.files.checkpoint(state.global_step), distributed.world_rank()
+        mine = digests_written_by(checkpoint, rank) if rank and checkpoint.is_dir() else {}
+        everyone = [mine]
+        if distributed.initialized():
+            everyone = [{}] * dist.get_world_size()
+            dist.all_gather_object(everyone, mine)
+        if state.is_world_process_zero and checkpoint.is_dir():
+            mark_complete(checkpoint, self.options, {name: d for found in everyone for name, d in found.items()})
 
 
 class CheckpointSaved(TrainerCallback):
