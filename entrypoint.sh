@@ -6,6 +6,7 @@
 #        entrypoint.sh prepare [--option value ...]   tokenize the corpus into the cache (HF_HOME), train nothing
 #        entrypoint.sh gpus                           list the GPUs this container can use
 #        entrypoint.sh doctor                         preflight checks before a long job
+#        entrypoint.sh verify DIR_OR_URL              check a final model or checkpoint against its files' digests
 #        entrypoint.sh report OUTPUT_DIR              write report.html + loss.png for a run
 #        entrypoint.sh COMMAND [ARGS...]              run any other command (e.g. bash)
 #
@@ -114,6 +115,10 @@ _main() {
 	doctor | report)
 		shift
 		exec "$PYTHON" -m "train.$command" "$@"
+		;;
+	verify)
+		shift
+		exec "$PYTHON" -m train.outputs.verify "$@"
 		;;
 	*)
 		exec "$@"

@@ -91,28 +91,55 @@ def mark_complete(
     them: on a node-local staging directory rank 0 does not see them)."""
     if options is not None:
         (checkpoint / OPTIONS_NAME).write_text(json.dumps(options, indent=1, default=str), encoding="utf-8")
-    files = {**digests_written_by(checkpoint, 0), **(others or {})}
+    write_marker(checkpoint, {**digests_written_by(checkpoint, 0), **(others or {})})
+
+
+def write_marker(directory: Path, files: dict[str, dict[str, Any]] | None = None) -> None:
+    """The completeness marker of a checkpoint or of final/: when, and every file with its size and SHA-256
+    (``files``; None: every file of ``directory``, digested here)."""
+    if files is None:
+        files = {p.relative_to(directory).as_posix(): digest(p) for p in sorted(directory.rglob("*")) if listed(p)}
     marker = {"completed": now(), "files": dict(sorted(files.items()))}
-    (checkpoint / COMPLETE_MARKER).write_text(json.dumps(marker, indent=1) + "\n", encoding="utf-8")
+    (directory / COMPLETE_MARKER).write_text(json.dumps(marker, indent=1) + "\n", encoding="utf-8")
 
 
-def manifest_problem(checkpoint: Path) -> str | None:
-    """Whether the files are the ones the marker lists (none missing, none extra, each size and SHA-256 the
-    same). No marker, or one written before markers listed files: nothing to compare (the content checks stay)."""
+def listed(path: Path) -> bool:
+    """Whether the marker lists ``path``: every file but the marker itself."""
+    return path.is_file() and path.name != COMPLETE_MARKER
+
+
+def listed_files(directory: Path) -> dict[str, dict[str, Any]] | None:
+    """The files the marker lists, or None: no marker, or one written before markers listed files."""
     try:
-        listed = json.loads((checkpoint / COMPLETE_MARKER).read_text(encoding="utf-8"))["files"]
+        found = json.loads((directory / COMPLETE_MARKER).read_text(encoding="utf-8"))["files"]
     except (OSError, ValueError, TypeError, KeyError):
         return None
-    present = {
-        p.relative_to(checkpoint).as_posix() for p in checkpoint.rglob("*") if p.is_file() and p.name != COMPLETE_MARKER
-    }
-    missing, extra = sorted(set(listed) - present), sorted(present - set(listed))
+    return found if isinstance(found, dict) else None
+
+
+def weights_digest(directory: Path) -> str | None:
+    """``name sha256:<hex>`` of the model's weights as the marker lists them (the model card names it), or None."""
+    files = listed_files(directory) or {}
+    weights = sorted(name for name in files if name.endswith(".safetensors") or name.startswith("pytorch_model"))
+    if not weights:
+        return None
+    return ", ".join(f"{name} sha256:{files[name].get('sha256')}" for name in weights)
+
+
+def manifest_problem(directory: Path, added_later: tuple[str, ...] = ()) -> str | None:
+    """Whether the files are the ones the marker lists (none missing, none extra but ``added_later``, each size and
+    SHA-256 the same). No list to compare with: None (the content checks stay)."""
+    listed_now = listed_files(directory)
+    if listed_now is None:
+        return None
+    present = {p.relative_to(directory).as_posix() for p in directory.rglob("*") if listed(p)} - set(added_later)
+    missing, extra = sorted(set(listed_now) - present), sorted(present - set(listed_now))
     if missing:
         return f"{missing[0]}: missing (the marker lists it)"
     if extra:
         return f"{extra[0]}: not among the files the marker lists"
-    for name, expected in listed.items():
-        found = digest(checkpoint / name)
+    for name, expected in listed_now.items():
+        found = digest(directory / name)
         if found["size"] != expected.get("size"):
             return f"{name}: {found['size']} bytes, the marker says {expected.get('size')}"
         if found["sha256"] != expected.get("sha256"):

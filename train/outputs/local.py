@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from train.outputs.base import OutputLocation, Warn
-from train.outputs.checkpoints import decide_resume, resume_choice
+from train.outputs.checkpoints import decide_resume, resume_choice, write_marker
 from train.outputs.lease import OutputLease
 from train.outputs.runfiles import RunFiles
 
@@ -25,6 +25,7 @@ def publish_final(files: RunFiles, write: Callable[[Path], None]) -> Path:
     shutil.rmtree(staging, ignore_errors=True)  # left over by a crashed run
     staging.mkdir(parents=True)
     write(staging)
+    write_marker(staging)  # its files with their digests: ./entrypoint.sh verify checks a downloaded copy
     if final.exists():
         retired = files.final_retired(os.getpid())
         os.replace(final, retired)

@@ -360,7 +360,9 @@ class Store:
         )
         for path in files:
             self.put(path, NAMES.final / path.relative_to(local_final))
-        self.pipe(NAMES.final / COMPLETE_MARKER, f"{console.now()}\n".encode())
+        marker = local_final / COMPLETE_MARKER  # the list of final/'s files and digests, written last
+        body = marker.read_bytes() if marker.is_file() else f"{console.now()}\n".encode()
+        self.pipe(NAMES.final / COMPLETE_MARKER, body)
 
     def upload(self, local_root: Path, *names: Path) -> list[Path]:
         """Mirror files and directories of the staging dir (``NAMES.run_json``, ``NAMES.logs``, ...), each file one

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from train.common.errors import EnvironmentProblem
 from train.config import Config
+from train.outputs.checkpoints import weights_digest
 from train.outputs.runfiles import RunFiles
 from train.publish.card import CARD, mask_token, model_card, write_card
 from train.publish.common import read_json
@@ -39,7 +40,12 @@ def publish_run(config: Config, files: RunFiles, step: int) -> None:
             problems.append(str(exc))
     if "mlflow" in trackers:
         if not (final / CARD).exists():  # the artifact carries the card even when nothing was pushed
-            write_card(final, model_card(config, run, results, step, repo_id=None, mask=mask_token(final)))
+            write_card(
+                final,
+                model_card(
+                    config, run, results, step, repo_id=None, mask=mask_token(final), weights=weights_digest(final)
+                ),
+            )
         try:
             log_to_mlflow(final, tracker_params(config, run, results), final_metrics(results), step)
         except EnvironmentProblem as exc:

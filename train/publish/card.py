@@ -34,9 +34,11 @@ def model_card(
     step: int,
     repo_id: str | None,
     mask: str = "[MASK]",
+    weights: str | None = None,
 ) -> str:
     """README.md for final/, from ``run`` (run.json) and ``results`` (all_results.json) after ``step`` steps;
-    ``repo_id`` is where it is pushed (None: not pushed), ``mask`` the tokenizer's mask token for the example."""
+    ``repo_id`` is where it is pushed (None: not pushed), ``mask`` the tokenizer's mask token for the example,
+    ``weights`` the weights' SHA-256 as final/'s marker lists them (train/outputs/checkpoints.py weights_digest)."""
     values = {
         **header_values(config, repo_id),
         **result_values(config, run, results, step),
@@ -45,6 +47,7 @@ def model_card(
         "where": repo_id or "path/to/final",
         "mask": mask,
         "options": json.dumps(chosen_options(config, run), indent=2, sort_keys=True, default=str),
+        "weights": weights or "not recorded",
     }
     return card_template().substitute(values)
 

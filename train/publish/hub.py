@@ -9,6 +9,7 @@ from typing import Any
 from train.common.console import say
 from train.common.errors import EnvironmentProblem
 from train.config import Config
+from train.outputs.checkpoints import weights_digest
 from train.publish.card import mask_token, model_card, write_card
 from train.publish.common import why_failed
 
@@ -25,7 +26,12 @@ def push_final(config: Config, final: Path, run: dict[str, Any], results: dict[s
     try:
         repo = api.create_repo(repo_id, private=training.hub_private_repo, exist_ok=True)
         repo_id = repo.repo_id
-        write_card(final, model_card(config, run, results, step, repo_id=repo_id, mask=mask_token(final)))
+        write_card(
+            final,
+            model_card(
+                config, run, results, step, repo_id=repo_id, mask=mask_token(final), weights=weights_digest(final)
+            ),
+        )
         api.upload_folder(
             repo_id=repo_id,
             folder_path=final,
