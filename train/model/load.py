@@ -22,6 +22,7 @@ from transformers.models.auto.modeling_auto import MODEL_FOR_MASKED_LM_MAPPING
 
 from train.common.errors import ConfigError, first_line
 from train.common.hf import looks_local, offline_hint
+from train.common.untrusted import SAFE_LOAD_REFUSED, safe_load_problem
 from train.config import Config
 from train.data import RawData
 from train.model.source import model_source
@@ -173,20 +174,45 @@ def load_model(config: Config, arch: Any | None, tokenizer: Any, model_config: A
         model = AutoModelForMaskedLM.from_config(arch, attn_implementation=attention_implementation(config, arch))
     else:
         name = job.model_name_or_path
+        refuse_unsafe_weights(config, Path(name).expanduser())
         try:
             model = AutoModelForMaskedLM.from_pretrained(
                 name,
                 trust_remote_code=job.trust_remote_code,
                 attn_implementation=attention_implementation(config, model_config),
             )
-        except (OSError, ValueError) as exc:
+        except Exception as exc:
             source = config.source_of("model_name_or_path")
+            if SAFE_LOAD_REFUSED in str(exc):  # pickled weights from the hub, refused by the safe loader
+                raise ConfigError(
+                    f"{source}={name!r}: the safe loader refuses its weights ({first_line(exc)}); {CONVERT}"
+                ) from None
+            if not isinstance(exc, (OSError, ValueError)):
+                raise
             if Path(name).expanduser().exists():
                 raise ConfigError(f"{source}={name!r}: cannot load the model ({first_line(exc)})") from None
             hint = offline_hint("model", source)
             raise ConfigError(f"{source}={name!r}: cannot load the model ({hint})") from None
     check_positions(config, model.config)
     return model
+
+
+CONVERT = (
+    "pickled weights that could run code are never loaded: convert them to safetensors where they were made "
+    "(model.save_pretrained(directory) writes model.safetensors)"
+)
+
+
+def refuse_unsafe_weights(config: Config, directory: Path) -> None:
+    """A local model's pickled weights, checked as transformers will load them (safetensors, preferred by
+    transformers when present, need no check): ConfigError naming the file, before any weight is read."""
+    if not directory.is_dir() or any(directory.glob("*.safetensors")):
+        return
+    for weights in sorted(directory.glob("pytorch_model*.bin")):
+        problem = safe_load_problem(weights)
+        if problem:
+            source = config.source_of("model_name_or_path")
+            raise ConfigError(f"{source}={str(directory)!r}: {problem}; {CONVERT}")
 
 
 def attention_implementation(config: Config, model_config: Any | None) -> str | None:

@@ -27,11 +27,9 @@ from collections.abc import Callable
 from pathlib import Path, PurePosixPath
 from typing import Any
 
-import torch
-from transformers.trainer_pt_utils import safe_globals
-
 from train.common.console import now
-from train.common.errors import ConfigError, first_line
+from train.common.errors import ConfigError
+from train.common.untrusted import safe_load_problem
 from train.config import Config
 from train.outputs.runfiles import COMPLETE_MARKER, OPTIONS_NAME, TRAINER_STATE, RunFiles, is_checkpoint_name, step_of
 
@@ -147,18 +145,6 @@ def manifest_problem(directory: Path, added_later: tuple[str, ...] = ()) -> str 
     return None
 
 
-def _safe_load_problem(path: Path) -> str | None:
-    """The file as transformers will load it on resume (weights_only=True, memory-mapped: the tensors are not
-    read, and numpy's RNG state allowed as the Trainer allows it for rng_state*.pth): a pickle that could run code
-    is refused by the loader before anything runs."""
-    try:
-        with safe_globals():
-            torch.load(path, weights_only=True, mmap=True, map_location="cpu")
-    except Exception as exc:  # noqa: BLE001 - any refusal of the safe loader makes the checkpoint unusable
-        return f"{path.name}: fails the safe load ({first_line(exc)})"
-    return None
-
-
 def changed_options(checkpoint: Path, options: dict[str, Any]) -> list[str]:
     """What a resume from ``checkpoint`` will not do as ``options`` (this run's resolved options) say, in words."""
     try:
@@ -225,7 +211,7 @@ def problem(checkpoint: Path) -> str | None:
             elif path.suffix in TORCH_SUFFIXES:
                 found = _torch_file_problem(path)
                 if found is None and SAFE_LOADED.match(path.name):
-                    found = _safe_load_problem(path)
+                    found = safe_load_problem(path)
             elif path.suffix == ".json":
                 found = None
                 try:
