@@ -72,12 +72,10 @@ class OutputLocation(ABC):
         """Remove a finished run's checkpoints (resuming from them would train 0 steps); returns how many."""
 
     @abstractmethod
-    def resume_fact(self) -> str:
-        """What a run would resume from, in words (``resume from checkpoint-8``, ``start from step 0``)."""
-
-    @abstractmethod
-    def details(self) -> dict[str, Any]:
-        """The kind's own facts for ``plan``: the directory, or the store and its staging directory."""
+    def survey(self) -> tuple[str, dict[str, Any]]:
+        """One look at the checkpoints: what a run would resume from, in words (``resume from checkpoint-8``,
+        ``start from step 0``), and the kind's own facts for ``plan``: the directory, or the store and its
+        staging directory."""
 
     @abstractmethod
     def lease(self) -> OutputLease:
@@ -151,10 +149,10 @@ class OutputLocation(ABC):
 
     def facts(self) -> dict[str, Any]:
         """What a run would find there and do (``plan``, ``doctor``): looks only."""
-        resume = self.resume_fact()
+        resume, details = self.survey()
         finished = self.has_final()
         if finished and not self.config.job.overwrite_output_dir:
             would = REFUSE
         else:
             would = START_OVER if finished else resume
-        return {**self.details(), "finished_model": finished, "a run would": would}
+        return {**details, "finished_model": finished, "a run would": would}

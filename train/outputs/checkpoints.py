@@ -74,7 +74,7 @@ def digest(path: Path) -> dict[str, Any]:
 def digests_written_by(checkpoint: Path, rank: int) -> dict[str, dict[str, Any]]:
     """The size and digest of each file of ``checkpoint`` world rank ``rank`` wrote (the marker aside)."""
     found = {}
-    for path in sorted(p for p in checkpoint.rglob("*") if p.is_file() and p.name != COMPLETE_MARKER):
+    for path in sorted(p for p in checkpoint.rglob("*") if listed(p)):
         rel = path.relative_to(checkpoint)
         if writer_of(rel) == rank:
             found[rel.as_posix()] = digest(path)

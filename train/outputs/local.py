@@ -73,13 +73,10 @@ class Directory(OutputLocation):
             shutil.rmtree(checkpoint)
         return len(old)
 
-    def resume_fact(self) -> str:
-        chosen, _ = resume_choice(self.config, self.files)
-        return f"resume from {chosen.name}" if chosen else "start from step 0"
-
-    def details(self) -> dict[str, Any]:
-        _, skipped = resume_choice(self.config, self.files)
-        return {"dir": str(self.files.root), "skipped_checkpoints": {path.name: why for path, why in skipped}}
+    def survey(self) -> tuple[str, dict[str, Any]]:
+        chosen, skipped = resume_choice(self.config, self.files)  # reads (and digests) the checkpoints once
+        resume = f"resume from {chosen.name}" if chosen else "start from step 0"
+        return resume, {"dir": str(self.files.root), "skipped_checkpoints": {path.name: why for path, why in skipped}}
 
     def lease(self) -> OutputLease:
         return OutputLease(self.files, self.config.source_of("output_dir"))

@@ -91,22 +91,18 @@ class Mirror(OutputLocation):
             self.store.remove(NAMES.checkpoint(step))
         return len(old)
 
-    def resume_fact(self) -> str:
-        complete = self.complete_steps()
+    def survey(self) -> tuple[str, dict[str, Any]]:
+        steps = self.store.checkpoint_steps()  # one listing of the store
+        complete = sorted((step for step, done in steps.items() if done), reverse=True)
         resume = self.config.job.resume
         if resume == "never" or not (complete or resume != "auto"):
-            return "start from step 0"
-        return f"resume from {resume if resume != 'auto' else NAMES.checkpoint(complete[0])} (if it loads)"
-
-    def complete_steps(self) -> list[int]:
-        return sorted((step for step, done in self.store.checkpoint_steps().items() if done), reverse=True)
-
-    def details(self) -> dict[str, Any]:
-        steps = self.store.checkpoint_steps()
-        return {
+            would = "start from step 0"
+        else:
+            would = f"resume from {resume if resume != 'auto' else NAMES.checkpoint(complete[0])} (if it loads)"
+        return would, {
             "store": self.store.url,
             "staging_dir": str(self.files.root),
-            "complete_checkpoints": [NAMES.checkpoint(step).name for step in self.complete_steps()],
+            "complete_checkpoints": [NAMES.checkpoint(step).name for step in complete],
             "incomplete_checkpoints": [NAMES.checkpoint(s).name for s, done in sorted(steps.items()) if not done],
         }
 
