@@ -1,5 +1,6 @@
-"""Helpers shared by the unit tests of several modules: checkpoints as the Trainer writes them, and a configuration
-of the demo corpus for tokenizer training."""
+"""Helpers shared by the unit tests of several modules: checkpoints as the Trainer writes them, damage done to a
+file (truncated, one bit flipped), a planted pickle, and a configuration of the demo corpus for tokenizer
+training."""
 
 from __future__ import annotations
 
@@ -31,6 +32,27 @@ def checkpoint(root: Path, step: int, marked: bool = True) -> Path:
 def truncate(path: Path, keep: float = 0.5) -> None:
     data = path.read_bytes()
     path.write_bytes(data[: int(len(data) * keep)])
+
+
+def flipped(data: bytes, offset: int = -9) -> bytes:
+    """``data`` with one bit flipped at ``offset``, its size kept: what a flaky disk or object store does."""
+    changed = bytearray(data)
+    changed[offset] ^= 0x01
+    return bytes(changed)
+
+
+def flip(path: Path, offset: int = -9) -> None:
+    path.write_bytes(flipped(path.read_bytes(), offset))
+
+
+class Payload:
+    """A pickle whose loading would create ``marker``: what a hostile writer of a shared volume plants."""
+
+    def __init__(self, marker: Path) -> None:
+        self.marker = marker
+
+    def __reduce__(self) -> tuple:
+        return (Path.touch, (self.marker,))
 
 
 def demo_config(**env: str) -> Config:

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from tests.helpers import checkpoint, truncate
+from tests.helpers import Payload, checkpoint, flip, truncate
 from train.common.errors import ConfigError
 from train.config import load_config
 from train.outputs.checkpoints import (
@@ -126,23 +126,6 @@ def test_resuming_with_changed_options_names_what_is_kept_and_what_reorders(tmp_
 
 
 # ---- the marker's list of files: sizes and SHA-256, and the safe load ------------------------------------------
-
-
-def flip(path: Path, offset: int = -9) -> None:
-    """One bit flipped, the size kept: what a flaky disk or object store does."""
-    data = bytearray(path.read_bytes())
-    data[offset] ^= 0x01
-    path.write_bytes(bytes(data))
-
-
-class Payload:
-    """A pickle whose loading would create ``marker``: what a hostile writer of a shared volume plants."""
-
-    def __init__(self, marker: Path) -> None:
-        self.marker = marker
-
-    def __reduce__(self) -> tuple:
-        return (Path.touch, (self.marker,))
 
 
 def test_the_marker_lists_every_file_with_its_size_and_digest(tmp_path):

@@ -11,19 +11,10 @@ import pytest
 import torch
 from transformers import BertConfig, BertForMaskedLM, BertTokenizerFast
 
+from tests.helpers import Payload
 from train.common.errors import ConfigError
 from train.config import load_config
 from train.model.load import load_model, refuse_unsafe_weights
-
-
-class Payload:
-    """A pickle whose loading would create ``marker``."""
-
-    def __init__(self, marker: Path) -> None:
-        self.marker = marker
-
-    def __reduce__(self) -> tuple:
-        return (Path.touch, (self.marker,))
 
 
 def tiny_model() -> BertForMaskedLM:

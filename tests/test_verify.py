@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import REPO
-from tests.helpers import checkpoint
+from tests.helpers import checkpoint, flip, flipped
 from train.common.errors import EXIT_CONFIG, ConfigError, run_main
 from train.outputs.local import publish_final
 from train.outputs.runfiles import COMPLETE_MARKER, RunFiles
@@ -23,19 +23,13 @@ def write_model(directory: Path) -> None:
     (directory / "tokenizer.json").write_text("{}")
 
 
-def flip(path: Path) -> None:
-    data = bytearray(path.read_bytes())
-    data[100] ^= 0x01
-    path.write_bytes(bytes(data))
-
-
 def test_a_published_final_lists_its_files_and_verifies(tmp_path: Path) -> None:
     final = publish_final(RunFiles(tmp_path), write_model)
     assert (final / COMPLETE_MARKER).is_file()
     assert verify(final, "final").startswith("final: intact: 3 file(s)")
     (final / "README.md").write_text("the card, written after the list")  # allowed: it names the weights' digest
     assert "intact" in verify(final, "final")
-    flip(final / "model.safetensors")
+    flip(final / "model.safetensors", 100)
     with pytest.raises(ConfigError, match=r"^final: model.safetensors: its SHA-256 differs"):
         verify(final, "final")
 
@@ -58,14 +52,13 @@ def test_the_command_verifies_a_final_model_in_a_bucket(aws, bucket, tmp_path: P
     store.publish_final(final)
     url = f"s3://{bucket}/run/final"
     assert run_main(main, [url]) == 0
-    data = bytearray((final / "model.safetensors").read_bytes())
-    data[7] ^= 0x01
-    store.pipe(NAMES.final / "model.safetensors", bytes(data))  # one bit, in the bucket's copy only
+    data = flipped((final / "model.safetensors").read_bytes(), 7)
+    store.pipe(NAMES.final / "model.safetensors", data)  # one bit, in the bucket's copy only
     assert run_main(main, [url]) == EXIT_CONFIG
 
 
 def test_entrypoint_dispatches_verify(tmp_path: Path) -> None:
     final = publish_final(RunFiles(tmp_path), write_model)
-    flip(final / "model.safetensors")
+    flip(final / "model.safetensors", 100)
     done = subprocess.run([str(REPO / "entrypoint.sh"), "verify", str(final)], capture_output=True, text=True)
     assert done.returncode == EXIT_CONFIG and "model.safetensors: its SHA-256 differs" in done.stderr

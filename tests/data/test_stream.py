@@ -11,6 +11,7 @@ import pytest
 from torchdata.stateful_dataloader import StatefulDataLoader
 
 from tests.data.helpers import config_for, write_shards
+from tests.helpers import Payload
 from train.common.errors import ConfigError
 from train.data import (
     SAMPLE_INDEX,
@@ -105,16 +106,6 @@ def test_the_position_is_saved_into_the_checkpoint_and_read_back(tmp_path: Path)
     assert not files.checkpoint(20).exists()  # no checkpoint at that step: nothing is created
     files.checkpoint(30).mkdir()
     assert StreamPosition.load(str(files.checkpoint(30)), 0, 1, "MLM_STREAMING") is None  # saved before streaming
-
-
-class Payload:
-    """A pickle whose loading would create ``marker``: what a hostile writer of a shared volume plants."""
-
-    def __init__(self, marker: Path) -> None:
-        self.marker = marker
-
-    def __reduce__(self) -> tuple:
-        return (Path.touch, (self.marker,))
 
 
 def test_a_planted_pickle_never_runs_and_a_damaged_position_is_named(tmp_path: Path) -> None:
