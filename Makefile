@@ -121,6 +121,10 @@ bench: venv ## Benchmark ours against the seed recipe (demo data) and run_mlm.py
 bench-store: venv ## What an output_dir in a bucket costs: upload/download per GiB and per save, moto on loopback
 	$(BIN)/python -m bench.store $(BENCH_STORE_ARGS)
 
+.PHONY: bench-checkpoints
+bench-checkpoints: venv ## What the checkpoints' SHA-256 lists cost a base-size model's saves and resumes (bench/results/)
+	$(BIN)/python -m bench.checkpoints $(BENCH_CHECKPOINTS_ARGS)
+
 .PHONY: bench-data
 bench-data: venv ## Benchmark tokenization + packing as the corpus grows, ours vs run_mlm.py (bench/results/)
 	$(BIN)/python -m bench.data $(BENCH_DATA_ARGS)

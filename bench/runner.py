@@ -55,6 +55,19 @@ def child_env(workdir: Path, threads: int | None = None, **extra: str) -> dict[s
     return env
 
 
+def run_entrypoint(workdir: Path, **options: str) -> tuple[subprocess.CompletedProcess[str], float]:
+    """One whole job through ./entrypoint.sh, launcher to exit, with ``options`` as MLM_* variables (by option
+    name) on :func:`child_env`: its captured output and wall seconds; RunFailed with its stderr's tail otherwise."""
+    env = child_env(workdir, **{f"MLM_{name.upper()}": value for name, value in options.items()})
+    env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}"
+    started = time.perf_counter()
+    done = subprocess.run([str(ROOT / "entrypoint.sh")], env=env, capture_output=True, text=True, check=False)
+    wall = time.perf_counter() - started
+    if done.returncode != 0:
+        raise RunFailed(f"the job exited {done.returncode}: {done.stderr[-2000:]}")
+    return done, wall
+
+
 def run_dir(workdir: Path, label: str) -> Path:
     """Where the run called ``label`` keeps its log, its probe record and its job's output_dir."""
     return workdir / "runs" / label

@@ -24,6 +24,7 @@ from datetime import date
 from pathlib import Path
 from typing import Any
 
+from bench.runner import run_entrypoint, write_results
 from train.outputs.store import Store
 
 REPO = Path(__file__).resolve().parent.parent
@@ -99,28 +100,20 @@ def raw_transfers(url: str, sizes: list[int], repeats: int, work: Path) -> list[
     return rows
 
 
-def job_saves(url: str, work: Path) -> dict[str, Any]:
+def job_saves(work: Path) -> dict[str, Any]:
     """The demo preset (a small model) to a bucket, a checkpoint every 10 steps: each save's upload line."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith("MLM_")}
-    env.update(
-        MLM_CONFIG=str(REPO / "configs" / "demo.yaml"),
-        MLM_DEMO_SAMPLES="640",
-        MLM_PER_DEVICE_TRAIN_BATCH_SIZE="16",
-        MLM_SAVE_STRATEGY="steps",
-        MLM_SAVE_STEPS="10",
-        MLM_DATALOADER_NUM_WORKERS="0",
-        MLM_LOG_FORMAT="text",
-        MLM_OUTPUT_DIR="s3://bench/job",
-        MLM_STAGING_DIR=str(work / "staging"),
-        HF_HOME=str(work / "hf"),
-        HF_HUB_OFFLINE="1",
-        PATH=f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}",
+    done, wall = run_entrypoint(
+        work,
+        config=str(REPO / "configs" / "demo.yaml"),
+        demo_samples="640",
+        per_device_train_batch_size="16",
+        save_strategy="steps",
+        save_steps="10",
+        dataloader_num_workers="0",
+        log_format="text",
+        output_dir="s3://bench/job",
+        staging_dir=str(work / "staging"),
     )
-    started = time.perf_counter()
-    done = subprocess.run([str(REPO / "entrypoint.sh")], env=env, capture_output=True, text=True, check=False)
-    wall = time.perf_counter() - started
-    if done.returncode != 0:
-        raise RuntimeError(f"the job exited {done.returncode}: {done.stderr[-2000:]}")
     saves = [
         {"checkpoint": name, "mib": float(mib.replace(",", "")), "seconds": float(s)}
         for name, mib, s in UPLOADED.findall(done.stderr)
@@ -178,7 +171,7 @@ def main(argv: list[str] | None = None) -> int:
 
             s3fs.S3FileSystem(skip_instance_cache=True).mkdir("bench")
             raw = raw_transfers(url, sizes, args.repeats, work)
-            job = job_saves(url, work)
+            job = job_saves(work)
         finally:
             process.terminate()
             process.wait(timeout=30)
@@ -190,12 +183,8 @@ def main(argv: list[str] | None = None) -> int:
         "raw": raw,
         "job": job,
     }
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    (out / f"{today}-vm-store.json").write_text(json.dumps(document, indent=2) + "\n")
     text = markdown(document)
-    (out / f"{today}-vm-store.md").write_text(text)
-    (out / "latest-store.md").write_text(text)
+    write_results(Path(args.out), f"{today}-vm-store", document, text, "latest-store.md")
     print(text)
     return 0
 

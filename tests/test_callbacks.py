@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import math
+import time
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -70,6 +71,19 @@ def test_the_marker_records_the_options_in_the_checkpoint_rank_0_saved(tmp_path:
     assert json.loads((files.checkpoint(20) / OPTIONS_NAME).read_text()) == {"seed": 3}
     CheckpointCompleteMarker(files, {}).on_save(args, state(30), TrainerControl())  # no such checkpoint: nothing made
     assert not files.checkpoint(30).exists()
+
+
+def test_each_save_records_its_size_and_what_the_save_and_the_digests_took(tmp_path: Path) -> None:
+    files = RunFiles(tmp_path)
+    files.checkpoint(20).mkdir()
+    (files.checkpoint(20) / "model.safetensors").write_bytes(b"w" * 2**20)
+    marker = CheckpointCompleteMarker(files, {"seed": 3})
+    marker.on_step_end(None, state(20), TrainerControl())
+    time.sleep(0.05)  # the Trainer writing the checkpoint
+    marker.on_save(SimpleNamespace(output_dir=str(tmp_path)), state(20), TrainerControl())
+    (record,) = [json.loads(line) for line in files.train_jsonl.read_text().splitlines()]
+    assert (record["event"], record["step"], record["files"], record["mib"]) == ("checkpoint", 20, 2, 1.0)
+    assert record["save_s"] >= 0.05 and 0 <= record["digest_s"] < record["save_s"]
 
 
 def test_the_collator_learns_the_epoch_before_its_loader_starts() -> None:

@@ -158,14 +158,34 @@ def test_a_missing_an_extra_or_a_resized_file_is_named(tmp_path):
     assert (problem(resized) or "").startswith("config.json: 22 bytes, the marker says 2")
 
 
-def test_a_planted_pickle_never_runs_even_with_a_marker_that_lists_it(tmp_path):
-    """The writer of a shared volume can rewrite the marker too: the safe load refuses the pickle, nothing runs."""
+# Every file of a checkpoint the Trainer unpickles on resume (one per kind: the optimizer, the scheduler, the AMP
+# scaler, each rank's RNG state, weights saved as a pickle); training_args.bin it never reads (the e2e resume in
+# tests/e2e/test_reliability.py plants one there and resumes from it).
+UNPICKLED = ["optimizer.pt", "scheduler.pt", "scaler.pt", "rng_state.pth", "rng_state_1.pth", "pytorch_model.bin"]
+
+
+@pytest.mark.parametrize("name", UNPICKLED)
+def test_a_planted_pickle_never_runs_even_with_a_marker_that_lists_it(tmp_path, name):
+    """The writer of a shared volume can rewrite the marker too: the safe load refuses the pickle, nothing runs,
+    and the resume takes the older checkpoint."""
+    ran = tmp_path / "ran"
+    checkpoint(tmp_path, 10)
+    path = checkpoint(tmp_path, 20)
+    torch.save({"state": Payload(ran)}, path / name)
+    mark_complete(path)  # the digests agree with the planted file
+    assert (problem(path) or "").startswith(f"{name}: fails the safe load")
+    warnings: list[str] = []
+    assert decide_resume(config(tmp_path), RunFiles(tmp_path), warnings.append) == str(tmp_path / "checkpoint-10")
+    assert warnings[0].startswith(f"cannot resume from checkpoint-20 ({name}: fails the safe load")
+    assert not ran.exists()
+
+
+def test_the_pickle_no_resume_reads_is_left_unread(tmp_path):
     ran = tmp_path / "ran"
     path = checkpoint(tmp_path, 10)
-    torch.save({"state": Payload(ran)}, path / "optimizer.pt")
-    mark_complete(path)  # the digests agree with the planted file
-    assert (problem(path) or "").startswith("optimizer.pt: fails the safe load")
-    assert not ran.exists()
+    torch.save(Payload(ran), path / "training_args.bin")
+    mark_complete(path)
+    assert problem(path) is None and not ran.exists()
 
 
 def test_a_damaged_checkpoint_is_set_aside_with_one_line_and_the_older_one_used(tmp_path):

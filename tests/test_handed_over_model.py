@@ -14,7 +14,8 @@ from transformers import BertConfig, BertForMaskedLM, BertTokenizerFast
 from tests.helpers import Payload
 from train.common.errors import ConfigError
 from train.config import load_config
-from train.model.load import load_model, refuse_unsafe_weights
+from train.doctor.sources import check_model
+from train.model.load import CONVERT, check_before_data, load_model, refuse_unsafe_weights
 
 
 def tiny_model() -> BertForMaskedLM:
@@ -37,6 +38,11 @@ def test_pickled_weights_with_a_payload_are_refused_and_nothing_runs(tmp_path: P
         refuse_unsafe_weights(config, model)
     with pytest.raises(ConfigError, match=r"MLM_MODEL_NAME_OR_PATH=.*pytorch_model.bin: fails the safe load"):
         load_model(config, None, None)
+    with pytest.raises(ConfigError, match=r"pytorch_model.bin: fails the safe load"):
+        check_before_data(config, None)  # the job refuses before it reads or tokenizes any data
+    row = check_model(config, {})
+    assert (row.status, row.fix) == ("FAIL", CONVERT)
+    assert row.detail.startswith(f"{model}/pytorch_model.bin: fails the safe load")
     assert not ran.exists()
 
 

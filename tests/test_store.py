@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers import checkpoint, truncate
+from tests.helpers import checkpoint, flip, truncate
 from tests.servers import S3_SECRET, FlakyProxy
 from train.common.errors import EXIT_CONFIG, EXIT_ENVIRONMENT, ConfigError, EnvironmentProblem, UserError
 from train.common.urls import is_store_url
@@ -105,18 +105,32 @@ def test_rotation_keeps_the_newest_deletes_markers_first_and_never_leaves_none(t
     assert store.rotate(1) == [30, 40]
 
 
-def test_a_damaged_newest_checkpoint_falls_back_to_the_older_one(tmp_path, aws, bucket) -> None:
+# One byte of each kind of file the Trainer writes, flipped in the bucket (size kept: what a flaky store or a second
+# writer does), and a file cut short; each named in the line that sets the checkpoint aside.
+DAMAGE = [
+    ("model.safetensors", truncate, "truncated"),
+    *[
+        (name, flip, "its SHA-256 differs from the marker's")
+        for name in ("model.safetensors", "optimizer.pt", "scheduler.pt", "rng_state.pth", "trainer_state.json")
+    ],
+    ("config.json", lambda path: path.write_text("{ }"), "3 bytes, the marker says 2"),
+]
+
+
+@pytest.mark.parametrize(("name", "damage", "said"), DAMAGE, ids=[f"{n}-{d.__name__}" for n, d, _ in DAMAGE])
+def test_a_damaged_newest_checkpoint_falls_back_to_the_older_one(tmp_path, aws, bucket, name, damage, said) -> None:
     store = make_store(f"s3://{bucket}/run")
     for step in (10, 20):
         store.upload_checkpoint(checkpoint(tmp_path / "trained", step))
-    damaged = tmp_path / "damaged.safetensors"
-    damaged.write_bytes((tmp_path / "trained" / "checkpoint-20" / "model.safetensors").read_bytes())
-    truncate(damaged)  # complete in the bucket, then damaged: another writer, a broken copy
-    store.put(damaged, NAMES.checkpoint(20) / "model.safetensors")
+    damaged = tmp_path / name
+    damaged.write_bytes((tmp_path / "trained" / "checkpoint-20" / name).read_bytes())
+    damage(damaged)  # complete in the bucket, then damaged: another writer, a broken copy, a flaky store
+    store.put(damaged, NAMES.checkpoint(20) / name)
     staging = tmp_path / "staging"
     chosen, skipped = store.newest_resumable(staging)
     assert chosen == staging / "checkpoint-10" and problem(chosen) is None
-    assert [(step, reason.split(" (")[0]) for step, reason in skipped] == [(20, "model.safetensors: truncated")]
+    assert [step for step, _ in skipped] == [20]
+    assert skipped[0][1].startswith(f"{name}: {said}"), skipped
     assert sorted(p.name for p in staging.iterdir()) == ["checkpoint-10"]
     assert digest(chosen) == digest(tmp_path / "trained" / "checkpoint-10")
 

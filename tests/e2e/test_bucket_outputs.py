@@ -17,6 +17,7 @@ import pytest
 
 from tests.conftest import tiny_env
 from tests.e2e.runs import REPO_ID, entrypoint, node_env, push_env, start
+from tests.helpers import flipped
 from tests.hub_server import HubServer
 from tests.servers import S3_SECRET, FlakyProxy, free_port
 
@@ -117,11 +118,11 @@ def test_a_damaged_checkpoint_in_the_bucket_falls_back_to_the_one_before(
     assert done.returncode == 0, done.stderr[-3000:]
     fs.rm(f"{prefix}/final", recursive=True)  # as if stopped after step 20
     weights = f"{prefix}/checkpoint-20/model.safetensors"
-    fs.pipe_file(weights, fs.cat_file(weights)[:1000])  # cut short, marker intact
+    fs.pipe_file(weights, flipped(fs.cat_file(weights)))  # one bit changed, the size and the marker intact
 
     resumed = entrypoint(env=machine_env(tmp_path, url, aws, "b", max_steps="30"))
     assert resumed.returncode == 0, resumed.stderr[-3000:]
-    assert "cannot resume from checkpoint-20 (model.safetensors: truncated" in resumed.stderr
+    assert "cannot resume from checkpoint-20 (model.safetensors: its SHA-256 differs" in resumed.stderr
     assert "resuming from checkpoint-10 instead" in resumed.stderr
     assert fs.glob(f"{prefix}/.invalid-checkpoint-20-*/model.safetensors")  # set aside, not deleted
     assert 30 in complete_steps(aws, prefix) and fs.exists(f"{prefix}/final/.complete")

@@ -11,9 +11,13 @@ import time
 from pathlib import Path
 
 import pytest
+import torch
 
 from tests.conftest import tiny_env
 from tests.e2e.runs import RESUMABLE, entrypoint, is_descendant, rank_pids, records, running, start, wait_for
+from tests.helpers import Payload
+from train.outputs.checkpoints import mark_complete
+from train.outputs.runfiles import OPTIONS_NAME
 
 pytestmark = pytest.mark.slow
 
@@ -175,7 +179,10 @@ def test_a_stop_during_a_long_evaluation_saves_without_finishing_it(tmp_path: Pa
     assert "resuming from" in resumed.stderr and (output / "final" / "model.safetensors").exists()
 
 
-def test_a_damaged_newest_checkpoint_resumes_from_the_one_before(tmp_path: Path) -> None:
+def test_a_planted_pickle_runs_nothing_and_its_checkpoint_is_set_aside(tmp_path: Path) -> None:
+    """A hostile writer of the volume plants pickles and rewrites the markers to agree: one where the resume would
+    unpickle it (the newest checkpoint's optimizer.pt), one in the file the Trainer never reads back (the older
+    checkpoint's training_args.bin, the one resumed from). Nothing runs; the newest is set aside, named."""
     output = tmp_path / "out"
     env = tiny_env(output, **RESUMABLE)
     process = start(env=env)
@@ -184,13 +191,16 @@ def test_a_damaged_newest_checkpoint_resumes_from_the_one_before(tmp_path: Path)
     process.communicate(timeout=60)
     assert process.returncode == 75
     *_, older, newest = newest_checkpoints(output)
-    weights = newest / "model.safetensors"
-    weights.write_bytes(weights.read_bytes()[:1000])  # marked complete, then truncated: a full disk, a bad copy
+    ran = tmp_path / "ran"
+    torch.save({"state": Payload(ran)}, newest / "optimizer.pt")
+    torch.save(Payload(ran), older / "training_args.bin")
+    for path in (older, newest):
+        mark_complete(path, json.loads((path / OPTIONS_NAME).read_text()))
     resumed = entrypoint(env=env)
     assert resumed.returncode == 0, resumed.stderr[-3000:]
-    assert f"cannot resume from {newest.name} (model.safetensors: truncated" in resumed.stderr
+    assert f"cannot resume from {newest.name} (optimizer.pt: fails the safe load" in resumed.stderr
     assert f"resuming from {older.name} instead" in resumed.stderr
-    assert (output / "final" / "model.safetensors").exists()
+    assert (output / "final" / "model.safetensors").exists() and not ran.exists()
 
 
 def test_a_second_job_on_the_same_output_dir_is_refused_and_the_first_is_unharmed(tmp_path: Path) -> None:

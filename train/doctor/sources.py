@@ -14,6 +14,7 @@ from train.common.errors import ConfigError
 from train.config import Config
 from train.data import is_remote, shown_url, source_files
 from train.doctor.rows import FAIL, OK, WARN, Check
+from train.model.load import CONVERT, unsafe_weights
 from train.model.source import ModelSource, model_source
 
 HUB_TIMEOUT_S = 10.0
@@ -89,6 +90,9 @@ def check_model(config: Config, environ: Mapping[str, str], field_name: str = "m
         return _check_architecture(source, label)
     path = source.path or Path(source.name)  # a local source always has its path
     if path.is_dir() and (path / "config.json").exists():
+        unsafe = unsafe_weights(path)  # what the job refuses before reading any data
+        if unsafe:
+            return Check("model", FAIL, f"{path}/{unsafe}", CONVERT)
         return Check("model", OK, source.description)
     return Check(
         "model",

@@ -203,16 +203,24 @@ CONVERT = (
 )
 
 
-def refuse_unsafe_weights(config: Config, directory: Path) -> None:
-    """A local model's pickled weights, checked as transformers will load them (safetensors, preferred by
-    transformers when present, need no check): ConfigError naming the file, before any weight is read."""
+def unsafe_weights(directory: Path) -> str | None:
+    """Why a local model's pickled weights cannot be loaded the safe way, naming the file; None when they can.
+    Checked as transformers will load them: safetensors, preferred by transformers when present, need no check."""
     if not directory.is_dir() or any(directory.glob("*.safetensors")):
-        return
+        return None
     for weights in sorted(directory.glob("pytorch_model*.bin")):
         problem = safe_load_problem(weights)
         if problem:
-            source = config.source_of("model_name_or_path")
-            raise ConfigError(f"{source}={str(directory)!r}: {problem}; {CONVERT}")
+            return problem
+    return None
+
+
+def refuse_unsafe_weights(config: Config, directory: Path) -> None:
+    """ConfigError naming the file (:func:`unsafe_weights`) and how to convert it, before any weight is read."""
+    problem = unsafe_weights(directory)
+    if problem:
+        source = config.source_of("model_name_or_path")
+        raise ConfigError(f"{source}={str(directory)!r}: {problem}; {CONVERT}")
 
 
 def attention_implementation(config: Config, model_config: Any | None) -> str | None:
@@ -269,11 +277,15 @@ def check_positions(config: Config, model_config: Any) -> None:
 
 def check_before_data(config: Config, arch: Any | None) -> Any | None:
     """What can be checked of the model before any data is read or tokenized (minutes on a large corpus): that it
-    is a masked LM and that its positions fit max_seq_length. A pretrained model's config.json is read for it (a
+    is a masked LM, that its positions fit max_seq_length, and that a local model's pickled weights pass the safe
+    loader (:func:`refuse_unsafe_weights`; cheap: a memory-mapped load reads the pickle, not the tensors, and
+    load_model checks again for its other callers). A pretrained model's config.json is read for it (a
     small file, from a directory or the hub cache only: never a request, the hub may be unreachable and its
     retries belong to load_tokenizer, which says what to do about them); when it cannot be read here,
     :func:`load_model` says why after the data, as before. Returns the config it read (the architecture, the
     pretrained model's, or None), which load_model takes rather than reading it again."""
+    if arch is None:
+        refuse_unsafe_weights(config, Path(config.job.model_name_or_path).expanduser())
     model_config = arch if arch is not None else pretrained_config(config)
     if model_config is not None:
         check_masked_lm(config, model_config)

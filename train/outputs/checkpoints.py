@@ -83,22 +83,23 @@ def digests_written_by(checkpoint: Path, rank: int) -> dict[str, dict[str, Any]]
 
 def mark_complete(
     checkpoint: Path, options: dict[str, Any] | None = None, others: dict[str, dict[str, Any]] | None = None
-) -> None:
+) -> dict[str, dict[str, Any]]:
     """World rank 0, once every rank's files are written: the options of the run that wrote the checkpoint, then
     the marker listing every file with its size and SHA-256 (``others``: the other ranks' own files, digested by
-    them: on a node-local staging directory rank 0 does not see them)."""
+    them: on a node-local staging directory rank 0 does not see them). Returns what the marker lists."""
     if options is not None:
         (checkpoint / OPTIONS_NAME).write_text(json.dumps(options, indent=1, default=str), encoding="utf-8")
-    write_marker(checkpoint, {**digests_written_by(checkpoint, 0), **(others or {})})
+    return write_marker(checkpoint, {**digests_written_by(checkpoint, 0), **(others or {})})
 
 
-def write_marker(directory: Path, files: dict[str, dict[str, Any]] | None = None) -> None:
+def write_marker(directory: Path, files: dict[str, dict[str, Any]] | None = None) -> dict[str, dict[str, Any]]:
     """The completeness marker of a checkpoint or of final/: when, and every file with its size and SHA-256
     (``files``; None: every file of ``directory``, digested here)."""
     if files is None:
         files = {p.relative_to(directory).as_posix(): digest(p) for p in sorted(directory.rglob("*")) if listed(p)}
     marker = {"completed": now(), "files": dict(sorted(files.items()))}
     (directory / COMPLETE_MARKER).write_text(json.dumps(marker, indent=1) + "\n", encoding="utf-8")
+    return marker["files"]
 
 
 def listed(path: Path) -> bool:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import time
 from pathlib import Path
 from typing import Any
 
@@ -11,10 +12,14 @@ import torch.distributed as dist
 from transformers import TrainerCallback
 
 from train.common import distributed
+from train.common.console import now
 from train.model.collator import MaskingCollator
 from train.outputs.base import OutputLocation
 from train.outputs.checkpoints import digests_written_by, mark_complete
 from train.outputs.runfiles import RunFiles, is_checkpoint_name, step_of
+from train.run.logs import append_record
+
+MIB = 2**20
 
 
 class EpochForCollator(TrainerCallback):
@@ -31,12 +36,23 @@ class CheckpointCompleteMarker(TrainerCallback):
     """Records, in each checkpoint, when the Trainer finished saving it, the options it ran with (a resume compares
     them) and every file with its size and SHA-256 (a resume verifies them: train/outputs/checkpoints.py). Every
     rank calls on_save: each digests the files it wrote, world rank 0 gathers them (which also waits for every
-    rank's files) and writes the marker."""
+    rank's files) and writes the marker.
+
+    What the digests cost is in train.jsonl: a ``checkpoint`` record per save with its size, the Trainer's save
+    (from the step's end, or the evaluation's or log's before it, to on_save) and the digests and marker after it
+    (``make bench-checkpoints`` reads them)."""
 
     def __init__(self, files: RunFiles, options: dict[str, Any]) -> None:
         self.files, self.options = files, options
+        self._mark = time.monotonic()
+
+    def _since(self, *_: Any, **__: Any) -> None:
+        self._mark = time.monotonic()
+
+    on_step_end = on_evaluate = on_log = _since  # the Trainer saves after these, at the same step
 
     def on_save(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        saved = time.monotonic()
         checkpoint, rank = self.files.checkpoint(state.global_step), distributed.world_rank()
         mine = digests_written_by(checkpoint, rank) if rank and checkpoint.is_dir() else {}
         everyone = [mine]
@@ -44,7 +60,20 @@ class CheckpointCompleteMarker(TrainerCallback):
             everyone = [{}] * dist.get_world_size()
             dist.all_gather_object(everyone, mine)
         if state.is_world_process_zero and checkpoint.is_dir():
-            mark_complete(checkpoint, self.options, {name: d for found in everyone for name, d in found.items()})
+            listed = mark_complete(checkpoint, self.options, {n: d for found in everyone for n, d in found.items()})
+            append_record(
+                self.files.root,
+                {
+                    "event": "checkpoint",
+                    "time": now(),
+                    "step": state.global_step,
+                    "files": len(listed),
+                    "mib": round(sum(d["size"] for d in listed.values()) / MIB, 1),
+                    "save_s": round(saved - self._mark, 3),
+                    "digest_s": round(time.monotonic() - saved, 3),
+                },
+            )
+        self._mark = time.monotonic()
 
 
 class CheckpointSaved(TrainerCallback):

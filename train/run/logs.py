@@ -6,8 +6,9 @@ built from any run, finished or not. On the console, ``log_format`` picks readab
 progress bar (``text``) or one JSON object per line on stdout and no progress bar (``json``); ``auto`` means text on
 a terminal. Only the world's rank 0 prints and writes.
 
-Record kinds (the ``event`` key): ``banner`` (each start, resumes included), ``train`` (each log step), ``eval``
-and ``train_end`` (the Trainer's summary).
+Record kinds (the ``event`` key): ``banner`` (each start, resumes included), ``train`` (each log step), ``eval``,
+``train_end`` (the Trainer's summary), and ``checkpoint`` (each save: its size and what the save and its digests
+took; train.jsonl only, written by train/run/callbacks.py).
 """
 
 from __future__ import annotations
