@@ -99,6 +99,10 @@ _main() {
 		withhold_secrets "$@"
 		exec "$PYTHON" -m train.launch "$command" "${ARGS[@]}"
 		;;
+	help | -h | --help)
+		shift
+		exec "$PYTHON" -m train.launch help "$@"
+		;;
 	-*)
 		withhold_secrets "$@"
 		exec "$PYTHON" -m train.launch train "${ARGS[@]}"

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from tools.options import BEGIN, END, main, option_rows, render
-from train.config import BOUNDS
+from tools.options import BEGIN, END, main, render
+from train.config import BOUNDS, option_rows
 
 REPO = Path(__file__).resolve().parents[2]
 OPTIONS_DOC = REPO / "docs" / "options.md"

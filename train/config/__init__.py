@@ -13,6 +13,7 @@ Every option is a typed dataclass field: :class:`JobArguments` (ours) plus every
 - ``resolved``: the resolved :class:`Config`, where each value came from, and its redaction.
 - ``implied``: what the options imply, settled at load: a store's staging directory, the job's Hub push, trackers.
 - ``validate``: the bounds and the rules between options, checked before TrainingArguments is built.
+- ``reference``: the option reference from the schema (docs/options.md's table, ``help options``).
 
 Other modules import from here, not from the modules inside.
 """
@@ -35,6 +36,7 @@ from train.config.bounds import (
 from train.config.implied import split_trackers, take_over_push
 from train.config.layers import load_config
 from train.config.parser import TOKENS_SEEN_MODES, build_parser, expected_type, option_actions, tokens_seen_mode
+from train.config.reference import option_rows, options_text
 from train.config.resolved import REDACTED, Config, move_hub_token_to_env
 from train.config.schema import (
     BOUNDS,
@@ -52,6 +54,8 @@ from train.config.validate import validate
 from train.config.yaml_file import read_yaml
 
 __all__ = [
+    "option_rows",
+    "options_text",
     "BOUNDS",
     "ENV_PREFIX",
     "INT64",

@@ -9,6 +9,7 @@ from collections.abc import Callable, Mapping, Sequence
 
 from train.common.console import resolve_format
 from train.common.errors import EXIT_ENVIRONMENT, exit_process, run_main
+from train.common.usage import usage, wants_help
 from train.config import Config
 from train.doctor import machine, network, sources, storage
 from train.doctor.rows import FAIL, Check, failed, render
@@ -52,6 +53,9 @@ def run_checks(config: Config, environ: Mapping[str, str], argv: Sequence[str] =
 
 def main(argv: Sequence[str] | None = None, environ: Mapping[str, str] | None = None) -> int:
     args = list(sys.argv[1:] if argv is None else argv)
+    if wants_help(args):
+        print(usage("doctor"))
+        return 0
     environ = os.environ if environ is None else environ
     config = launcher_config(args, environ)  # a config error ends here: exit 2 through run_main
     checks = run_checks(config, environ, args)

@@ -1,5 +1,6 @@
-"""``python -m train.launch {train|plan} [option flags]``: resolve the options, detect the GPUs, plan, then print
-the plan (``plan``, exit 0) or run torchrun and exit with the documented code (``train``)."""
+"""``python -m train.launch {train|plan|help} [option flags]``: resolve the options, detect the GPUs, plan, then
+print the plan (``plan``, exit 0) or run torchrun and exit with the documented code (``train``); ``help`` (and
+``-h``/``--help`` after either) prints the usage (train/common/usage.py) or the options, exit 0."""
 
 from __future__ import annotations
 
@@ -10,23 +11,41 @@ from collections.abc import Mapping, Sequence
 
 from train.common.console import Console, resolve_format
 from train.common.errors import ConfigError, exit_process, run_main
+from train.common.usage import COMMANDS, usage, wants_help
 from train.common.writable import check_cache_dir
+from train.config import options_text
 from train.launch.plan import launcher_config, make_plan, plan_document, summary, torchrun_path
 from train.launch.torchrun import launch
 from train.machine.gpus import detect, torch_cuda_version
 from train.machine.resources import shm_size, usable_cpus
 from train.outputs.location import output_location
 
-USAGE = "usage: python -m train.launch {train|plan} [--option value ...]"
+USAGE = "usage: ./entrypoint.sh [train|plan|help] [--option value ...]"
+
+
+def help_text(topic: Sequence[str]) -> str:
+    """``help``: the front door's usage; ``help COMMAND``: one command's; ``help options [--all]``: the options."""
+    if topic[:1] == ["options"]:
+        return options_text(every="--all" in topic[1:])
+    if topic and topic[0] not in COMMANDS:
+        raise ConfigError(f"help {topic[0]}: no such command or topic; expected one of {', '.join(COMMANDS)}, options")
+    return usage(topic[0] if topic else None)
 
 
 def main(argv: Sequence[str] | None = None, environ: Mapping[str, str] | None = None) -> int:
     """``train``: launch and exit with the documented code; ``plan``: print the decisions as JSON."""
     args = list(sys.argv[1:] if argv is None else argv)
     environ = os.environ if environ is None else environ
-    command = args.pop(0) if args and not args[0].startswith("-") else "train"
+    named = bool(args) and not args[0].startswith("-")
+    command = args.pop(0) if named else "train"
+    if command == "help":
+        print(help_text(args))
+        return 0
     if command not in ("train", "plan"):
         raise ConfigError(f"unknown command {command!r}; {USAGE}")
+    if wants_help(args):  # with no command named, the front door's usage
+        print(usage(command if named else None))
+        return 0
 
     config = launcher_config(args, environ)
     # auto is judged once, on the launcher's stdout: the ranks' stdout is a pipe under torchrun.

@@ -7,7 +7,8 @@ import json
 import sys
 from collections.abc import Sequence
 
-from train.common.errors import exit_process, run_main
+from train.common.errors import ConfigError, exit_process, run_main
+from train.common.usage import usage, wants_help
 from train.machine.gpus import Gpu, Inventory, check_driver, detect, format_cuda_version, torch_cuda_version
 
 
@@ -40,6 +41,12 @@ def format_table(inventory: Inventory) -> str:
 def main(argv: Sequence[str] | None = None) -> int:
     """Print the inventory; exit 3 when the driver is too old."""
     args = list(sys.argv[1:] if argv is None else argv)
+    if wants_help(args):
+        print(usage("gpus"))
+        return 0
+    unknown = [arg for arg in args if arg != "--json"]
+    if unknown:
+        raise ConfigError(f"gpus {unknown[0]}: unknown argument; {usage('gpus').splitlines()[0]}")
     inventory = detect()
     torch_cuda = torch_cuda_version()
     warning = check_driver(inventory, torch_cuda)

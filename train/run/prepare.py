@@ -18,6 +18,7 @@ import time
 from train.common.console import say
 from train.common.errors import exit_process, run_main
 from train.common.hf import cache_root
+from train.common.usage import usage, wants_help
 from train.common.writable import check_cache_dir
 from train.config import load_config, move_hub_token_to_env
 from train.data import build_corpus, load_raw, real_token_count
@@ -29,7 +30,11 @@ def directory_bytes(path: os.PathLike[str] | str) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    config = load_config(sys.argv[1:] if argv is None else argv)
+    args = sys.argv[1:] if argv is None else argv
+    if wants_help(args):
+        print(usage("prepare"))
+        return 0
+    config = load_config(args)
     move_hub_token_to_env(config, os.environ)
     check_cache_dir()
     if config.job.streaming:

@@ -1,0 +1,61 @@
+"""What ``help``, ``-h`` and ``--help`` answer, for the front door and every sub-command: a short usage, exit 0.
+
+One table of the sub-commands, so that the general help, each command's own and the README's table say the same
+(tests/test_help.py compares them). The full option list is the config's (``help options``:
+train/config/reference.py), generated from the schema as docs/options.md is.
+"""
+
+from __future__ import annotations
+
+import textwrap
+from collections.abc import Sequence
+
+NAME = "mlm-trainer"
+HELP_WORDS = ("-h", "--help")
+WIDTH = 110
+
+# (command and its arguments, what it does): the order of the README's table.
+COMMANDS = {
+    "train": ("train [--option value ...]", "train (the default: no command means train)"),
+    "plan": ("plan [--option value ...]", "print the launch plan as JSON: GPUs, processes, precision; trains nothing"),
+    "prepare": ("prepare [--option value ...]", "tokenize the corpus into the cache (HF_HOME); trains nothing"),
+    "gpus": ("gpus [--json]", "list the GPUs this container can use"),
+    "doctor": ("doctor [--option value ...]", "preflight checks of the next run's options, before a long job"),
+    "report": ("report OUTPUT_DIR", "write report.html and loss.png for a finished or interrupted run"),
+    "verify": ("verify DIR_OR_URL", "check a final model or a checkpoint against its files' sizes and SHA-256"),
+    "help": ("help [COMMAND | options | options --all]", "this text; one command's; the options"),
+}
+
+OPTIONS_NOTE = (
+    "Options: a flag (--learning_rate 3e-4), an environment variable (MLM_LEARNING_RATE=3e-4) or a key of a YAML "
+    "preset (--config FILE / MLM_CONFIG); flags win over variables, variables over the preset. "
+    "`help options` lists them (docs/options.md); exit codes: docs/exit-codes.md."
+)
+
+
+def wants_help(args: Sequence[str]) -> bool:
+    """-h or --help anywhere among a command's arguments (no option takes either as its value)."""
+    return any(arg in HELP_WORDS for arg in args)
+
+
+def usage(command: str | None = None) -> str:
+    """The front door's usage (``command`` None), or one sub-command's."""
+    if command is not None and command in COMMANDS:
+        synopsis, what = COMMANDS[command]
+        lines = [f"usage: ./entrypoint.sh {synopsis}", "", f"{what[0].upper()}{what[1:]}."]
+        if "--option" in synopsis:
+            lines += ["", *textwrap.wrap(OPTIONS_NOTE, WIDTH)]
+        return "\n".join(lines)
+    width = max(len(synopsis) for synopsis, _ in COMMANDS.values())
+    lines = [
+        f"{NAME}: a masked-language-model training job (Hugging Face Trainer under torchrun), the same on a CPU,",
+        "one GPU, eight, or many nodes.",
+        "",
+        "usage: ./entrypoint.sh [COMMAND] [ARGUMENTS]      in the image: docker run IMAGE [COMMAND] [ARGUMENTS]",
+        "",
+        "commands:",
+        *(f"  {synopsis:<{width}}  {what}" for synopsis, what in COMMANDS.values()),
+        "",
+        *textwrap.wrap(OPTIONS_NOTE, WIDTH),
+    ]
+    return "\n".join(lines)
