@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import io
 import json
+import sys
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -132,12 +133,13 @@ def test_json_mode_with_a_real_trainer(tmp_path, capsys):
 def test_text_mode_prints_lines_and_still_writes_jsonl(tmp_path, capsys):
     config = config_for(tmp_path, "--log_format", "text", "--report_to", "none")
     train_tiny(config, FACTS)
-    out = capsys.readouterr().out
+    out, err = capsys.readouterr()
     assert "mlm-trainer  image unknown" in out and "global 4 = 1 rank(s) × 4 per device × 1 accumulation" in out
     step_lines = [line for line in out.splitlines() if "step 4/6" in line]
     assert step_lines and "loss " in step_lines[0] and "tok/s" in step_lines[0] and "eta " in step_lines[0]
     assert not any(line.startswith("{") for line in out.splitlines())
     assert "{'loss'" not in out
+    assert "\r" not in out + err  # not on a terminal: no progress bar to glue lines to
     records = [strict_json(line) for line in RunFiles(tmp_path / "out").train_jsonl.read_text().splitlines()]
     assert [r["event"] for r in records].count("train") == 3
     # report_to given by the user: no TensorBoard added
@@ -327,15 +329,30 @@ def test_text_line_format():
     )
 
 
-def test_configure_console_silences_progress_bars_for_json(tmp_path):
+def test_progress_bars_only_in_text_on_a_terminal(tmp_path, monkeypatch):
     import datasets
     from transformers.utils import logging as hf_logging
 
+    class Terminal(io.StringIO):
+        def isatty(self) -> bool:
+            return True
+
     try:
+        monkeypatch.setattr(sys, "stderr", Terminal())
         assert logs.configure_console(config_for(tmp_path, "--log_format", "text")) == "text"
         assert datasets.is_progress_bar_enabled()
+        assert any(
+            isinstance(c, logs.QuietProgress) for c in logs.callbacks(config_for(tmp_path, "--log_format", "text"))
+        )
         assert logs.configure_console(config_for(tmp_path, "--log_format", "json")) == "json"
         assert not datasets.is_progress_bar_enabled() and not hf_logging.is_progress_bar_enabled()
+        datasets.enable_progress_bars()
+        monkeypatch.setattr(sys, "stderr", io.StringIO())  # text captured to a file: no bar to glue lines to
+        assert logs.configure_console(config_for(tmp_path, "--log_format", "text")) == "text"
+        assert not datasets.is_progress_bar_enabled()
+        assert not any(
+            isinstance(c, logs.QuietProgress) for c in logs.callbacks(config_for(tmp_path, "--log_format", "text"))
+        )
     finally:
         datasets.enable_progress_bars()
         hf_logging.enable_progress_bar()

@@ -121,10 +121,12 @@ def test_ctrl_c_and_slurms_signal_save_and_say_one_line(tmp_path: Path, stop: si
     process.send_signal(stop)
     _, stderr = process.communicate(timeout=60)
     assert process.returncode == 75, stderr[-3000:]
-    assert f"stopped by {stop.name} at step" in stderr
-    for noise in ("Traceback", "SignalException", "KeyboardInterrupt"):
+    newest = newest_checkpoints(output)[-1]
+    assert int(newest.name.split("-")[1]) > 10  # saved at the step it stopped
+    said = re.search(rf"mlm-trainer: stopped by {stop.name} at step (\d+); checkpoint saved as (\S+) in (\S+);", stderr)
+    assert said and said[2] == newest.name == f"checkpoint-{said[1]}" and said[3] == str(output), stderr[-3000:]
+    for noise in ("Traceback", "SignalException", "KeyboardInterrupt", "error: stopped"):
         assert noise not in stderr, stderr[-3000:]
-    assert int(newest_checkpoints(output)[-1].name.split("-")[1]) > 10  # saved at the step it stopped
 
 
 def test_one_ctrl_c_under_timeout_during_an_evaluation_is_one_press(tmp_path: Path) -> None:

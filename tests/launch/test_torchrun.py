@@ -274,9 +274,9 @@ def test_a_held_signal_traceback_does_not_hold_back_the_lines_after_it() -> None
     relay.feed(
         b'--- Logging error ---\nTraceback (most recent call last):\n  File "api.py", line 1, in _poll\n'
         b"torch.distributed.elastic.multiprocessing.api.SignalException: Process 7 got signal: 15\n"
-        b"mlm-trainer: error: stopped by SIGTERM at step 13; checkpoint saved\n"
+        b"mlm-trainer: stopped by SIGTERM at step 13; checkpoint saved as checkpoint-13 in /out\n"
     )
     relay.finish(drop_report=True)
     out = sink.getvalue()
     assert b"SignalException" not in out
-    assert out.endswith(b"mlm-trainer: error: stopped by SIGTERM at step 13; checkpoint saved\n")
+    assert out.endswith(b"mlm-trainer: stopped by SIGTERM at step 13; checkpoint saved as checkpoint-13 in /out\n")

@@ -61,7 +61,7 @@ class EnvironmentProblem(UserError):
 
 
 class Preempted(UserError):
-    """SIGTERM arrived; a checkpoint was saved (exit code 75)."""
+    """A stop signal arrived and a checkpoint was saved (exit code 75): said as an info line, not an error."""
 
     exit_code = EXIT_PREEMPTED
 
@@ -136,7 +136,8 @@ def run_main(main, argv: list[str] | None = None) -> int:  # noqa: ANN001 - any 
         record_exit_code(exc.exit_code)
         if debug_enabled():
             raise
-        console.error(str(exc))
+        # A planned stop saved its checkpoint: said as news, not as an error.
+        (console.say if isinstance(exc, Preempted) else console.error)(str(exc))
         return exc.exit_code
 
 

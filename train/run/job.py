@@ -108,7 +108,7 @@ def run(config: Config, location: OutputLocation) -> int:
         record = RunRecord(config, files, prepared.facts(), handoff, started, after)
         take_stream_position(config, prepared, resume)
         metrics = train(config, prepared, resume)
-        end_if_diverged_or_stopped(config, prepared, record)
+        end_if_diverged_or_stopped(config, prepared, record, location)
         finish(config, prepared, record, metrics, location)
         return 0
     finally:
@@ -128,7 +128,7 @@ def agreed_resume(location: OutputLocation) -> str | None:
     resume = location.localize(choice[0])
     distributed.barrier()
     if resume and distributed.is_world_zero():
-        warn(f"resuming from {resume}")
+        say(f"resuming from {resume}")
     return resume
 
 
@@ -162,7 +162,7 @@ def train(config: Config, prepared: Prepared, resume: str | None) -> dict[str, A
     return metrics
 
 
-def end_if_diverged_or_stopped(config: Config, prepared: Prepared, record: RunRecord) -> None:
+def end_if_diverged_or_stopped(config: Config, prepared: Prepared, record: RunRecord, location: OutputLocation) -> None:
     """A diverged run publishes nothing (exit 2); a stopped one has saved its checkpoint (exit 75)."""
     trainer, guard = prepared.trainer, prepared.guard
     if guard.step is not None or not finite_weights(trainer.model):
@@ -173,9 +173,10 @@ def end_if_diverged_or_stopped(config: Config, prepared: Prepared, record: RunRe
         raise ConfigError(divergence_message(step, what, good.name if good else None, config.training.learning_rate))
     if prepared.stopper.stopped:
         record.write("preempted")
+        step = trainer.state.global_step
         raise Preempted(
-            f"stopped by {prepared.stopper.signal_name} at step {trainer.state.global_step}; checkpoint saved in "
-            f"{record.files.root}; run the same command again to resume"
+            f"stopped by {prepared.stopper.signal_name} at step {step}; checkpoint saved as "
+            f"{record.files.checkpoint(step).name} in {location.shown}; run the same command again to resume"
         )
 
 

@@ -239,11 +239,21 @@ class QuietProgress(ProgressCallback):
 # ---- wiring ------------------------------------------------------------------------------------------------------
 
 
+def bars_drawn(log_format: str) -> bool:
+    """Progress bars only in text mode on a terminal: they redraw a line with carriage returns, which in a captured
+    log (a file, ``kubectl logs``, Slurm's output) glue every bar's last state to the next line."""
+    try:
+        return log_format == "text" and sys.stderr.isatty()
+    except (AttributeError, ValueError):  # closed or not a real stream
+        return False
+
+
 def configure_console(config: Config) -> str:
-    """Resolve the console format; for JSON, silence the progress bars datasets, transformers and the hub draw on
-    stderr (tokenizing, downloading, saving), so the output is JSON lines and real warnings. Call once, early."""
+    """Resolve the console format; for JSON, or text not on a terminal, silence the progress bars datasets,
+    transformers and the hub draw on stderr (tokenizing, downloading, saving), so the output is our lines and
+    real warnings. Call once, early."""
     log_format = resolve_format(config.job.log_format)
-    if log_format == "json":
+    if not bars_drawn(log_format):
         import datasets
         import huggingface_hub.utils
         from transformers.utils import logging as hf_logging
@@ -289,7 +299,7 @@ def callbacks(
             handoff=handoff,
         )
     ]
-    if log_format == "text" and not config.training.disable_tqdm:
+    if bars_drawn(log_format) and not config.training.disable_tqdm:
         found.append(QuietProgress())
     return found
 
