@@ -171,12 +171,14 @@ def test_a_failed_push_is_exit_3_and_keeps_final(
     assert "hf_not_this_one" not in message
 
 
-def test_publish_run_without_a_destination_leaves_final_alone(tmp_path: Path) -> None:
+def test_publish_run_without_a_destination_writes_the_card_only(tmp_path: Path) -> None:
     config = load_config([], {"MLM_OUTPUT_DIR": str(tmp_path), "MLM_REPORT_TO": "none"})
     final = fake_final(tmp_path)
     before = files_of(final)
     publish_run(config, RunFiles(tmp_path), step=5)
-    assert files_of(final) == before
+    after = files_of(final)
+    assert after.keys() - before.keys() == {"README.md"} and all(after[name] == data for name, data in before.items())
+    assert "| optimizer steps | 5 " in after["README.md"].decode()
 
 
 # ---- what is said about the model ---------------------------------------------------------------------------

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 import subprocess
 import sys
@@ -13,6 +14,7 @@ from transformers import AutoModelForMaskedLM, AutoTokenizer
 
 from tests.conftest import REPO, run_torchrun, tiny_env
 from tests.e2e.runs import entrypoint
+from train.outputs.verify import verify
 
 pytestmark = pytest.mark.slow
 
@@ -60,6 +62,15 @@ def test_final_model_loads_back_and_predicts(finished_run: Path) -> None:
     assert logits.shape[-1] == len(tokenizer)
     assert tokenizer.decode(logits[0, position].argmax()) == "sample"  # the demo sentence is learnt
     assert not list(finished_run.glob(".final*"))  # the staging directory was renamed into place
+
+
+def test_every_final_carries_its_model_card(finished_run: Path) -> None:
+    """Not pushed, no tracker: the card is there all the same, with the results and the weights' digest."""
+    card = (finished_run / "final" / "README.md").read_text()
+    results = json.loads((finished_run / "all_results.json").read_text())
+    digest = hashlib.sha256((finished_run / "final" / "model.safetensors").read_bytes()).hexdigest()
+    assert "pipeline_tag: fill-mask" in card and digest in card and f"{results['eval_loss']:.4f}" in card
+    assert verify(finished_run / "final", "final").startswith("final: intact")
 
 
 def test_results_and_run_facts(finished_run: Path) -> None:

@@ -25,7 +25,8 @@ __all__ = ["CARD", "final_metrics", "model_card", "publish_run", "push_final", "
 
 
 def publish_run(config: Config, files: RunFiles, step: int) -> None:
-    """Push final/ (MLM_PUSH_TO_HUB) and complete the tracker runs; call on world rank 0 after run.json is written.
+    """Write final/'s model card, push final/ (MLM_PUSH_TO_HUB) and complete the tracker runs; call on world rank 0
+    after run.json is written.
 
     Each destination is tried even when another failed; the failures are then raised together as one line."""
     final = files.final
@@ -33,19 +34,20 @@ def publish_run(config: Config, files: RunFiles, step: int) -> None:
     results = read_json(files.all_results)
     trackers = set(config.training.report_to or ())
     problems: list[str] = []
-    if config.push_to_hub:
+    if config.push_to_hub:  # the push writes the card into final/, naming the repository
         try:
             push_final(config, final, run, results, step)
         except EnvironmentProblem as exc:
             problems.append(str(exc))
+    else:  # every final/ carries its card, pushed or not
+        card = model_card(
+            config, run, results, step, repo_id=None, mask=mask_token(final), weights=weights_digest(final)
+        )
+        try:
+            write_card(final, card)
+        except OSError as exc:
+            problems.append(f"writing the model card {final / CARD} failed ({exc.strerror or exc}); final/ is whole")
     if "mlflow" in trackers:
-        if not (final / CARD).exists():  # the artifact carries the card even when nothing was pushed
-            write_card(
-                final,
-                model_card(
-                    config, run, results, step, repo_id=None, mask=mask_token(final), weights=weights_digest(final)
-                ),
-            )
         try:
             log_to_mlflow(final, tracker_params(config, run, results), final_metrics(results), step)
         except EnvironmentProblem as exc:
