@@ -16,13 +16,14 @@ from train.common.errors import ConfigError
 from train.config import load_config
 from train.outputs.checkpoints import (
     decide_resume,
+    kept_global_batch,
     mark_complete,
     problem,
     resume_choice,
     resumed_options,
     tidy_aside,
 )
-from train.outputs.runfiles import ASIDE_PREFIX, COMPLETE_MARKER, RunFiles
+from train.outputs.runfiles import ASIDE_PREFIX, COMPLETE_MARKER, OPTIONS_NAME, RunFiles
 
 
 def config(tmp_path: Path, **env: str):
@@ -202,3 +203,41 @@ def test_a_checkpoint_marked_before_markers_listed_files_is_judged_by_content(tm
     path = checkpoint(tmp_path, 10)
     (path / COMPLETE_MARKER).write_text("2026-11-01T10:00:00\n")  # an earlier version's marker: a time only
     assert problem(path) is None
+
+
+# ---- a resume on another world size keeps the checkpoint's global batch ---------------------------------------
+
+
+def trained_on(tmp_path: Path, ranks: int, per_device: int, accumulation: int = 1) -> Path:
+    path = checkpoint(tmp_path, 10)
+    options = {
+        "world_size": ranks,
+        "per_device_train_batch_size": per_device,
+        "gradient_accumulation_steps": accumulation,
+    }
+    (path / OPTIONS_NAME).write_text(json.dumps(options))
+    return path
+
+
+def test_one_rank_resuming_two_keeps_their_global_batch_by_accumulating(tmp_path):
+    path = trained_on(tmp_path, ranks=2, per_device=16)
+    accumulation, line = kept_global_batch(config(tmp_path, per_device_train_batch_size="16"), path) or (0, "")
+    assert accumulation == 2
+    assert line == (
+        "resuming checkpoint-10 (global batch 32 = 2 rank(s) x 16 per device x 1 accumulation step(s)) on 1 rank(s): "
+        "keeping its global batch, 1 rank(s) x 16 per device x 2 accumulation step(s); MLM_GLOBAL_BATCH_SIZE sets another"
+    )
+
+
+def test_a_batch_that_cannot_be_kept_is_said_and_one_chosen_this_run_wins(tmp_path):
+    path = trained_on(tmp_path, ranks=3, per_device=16)  # 48 samples a step; 32 per device here
+    accumulation, line = kept_global_batch(config(tmp_path, per_device_train_batch_size="32"), path) or (0, "")
+    assert accumulation is None and "48 is no multiple of 32, so the global batch becomes 32" in line
+    for chosen in ({"global_batch_size": "64"}, {"gradient_accumulation_steps": "1"}):
+        assert kept_global_batch(config(tmp_path, per_device_train_batch_size="16", **chosen), path) is None
+    same = trained_on(tmp_path / "same", ranks=1, per_device=8, accumulation=2)
+    assert (
+        kept_global_batch(config(tmp_path, per_device_train_batch_size="8", gradient_accumulation_steps="2"), same)
+        is None
+    )
+    assert kept_global_batch(config(tmp_path, per_device_train_batch_size="16"), same) is None  # 16 either way

@@ -205,6 +205,25 @@ def test_a_planted_pickle_runs_nothing_and_its_checkpoint_is_set_aside(tmp_path:
     assert (output / "final" / "model.safetensors").exists() and not ran.exists()
 
 
+def test_a_two_rank_run_resumed_on_one_keeps_its_global_batch(tmp_path: Path) -> None:
+    """Capacity changed between the stop and the resume: the global batch (16) is kept by accumulating, said in
+    one line, and the epoch count goes on from where it was."""
+    output = tmp_path / "out"
+    options = {**RESUMABLE, "demo_samples": "800", "per_device_train_batch_size": "8", "logging_steps": "5"}
+    process = start(env=tiny_env(output, nproc_per_node="2", **options))
+    wait_for(output / "checkpoint-10" / ".complete", process)
+    process.send_signal(signal.SIGTERM)
+    process.communicate(timeout=60)
+    assert process.returncode == 75
+    resumed = entrypoint(env=tiny_env(output, nproc_per_node="1", **options))
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    assert "keeping its global batch, 1 rank(s) x 8 per device x 2 accumulation step(s)" in resumed.stderr
+    log = records(output / "logs" / "train.jsonl")
+    assert [r["global_batch_size"] for r in log if r["event"] == "banner"] == [16, 16]
+    epochs = [r["epoch"] for r in log if r["event"] == "train"]
+    assert epochs == sorted(epochs) and epochs[-1] == pytest.approx(1.0, abs=0.05), epochs
+
+
 def test_a_second_job_on_the_same_output_dir_is_refused_and_the_first_is_unharmed(tmp_path: Path) -> None:
     output = tmp_path / "out"
     env = tiny_env(output, **{**RESUMABLE, "demo_samples": "32000"})  # 1,600 steps: still running meanwhile

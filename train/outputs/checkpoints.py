@@ -29,6 +29,7 @@ from typing import Any
 
 from train.common.console import now
 from train.common.errors import ConfigError
+from train.common.handoff import global_batch
 from train.common.untrusted import safe_load_problem
 from train.config import Config
 from train.outputs.runfiles import COMPLETE_MARKER, OPTIONS_NAME, TRAINER_STATE, RunFiles, is_checkpoint_name, step_of
@@ -162,6 +163,45 @@ def changed_options(checkpoint: Path, options: dict[str, Any]) -> list[str]:
         pairs = ", ".join(f"{k} {options.get(k)!r} (checkpoint: {saved[k]!r})" for k in reordered)
         notes.append(f"{pairs}: the data order differs from an uninterrupted run's")
     return notes
+
+
+def kept_global_batch(config: Config, checkpoint: Path) -> tuple[int | None, str] | None:
+    """A resume on another world size: the gradient accumulation that keeps the checkpoint's global batch (the
+    samples per optimizer step the schedule, the learning rate and the epoch count were made for), and the line
+    that says so; None when the batch is the same or this run chose its own (global_batch_size or
+    gradient_accumulation_steps set). The accumulation is None, and the line a warning's, when the checkpoint's
+    batch is no multiple of this run's per-device batch x ranks."""
+    if any(name in config.sources for name in ("global_batch_size", "gradient_accumulation_steps")):
+        return None
+    try:
+        saved = json.loads((checkpoint / OPTIONS_NAME).read_text(encoding="utf-8"))
+        ranks, per_device = int(saved["world_size"]), int(saved["per_device_train_batch_size"])
+        accumulation = int(saved["gradient_accumulation_steps"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return None  # written before options were recorded: nothing to keep
+    training = config.training
+    was = global_batch(per_device, ranks, accumulation)
+    step = training.per_device_train_batch_size * training.world_size
+    now = step * training.gradient_accumulation_steps
+    if was == now:
+        return None
+    trained = f"resuming {checkpoint.name} (global batch {was} = {batch_words(ranks, per_device, accumulation)})"
+    if was % step:
+        return None, (
+            f"{trained} on {training.world_size} rank(s) at {training.per_device_train_batch_size} per device: "
+            f"{was} is no multiple of {step}, so the global batch becomes {now}; set MLM_GLOBAL_BATCH_SIZE "
+            f"(a multiple of {step}) or MLM_PER_DEVICE_TRAIN_BATCH_SIZE to choose"
+        )
+    kept = was // step
+    return kept, (
+        f"{trained} on {training.world_size} rank(s): keeping its global batch, "
+        f"{batch_words(training.world_size, training.per_device_train_batch_size, kept)}; "
+        "MLM_GLOBAL_BATCH_SIZE sets another"
+    )
+
+
+def batch_words(ranks: int, per_device: int, accumulation: int) -> str:
+    return f"{ranks} rank(s) x {per_device} per device x {accumulation} accumulation step(s)"
 
 
 def _safetensors_problem(path: Path) -> str | None:

@@ -40,7 +40,7 @@ from train.model.load import (
 )
 from train.model.tokenizer_training import agree_on_tokenizer
 from train.model.words import word_starts
-from train.outputs.checkpoints import resumed_options
+from train.outputs.checkpoints import kept_global_batch, resumed_options
 from train.outputs.runfiles import RunFiles
 from train.run.callbacks import CheckpointCompleteMarker, DivergenceGuard, EpochForCollator
 from train.run.preemption import StopOnSignal
@@ -119,6 +119,8 @@ def prepare(config: Config, files: RunFiles, choose_resume: Callable[[], str | N
         raw = load_raw(config)
         tokenizer = None if trained else load_tokenizer(config, raw, arch)  # a named one: checked before resume
     resume = choose_resume()
+    if resume:
+        keep_the_global_batch(config, Path(resume))
     if tokenizer is None:  # trained: the checkpoint's when resuming, world rank 0's on every node
         with training.main_process_first(local=not shared, desc="training the tokenizer"):
             tokenizer = load_tokenizer(config, raw, arch, resume)
@@ -187,6 +189,19 @@ def prepare(config: Config, files: RunFiles, choose_resume: Callable[[], str | N
         trainer=trainer, tokenizer=tokenizer, corpus=corpus, stopper=stopper, guard=guard, head=head,
         masking=masking, packing=packing_facts, resume=resume,
     )  # fmt: skip
+
+
+def keep_the_global_batch(config: Config, checkpoint: Path) -> None:
+    """Resumed on another world size, the run keeps the checkpoint's global batch by its gradient accumulation
+    (train/outputs/checkpoints.py kept_global_batch), before the Trainer reads it; every rank alike, rank 0 says so."""
+    kept = kept_global_batch(config, checkpoint)
+    if kept is None:
+        return
+    accumulation, line = kept
+    if accumulation is not None:
+        config.training.gradient_accumulation_steps = accumulation
+    if distributed.is_world_zero():
+        (say if accumulation is not None else warn)(line)
 
 
 MEASURED_SAMPLES = 256  # samples collated to measure the masking rate and the efficiency: a few milliseconds
