@@ -64,6 +64,6 @@ def test_a_models_own_code_never_runs_without_trust_remote_code(tmp_path: Path) 
     vocab = tmp_path / "vocab.txt"
     vocab.write_text("\n".join(["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", *[f"w{i}" for i in range(59)]]))
     tokenizer = BertTokenizerFast(vocab_file=str(vocab))
-    loaded = load_model(config_for(model), None, tokenizer)
+    loaded, _ = load_model(config_for(model), None, tokenizer)
     assert type(loaded).__name__ == "BertForMaskedLM"  # the library's class, not the directory's code
     assert not ran.exists()

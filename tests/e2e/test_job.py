@@ -84,7 +84,11 @@ def test_results_and_run_facts(finished_run: Path) -> None:
     assert {"python", "torch", "transformers", "datasets", "accelerate"} <= facts["versions"].keys()
     assert facts["config"]["padding"] == "dynamic"
     assert facts["truncation"] == {"examples_cut": 0, "tokens_cut": 0}  # the demo sentence fits max_seq_length
-    assert facts["model"] == {"attention": "sdpa", "head": "masked-only"}  # what ran, not what was asked
+    assert facts["model"] == {
+        "attention": "sdpa",
+        "head": "masked-only",
+        "head_weights": None,
+    }  # what ran, not what was asked
     banner = next(json.loads(line) for line in (finished_run / "logs" / "train.jsonl").read_text().splitlines())
     assert (banner["attention"], banner["head"]) == ("sdpa", "masked-only")
     text = (finished_run / "run.json").read_text()

@@ -57,7 +57,7 @@ def test_scratch_train_stop_resume_then_continue_from_the_saved_model(
     run = json.loads((scratch / "run.json").read_text())
     assert run["status"] == "finished"
     attention, head, _ = row(model_type)  # what the README's model table says of it
-    assert run["model"] == {"attention": attention, "head": head} and head == "masked-only"
+    assert run["model"] == {"attention": attention, "head": head, "head_weights": None} and head == "masked-only"
     fills_a_mask(scratch / "final")
 
     continued = tmp_path / "continued"

@@ -16,6 +16,7 @@ from train.data import is_remote, shown_url, source_files
 from train.doctor.rows import FAIL, OK, WARN, Check
 from train.model.load import CONVERT, unsafe_weights
 from train.model.source import ModelSource, model_source
+from train.model.weights import head_state_before_loading
 
 HUB_TIMEOUT_S = 10.0
 
@@ -85,7 +86,7 @@ def check_model(config: Config, environ: Mapping[str, str], field_name: str = "m
     label = config.source_of(field_name)
     source = model_source(config.job.model_name_or_path, config.job.config_overrides)
     if source.kind == "hub":
-        return check_hub("model", label, source.name, "model", environ)
+        return with_head_state(check_hub("model", label, source.name, "model", environ), source.name)
     if source.kind == "scratch":
         return _check_architecture(source, label)
     path = source.path or Path(source.name)  # a local source always has its path
@@ -93,13 +94,25 @@ def check_model(config: Config, environ: Mapping[str, str], field_name: str = "m
         unsafe = unsafe_weights(path)  # what the job refuses before reading any data
         if unsafe:
             return Check("model", FAIL, f"{path}/{unsafe}", CONVERT)
-        return Check("model", OK, source.description)
+        return with_head_state(Check("model", OK, source.description), str(path))
     return Check(
         "model",
         FAIL,
         f"{path}: no such local model directory (with a config.json)",
         f"mount the model there, or set {label} to a hub id",
     )
+
+
+def with_head_state(check: Check, name: str) -> Check:
+    """A pretrained model's row, saying when its weights lack the MLM head (train/model/weights.py): the job will
+    initialise it randomly, which is what continued pretraining of an encoder saved without one means."""
+    if check.status == FAIL:
+        return check
+    state = head_state_before_loading(name)
+    if state:
+        check.detail += f"; its MLM head is {state}"
+        check.data["head_weights"] = state
+    return check
 
 
 def _check_architecture(source: ModelSource, label: str) -> Check:

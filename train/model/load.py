@@ -10,16 +10,21 @@ train/model/head.py.
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import importlib.util
 import json
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import torch
 from transformers import AutoConfig, AutoModelForMaskedLM, AutoTokenizer
 from transformers.models.auto.modeling_auto import MODEL_FOR_MASKED_LM_MAPPING
+from transformers.utils import logging as hf_logging
 
+from train.common import distributed
+from train.common.console import warn
 from train.common.errors import ConfigError, first_line
 from train.common.hf import looks_local, offline_hint
 from train.common.untrusted import SAFE_LOAD_REFUSED, safe_load_problem
@@ -27,6 +32,7 @@ from train.config import Config
 from train.data import RawData
 from train.model.source import model_source
 from train.model.tokenizer_training import checkpoint_tokenizer, tokenizer_kind, train_tokenizer
+from train.model.weights import encoder_missing, head_state
 
 
 def scratch_config(config: Config) -> Any | None:
@@ -156,10 +162,15 @@ def tokenizer_label(config: Config) -> str:
     return config.source_of("tokenizer_name" if config.job.tokenizer_name else "model_name_or_path")
 
 
-def load_model(config: Config, arch: Any | None, tokenizer: Any, model_config: Any | None = None) -> Any:
+def load_model(
+    config: Config, arch: Any | None, tokenizer: Any, model_config: Any | None = None
+) -> tuple[Any, str | None]:
     """The masked-LM model, with its positions checked against max_seq_length (again: :func:`check_before_data`
-    may not have been able to read a pretrained model's config; ``model_config`` is what it read, or None)."""
+    may not have been able to read a pretrained model's config; ``model_config`` is what it read, or None), and
+    what its weights lacked of its MLM head (train/model/weights.py: None when loaded whole or from scratch).
+    transformers' load report is not shown: its words are for fine-tuning, and the head is said in ours."""
     job = config.job
+    head = None
     if arch is not None:
         overrides = job.config_overrides or ""
         if "vocab_size" not in overrides:
@@ -176,11 +187,13 @@ def load_model(config: Config, arch: Any | None, tokenizer: Any, model_config: A
         name = job.model_name_or_path
         refuse_unsafe_weights(config, Path(name).expanduser())
         try:
-            model = AutoModelForMaskedLM.from_pretrained(
-                name,
-                trust_remote_code=job.trust_remote_code,
-                attn_implementation=attention_implementation(config, model_config),
-            )
+            with quiet_transformers():
+                model, loading = AutoModelForMaskedLM.from_pretrained(
+                    name,
+                    trust_remote_code=job.trust_remote_code,
+                    attn_implementation=attention_implementation(config, model_config),
+                    output_loading_info=True,
+                )
         except Exception as exc:
             source = config.source_of("model_name_or_path")
             if SAFE_LOAD_REFUSED in str(exc):  # pickled weights from the hub, refused by the safe loader
@@ -193,8 +206,24 @@ def load_model(config: Config, arch: Any | None, tokenizer: Any, model_config: A
                 raise ConfigError(f"{source}={name!r}: cannot load the model ({first_line(exc)})") from None
             hint = offline_hint("model", source)
             raise ConfigError(f"{source}={name!r}: cannot load the model ({hint})") from None
+        head = head_state(model, loading["missing_keys"])
+        lacking = encoder_missing(model, loading["missing_keys"])
+        if lacking and distributed.is_world_zero():
+            shown = ", ".join(lacking[:3]) + (f" and {len(lacking) - 3} more" if len(lacking) > 3 else "")
+            warn(f"{name}: {len(lacking)} tensor(s) of the encoder are not in its weights and start random: {shown}")
     check_positions(config, model.config)
-    return model
+    return model, head
+
+
+@contextlib.contextmanager
+def quiet_transformers() -> Iterator[None]:
+    """transformers' warnings off for a moment (its load report and the tied-weights line), then as they were."""
+    verbosity = hf_logging.get_verbosity()
+    hf_logging.set_verbosity_error()
+    try:
+        yield
+    finally:
+        hf_logging.set_verbosity(verbosity)
 
 
 CONVERT = (

@@ -99,7 +99,11 @@ class RunRecord:
             world_size=self.config.training.world_size,
             dataset_fingerprint=facts["dataset_fingerprint"],
             truncation=facts["truncation"],
-            model={"attention": facts.get("attention"), "head": facts.get("head")},
+            model={
+                "attention": facts.get("attention"),
+                "head": facts.get("head"),
+                "head_weights": facts.get("head_weights"),
+            },
             masking=facts.get("masking"),
             packing=facts.get("packing"),
             started=self.started,

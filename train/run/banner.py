@@ -40,6 +40,7 @@ def banner_record(config: Config, facts: dict[str, Any], handoff: Handoff | None
         "model": job.model_name_or_path,
         "attention": facts.get("attention"),
         "head": facts.get("head"),
+        "head_weights": facts.get("head_weights"),
         "masking": facts.get("masking"),
         "packing": facts.get("packing"),
         "dataset": job.dataset,
@@ -123,6 +124,7 @@ def banner(config: Config, facts: dict[str, Any], handoff: Handoff | None = None
         f"  batch      global {record['global_batch_size']} = {record['world_size']} rank(s) × "
         f"{record['per_device_train_batch_size']} per device × {record['gradient_accumulation_steps']} accumulation",
         f"  model      {record['model']}" + _model_text(record),
+        *([f"  MLM head   {record['head_weights']}"] if record.get("head_weights") else []),
         *filter(None, [_masking_text(record.get("masking"))]),
         (
             f"  data       {record['dataset']}: {_count(record['train_samples'])} train / "

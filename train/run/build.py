@@ -57,6 +57,7 @@ class Prepared:
     stopper: StopOnSignal  # the stop signals' agreement (train/run/preemption.py)
     guard: DivergenceGuard  # a non-finite loss, gradient or weight stops the run
     head: str  # "masked-only" (train/model/head.py) or "dense"
+    head_weights: str | None  # what the pretrained weights lacked of the head (train/model/weights.py), or None
     masking: dict[str, Any]  # the configured rates and the realised one (:func:`batch_facts`)
     packing: dict[str, Any]  # the padding mode and its efficiency (:func:`batch_facts`)
     resume: str | None = None  # the checkpoint this rank resumes from (its node's copy)
@@ -78,6 +79,7 @@ class Prepared:
             # what ran: transformers' choice (or MLM_ATTN_IMPLEMENTATION), and the head the loss went through
             "attention": getattr(self.trainer.model.config, "_attn_implementation", None),
             "head": self.head,
+            "head_weights": self.head_weights,
             "masking": self.masking,
             "packing": self.packing,
         }
@@ -127,7 +129,7 @@ def prepare(config: Config, files: RunFiles, choose_resume: Callable[[], str | N
         tokenizer = agree_on_tokenizer(tokenizer)
     with training.main_process_first(local=not shared, desc="tokenizing"):
         corpus = build_corpus(config, raw, tokenizer, training.process_index, training.world_size)
-    model = load_model(config, arch, tokenizer, model_config)
+    model, new_head = load_model(config, arch, tokenizer, model_config)
     head = "dense"
     if job.masked_only_head:
         try:
@@ -187,7 +189,7 @@ def prepare(config: Config, files: RunFiles, choose_resume: Callable[[], str | N
     masking, packing_facts = batch_facts(config, collator, corpus)
     return Prepared(
         trainer=trainer, tokenizer=tokenizer, corpus=corpus, stopper=stopper, guard=guard, head=head,
-        masking=masking, packing=packing_facts, resume=resume,
+        head_weights=new_head, masking=masking, packing=packing_facts, resume=resume,
     )  # fmt: skip
 
 

@@ -284,6 +284,7 @@ def callbacks(
             "truncation",
             "attention",
             "head",
+            "head_weights",
             "masking",
             "packing",
         )
