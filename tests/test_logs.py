@@ -356,3 +356,12 @@ def test_progress_bars_only_in_text_on_a_terminal(tmp_path, monkeypatch):
     finally:
         datasets.enable_progress_bars()
         hf_logging.enable_progress_bar()
+
+
+def test_the_banner_counts_blocks_and_the_rows_they_came_from(tmp_path):
+    """MLM_MAX_EVAL_SAMPLES counts rows of text; packing cuts them into blocks: the banner says both."""
+    config = config_for(tmp_path, "--log_format", "text")
+    packed = {**FACTS, "train_samples": 30, "eval_samples": 2859, "train_documents": 400, "eval_documents": 64}
+    assert "30 train / 2,859 eval blocks (from 400 / 64 rows of text), 320 real tokens" in banner(config, packed)
+    same = {**FACTS, "train_documents": 32, "eval_documents": 8}
+    assert "32 train / 8 eval samples, 320 real tokens" in banner(config, same)

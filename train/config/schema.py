@@ -151,8 +151,18 @@ class JobArguments:
         "validation_file to evaluate.",
     )
     demo_samples: int = option(50000, "Number of samples of the demo dataset.", integers(1, MAX_DEMO_SAMPLES))
-    max_train_samples: int | None = option(None, "Use at most this many training samples.", integers(1))
-    max_eval_samples: int | None = option(None, "Use at most this many evaluation samples.", integers(1))
+    max_train_samples: int | None = option(
+        None,
+        "Use at most this many training examples: rows of the text (documents or lines), counted before packing "
+        "cuts them into blocks (the banner shows both).",
+        integers(1),
+    )
+    max_eval_samples: int | None = option(
+        None,
+        "Use at most this many evaluation examples: rows of the text (documents or lines), counted before packing "
+        "cuts them into blocks (the banner shows both).",
+        integers(1),
+    )
     masked_only_head: bool = option(
         True,
         "Compute the vocabulary projection only at masked positions while training (same loss, less compute; "

@@ -30,6 +30,10 @@ class Corpus:
     eval_samples: int
     train_real_tokens: int | None
     truncation: dict[str, int] | None  # examples_cut, tokens_cut
+    # The text's rows (documents or lines) the examples came from: what max_train_samples and max_eval_samples
+    # count; packing cuts them into other numbers of blocks (train None for a stream).
+    train_documents: int | None = None
+    eval_documents: int = 0
 
 
 def build_corpus(config: Config, raw: RawData, tokenizer: Any, rank: int, world_size: int) -> Corpus:
@@ -47,6 +51,7 @@ def build_corpus(config: Config, raw: RawData, tokenizer: Any, rank: int, world_
             eval_samples=len(validation) if validation is not None else 0,
             train_real_tokens=None,
             truncation=None,
+            eval_documents=len(held_out["validation"]) if "validation" in held_out else 0,
         )
     splits = tokenize(config, raw, tokenizer)
     train, validation = splits["train"], splits.get("validation")
@@ -59,6 +64,8 @@ def build_corpus(config: Config, raw: RawData, tokenizer: Any, rank: int, world_
         eval_samples=len(validation) if validation is not None else 0,
         train_real_tokens=real_token_count(train, tokenizer.pad_token_id),
         truncation=truncation(train),
+        train_documents=len(raw.splits["train"]),
+        eval_documents=len(raw.splits["validation"]) if "validation" in raw.splits else 0,
     )
     if is_world_zero():  # every rank counts the same cuts; one says so
         warn_truncation(corpus, config.job.max_seq_length)

@@ -46,6 +46,8 @@ def banner_record(config: Config, facts: dict[str, Any], handoff: Handoff | None
         "dataset": job.dataset,
         "train_samples": facts.get("train_samples"),
         "eval_samples": facts.get("eval_samples"),
+        "train_documents": facts.get("train_documents"),
+        "eval_documents": facts.get("eval_documents"),
         "train_real_tokens": facts.get("train_real_tokens"),
         "truncation": facts.get("truncation"),
         "max_steps": facts.get("max_steps") or (training.max_steps if training.max_steps > 0 else None),
@@ -63,6 +65,15 @@ def _cut_text(cut: dict[str, int] | None) -> str:
     if not cut or not cut.get("examples_cut"):
         return ""
     return f" ({cut['examples_cut']:,} examples cut to max_seq_length, {cut['tokens_cut']:,} tokens dropped)"
+
+
+def _unit_text(record: dict[str, Any]) -> str:
+    """``samples``, or, when packing made blocks of other numbers, the blocks and the rows they came from (what
+    max_train_samples and max_eval_samples count)."""
+    documents = (record.get("train_documents"), record.get("eval_documents"))
+    if documents[0] is None or documents == (record["train_samples"], record["eval_samples"]):
+        return "samples"
+    return f"blocks (from {_count(documents[0])} / {_count(documents[1])} rows of text)"
 
 
 def _count(value: Any) -> str:
@@ -128,9 +139,8 @@ def banner(config: Config, facts: dict[str, Any], handoff: Handoff | None = None
         *filter(None, [_masking_text(record.get("masking"))]),
         (
             f"  data       {record['dataset']}: {_count(record['train_samples'])} train / "
-            f"{_count(record['eval_samples'])} eval samples, {_count(record['train_real_tokens'])} real tokens"
-            + _cut_text(record.get("truncation"))
-            + _packing_text(record.get("packing"))
+            f"{_count(record['eval_samples'])} eval {_unit_text(record)}, {_count(record['train_real_tokens'])} "
+            "real tokens" + _cut_text(record.get("truncation")) + _packing_text(record.get("packing"))
             if record["train_samples"] is not None
             else f"  data       {record['dataset']}: streamed (size unknown until read) / "
             f"{_count(record['eval_samples'])} eval samples"

@@ -74,6 +74,8 @@ class Prepared:
             "dataset_fingerprint": corpus.fingerprint,
             "train_samples": corpus.train_samples,
             "eval_samples": corpus.eval_samples,
+            "train_documents": corpus.train_documents,
+            "eval_documents": corpus.eval_documents,
             "train_real_tokens": corpus.train_real_tokens,
             "truncation": corpus.truncation,
             # what ran: transformers' choice (or MLM_ATTN_IMPLEMENTATION), and the head the loss went through

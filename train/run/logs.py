@@ -280,6 +280,8 @@ def callbacks(
         for k in (
             "train_samples",
             "eval_samples",
+            "train_documents",
+            "eval_documents",
             "train_real_tokens",
             "truncation",
             "attention",
