@@ -94,7 +94,7 @@ _main() {
 	done
 	local command="${1:-train}"
 	case "$command" in
-	train | plan)
+	train | plan | evaluate)
 		[[ $# -gt 0 ]] && shift
 		withhold_secrets "$@"
 		exec "$PYTHON" -m train.launch "$command" "${ARGS[@]}"

@@ -6,6 +6,7 @@ mid-upload, and the secret key in no log or file."""
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -126,6 +127,14 @@ def test_a_damaged_checkpoint_in_the_bucket_falls_back_to_the_one_before(
     assert "resuming from checkpoint-10 instead" in resumed.stderr
     assert fs.glob(f"{prefix}/.invalid-checkpoint-20-*/model.safetensors")  # set aside, not deleted
     assert 30 in complete_steps(aws, prefix) and fs.exists(f"{prefix}/final/.complete")
+
+    # evaluate-only, from the bucket to the bucket: the model downloaded and verified, the figures written there
+    env = machine_env(tmp_path, f"s3://{bucket}/scores", aws, "c", max_steps="30")
+    scored = entrypoint("evaluate", "--model_name_or_path", f"{url}/final", env=env)
+    assert scored.returncode == 0, scored.stderr[-3000:]
+    assert f"{url}/final: intact" in scored.stderr
+    results = json.loads(fs.cat_file(f"{bucket}/scores/eval_results.json"))
+    assert results["model"] == f"{url}/final" and results["eval_loss"] > 0
 
 
 def test_a_missing_bucket_is_exit_2_before_training(tmp_path: Path, aws: dict[str, str]) -> None:

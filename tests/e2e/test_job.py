@@ -73,6 +73,21 @@ def test_every_final_carries_its_model_card(finished_run: Path) -> None:
     assert verify(finished_run / "final", "final").startswith("final: intact")
 
 
+@pytest.mark.parametrize("ranks", ["1", "2"])
+def test_evaluate_scores_a_final_model_as_training_evaluated_it(finished_run: Path, tmp_path: Path, ranks: str) -> None:
+    """The same held-out text and masks: one rank gives training's own figure; two, the same within their batches'
+    means (each rank's batch is a mean of its own masked tokens)."""
+    env = tiny_env(tmp_path / "scores", demo_samples="2000", nproc_per_node=ranks, log_format="text")
+    scored = entrypoint("evaluate", "--model_name_or_path", str(finished_run / "final"), env=env)
+    assert scored.returncode == 0, scored.stderr[-3000:]
+    assert "evaluated" in scored.stderr and "perplexity" in scored.stderr
+    results = json.loads((tmp_path / "scores" / "eval_results.json").read_text())
+    trained = json.loads((finished_run / "all_results.json").read_text())
+    assert results["world_size"] == int(ranks) and results["eval_samples"] == trained["eval_samples"]
+    assert results["eval_loss"] == pytest.approx(trained["eval_loss"], rel=1e-6 if ranks == "1" else 1e-2)
+    assert not (tmp_path / "scores" / "final").exists() and not list((tmp_path / "scores").glob("checkpoint-*"))
+
+
 def test_results_and_run_facts(finished_run: Path) -> None:
     results = json.loads((finished_run / "all_results.json").read_text())
     assert RESULT_KEYS <= results.keys()

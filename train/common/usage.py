@@ -18,6 +18,10 @@ WIDTH = 110
 COMMANDS = {
     "train": ("train [--option value ...]", "train (the default: no command means train)"),
     "plan": ("plan [--option value ...]", "print the launch plan as JSON: GPUs, processes, precision; trains nothing"),
+    "evaluate": (
+        "evaluate [--option value ...]",
+        "score a model or checkpoint (MLM_MODEL_NAME_OR_PATH) on the held-out text; writes eval_results.json",
+    ),
     "prepare": ("prepare [--option value ...]", "tokenize the corpus into the cache (HF_HOME); trains nothing"),
     "gpus": ("gpus [--json]", "list the GPUs this container can use"),
     "doctor": ("doctor [--option value ...]", "preflight checks of the next run's options, before a long job"),

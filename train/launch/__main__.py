@@ -14,13 +14,21 @@ from train.common.errors import ConfigError, exit_process, run_main
 from train.common.usage import COMMANDS, usage, wants_help
 from train.common.writable import check_cache_dir
 from train.config import options_text
-from train.launch.plan import launcher_config, make_plan, plan_document, summary, torchrun_path
+from train.launch.plan import (
+    EVALUATE_MODULE,
+    JOB_MODULE,
+    launcher_config,
+    make_plan,
+    plan_document,
+    summary,
+    torchrun_path,
+)
 from train.launch.torchrun import launch
 from train.machine.gpus import detect, torch_cuda_version
 from train.machine.resources import shm_size, usable_cpus
 from train.outputs.location import output_location
 
-USAGE = "usage: ./entrypoint.sh [train|plan|help] [--option value ...]"
+USAGE = "usage: ./entrypoint.sh [train|plan|evaluate|help] [--option value ...]"
 
 
 def help_text(topic: Sequence[str]) -> str:
@@ -41,7 +49,7 @@ def main(argv: Sequence[str] | None = None, environ: Mapping[str, str] | None = 
     if command == "help":
         print(help_text(args))
         return 0
-    if command not in ("train", "plan"):
+    if command not in ("train", "plan", "evaluate"):
         raise ConfigError(f"unknown command {command!r}; {USAGE}")
     if wants_help(args):  # with no command named, the front door's usage
         print(usage(command if named else None))
@@ -51,13 +59,23 @@ def main(argv: Sequence[str] | None = None, environ: Mapping[str, str] | None = 
     # auto is judged once, on the launcher's stdout: the ranks' stdout is a pipe under torchrun.
     log_format = resolve_format(config.job.log_format)
     torch_cuda = torch_cuda_version()
+    module = EVALUATE_MODULE if command == "evaluate" else JOB_MODULE
     plan = make_plan(
-        config, detect(environ), environ, args, torch_cuda, usable_cpus(), torchrun_path(), log_format, shm_size()
+        config,
+        detect(environ),
+        environ,
+        args,
+        torch_cuda,
+        usable_cpus(),
+        torchrun_path(),
+        log_format,
+        shm_size(),
+        module,
     )
     # The job's own checks, before torchrun: an unwritable output_dir (3) or a finished final/ there (2, but
-    # a dry run only reports it).
+    # a dry run only reports it; an evaluation writes its results beside a finished model).
     location = output_location(config)
-    location.check(dry_run=command == "plan")
+    location.check(dry_run=command != "train")
     if command == "plan":
         document = plan_document(plan, config, torch_cuda)
         document["output_dir"] = location.facts()

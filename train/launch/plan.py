@@ -40,6 +40,7 @@ from train.launch.topology import Topology, topology_from_env
 from train.machine.gpus import Gpu, Inventory, check_driver
 
 JOB_MODULE = "train.run.job"
+EVALUATE_MODULE = "train.run.evaluate"  # ./entrypoint.sh evaluate: the same launch, scoring instead of training
 # Variables that make accelerate (inside TrainingArguments) believe this process is a rank. The launcher is not
 # one: a PyTorchJob pod carries WORLD_SIZE/RANK for its torchrun, and with them accelerate would start a process
 # group in the launcher and wait for peers that never come.
@@ -84,6 +85,7 @@ def make_plan(
     torchrun: Sequence[str] = ("torchrun",),
     log_format: str = "json",
     shm_bytes: int | None = MIN_SHM_BYTES,
+    module: str = JOB_MODULE,
 ) -> Plan:
     """Every launch decision, from the resolved config, the GPU inventory and the cluster environment, in the
     order the launcher makes them (a refusal raises from the step that makes it)."""
@@ -107,7 +109,7 @@ def make_plan(
     # The decision flags go after the user's (highest precedence), in the order decided.
     flags = [*log_flags, *use_cpu_flags, *backend_flags, *precision.flags, *batch.flags, *pad_flags]
     user_flags, secret_env = split_secret_flags(user_argv)
-    command = [*torchrun, *_torchrun_flags(topology, nproc, max_restarts, job), "-m", JOB_MODULE, *user_flags, *flags]
+    command = [*torchrun, *_torchrun_flags(topology, nproc, max_restarts, job), "-m", module, *user_flags, *flags]
     env = rank_env(environ, gpus_used, nproc, cpu_count)
     env[HANDOFF_ENV] = handoff(precision, batch, topology, gpus_used, command).to_env()
     return Plan(

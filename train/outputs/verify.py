@@ -56,12 +56,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     if not is_store_url(target):
         say(verify(Path(target).expanduser(), target))
         return 0
-    store = Store(target, label="verify")
     with tempfile.TemporaryDirectory(prefix="mlm-verify-") as tmp:
-        local = Path(tmp) / Path(store.root).name
-        store.retrying(f"reading {store.url}", store.fs.get, store.root + "/", str(local) + "/", recursive=True)
-        say(verify(local, store.url))
+        say(fetch(target, Path(tmp) / "copy", label="verify"))
     return 0
+
+
+def fetch(url: str, local: Path, label: str) -> str:
+    """A final model or checkpoint in a store, downloaded into ``local`` (a new directory) and verified there:
+    the line :func:`verify` says; ConfigError naming a wrong file, EnvironmentProblem when the store fails."""
+    store = Store(url, label=label)
+    store.retrying(f"reading {store.url}", store.fs.get, store.root + "/", str(local) + "/", recursive=True)
+    return verify(local, store.url)
 
 
 if __name__ == "__main__":

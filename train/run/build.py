@@ -141,33 +141,11 @@ def prepare(config: Config, files: RunFiles, choose_resume: Callable[[], str | N
             if "masked_only_head" in config.sources:  # asked for explicitly: say it cannot be done
                 raise
             warn(f"{exc}; training with the dense head")
-    isolate = None
-    if padding.isolates:
-        check_isolation(config, model.config, model.config._attn_implementation)
-        packing.prepare_model(model)
-        isolate = functools.partial(
-            packing.isolated_inputs,
-            config=model.config,
-            attn_implementation=model.config._attn_implementation,
-            dtype=model.dtype,
-        )
+    collator = masking_collator(config, tokenizer, model)  # prepares the model when documents are kept apart
     unreached = freeze_what_the_loss_never_reaches(model)
     if unreached:
         shown = ", ".join(unreached[:3]) + (f" and {len(unreached) - 3} more" if len(unreached) > 3 else "")
         warn(f"{len(unreached)} parameter(s) take no part in the masked-LM loss and stay as they are: {shown}")
-    collator = MaskingCollator(
-        pad_token_id=tokenizer.pad_token_id,
-        mask_token_id=tokenizer.mask_token_id,
-        vocab_size=len(tokenizer),
-        mlm_probability=job.mlm_probability,
-        mask_replace_prob=job.mask_replace_prob,
-        random_replace_prob=job.random_replace_prob,
-        seed=training.seed,
-        pad_to_multiple_of=padding.pad_multiple(job.pad_to_multiple_of),
-        word_start=word_starts(tokenizer, tokenizer_label(config)) if job.whole_word_mask else None,
-        isolate=isolate,
-        flatten=padding.flattens,
-    )
     evaluating = corpus.validation is not None and training.eval_strategy != "no"
     guard = DivergenceGuard()
     trainer = MLMTrainer(
@@ -193,6 +171,36 @@ def prepare(config: Config, files: RunFiles, choose_resume: Callable[[], str | N
         trainer=trainer, tokenizer=tokenizer, corpus=corpus, stopper=stopper, guard=guard, head=head,
         head_weights=new_head, masking=masking, packing=packing_facts, resume=resume,
     )  # fmt: skip
+
+
+def masking_collator(config: Config, tokenizer: Any, model: Any) -> MaskingCollator:
+    """The batches' masking and layout (train/model/collator.py), as the padding mode has them: for documents kept
+    apart, the model is prepared to take their boundaries (train/model/packing.py). Training and evaluate-only
+    (train/run/evaluate.py) build it here, so an evaluation masks as training's does."""
+    job, padding = config.job, Padding(config.job.padding)
+    isolate = None
+    if padding.isolates:
+        check_isolation(config, model.config, model.config._attn_implementation)
+        packing.prepare_model(model)
+        isolate = functools.partial(
+            packing.isolated_inputs,
+            config=model.config,
+            attn_implementation=model.config._attn_implementation,
+            dtype=model.dtype,
+        )
+    return MaskingCollator(
+        pad_token_id=tokenizer.pad_token_id,
+        mask_token_id=tokenizer.mask_token_id,
+        vocab_size=len(tokenizer),
+        mlm_probability=job.mlm_probability,
+        mask_replace_prob=job.mask_replace_prob,
+        random_replace_prob=job.random_replace_prob,
+        seed=config.training.seed,
+        pad_to_multiple_of=padding.pad_multiple(job.pad_to_multiple_of),
+        word_start=word_starts(tokenizer, tokenizer_label(config)) if job.whole_word_mask else None,
+        isolate=isolate,
+        flatten=padding.flattens,
+    )
 
 
 def keep_the_global_batch(config: Config, checkpoint: Path) -> None:

@@ -1,0 +1,160 @@
+"""``./entrypoint.sh evaluate [--option value ...]`` (under torchrun, as training runs: one rank or many): a trained
+model or a checkpoint (``MLM_MODEL_NAME_OR_PATH``) scored on the held-out text the same data options give training
+(``validation_file``, the ``validation_split_percentage`` held out of ``dataset``, or a stream's first
+``max_eval_samples``), masked as training's evaluation masks (``eval_mlm_probability``, the same seed: the same
+positions), nothing trained.
+
+World rank 0 prints one line (JSON with ``MLM_LOG_FORMAT=json``) and writes ``eval_results.json`` where the outputs
+live (``MLM_OUTPUT_DIR``: a directory, or a bucket through its staging directory). What transformers lacks: the
+Trainer evaluates only inside a training script, and run_mlm.py's ``--do_eval`` alone reads and tokenizes the
+training split too; here only the held-out text is read.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import os
+import shutil
+import sys
+from typing import Any
+
+import torch.distributed as dist
+from datasets import DatasetDict
+from transformers.trainer_callback import PrinterCallback, ProgressCallback
+
+from train.common import distributed
+from train.common.console import resolve_format, say
+from train.common.errors import ConfigError, exit_process, run_main
+from train.common.hf import CACHE_KEY_CHARS, cache_root
+from train.common.urls import is_store_url
+from train.common.usage import usage, wants_help
+from train.config import Config, load_config, move_hub_token_to_env
+from train.data import RawData, load_raw, tokenize
+from train.model.load import check_before_data, load_model, load_tokenizer
+from train.model.source import model_source
+from train.outputs.location import output_location
+from train.outputs.record import write_json_atomic
+from train.outputs.verify import fetch
+from train.run.build import argmax_logits, masked_accuracy, masking_collator
+from train.run.logs import bars_drawn, configure_console
+from train.run.trainer import MLMTrainer, losses_are_batch_means
+
+EVAL_RESULTS = "eval_results.json"
+
+
+def held_out(config: Config) -> RawData:
+    """The evaluation text alone, as training would hold it out; ConfigError when the options hold none out."""
+    raw = load_raw(config)
+    if "validation" not in raw.splits or not len(raw.splits["validation"]):
+        raise ConfigError(
+            f"{config.source_of('dataset')}={config.job.dataset!r}: nothing is held out to evaluate on; set "
+            "validation_file, validation_split_percentage above 0, or (streaming) max_eval_samples"
+        )
+    return RawData(DatasetDict({"validation": raw.splits["validation"]}), raw.fingerprint)
+
+
+def fetched_model(config: Config) -> None:
+    """A model or checkpoint in a bucket (``s3://...``, any fsspec URL): downloaded afresh once per node into the
+    cache (HF_HOME), verified against its list of files, and evaluated from there."""
+    url = config.job.model_name_or_path
+    if not is_store_url(url):
+        return
+    local = cache_root() / "models" / hashlib.sha256(url.encode()).hexdigest()[:CACHE_KEY_CHARS]
+    training = config.training
+    with training.main_process_first(local=True, desc="downloading the model"):
+        if training.local_process_index == 0:
+            shutil.rmtree(local, ignore_errors=True)
+            say(fetch(url, local, label=config.source_of("model_name_or_path")))
+    config.job.model_name_or_path = str(local)
+
+
+def evaluate(config: Config) -> dict[str, Any]:
+    """Every rank: the model scored on the held-out text; the figures (the same on every rank)."""
+    job, training = config.job, config.training
+    shown = job.model_name_or_path
+    fetched_model(config)
+    source = model_source(job.model_name_or_path, job.config_overrides)
+    if source.kind == "scratch":
+        raise ConfigError(
+            f"{config.source_of('model_name_or_path')}={job.model_name_or_path!r}: evaluate needs a trained model "
+            "(a final/ directory, a checkpoint-N/ directory or a hub id), not an architecture"
+        )
+    model_config = check_before_data(config, None)
+    with training.main_process_first(desc="preparing the held-out data"):
+        text = held_out(config)
+        tokenizer = load_tokenizer(config, text, None)
+        validation = tokenize(config, text, tokenizer)["validation"]
+    model, head_weights = load_model(config, None, tokenizer, model_config)
+    collator = masking_collator(config, tokenizer, model)
+    training.report_to = []  # a score, not a run: no tracker run is started (the JSON and the line are the record)
+    trainer = MLMTrainer(
+        model=model,
+        args=training,
+        eval_dataset=validation,
+        data_collator=collator,
+        processing_class=tokenizer,
+        compute_metrics=masked_accuracy,
+        preprocess_logits_for_metrics=argmax_logits,
+    )
+    trainer.eval_collator = collator.for_evaluation(job.eval_mlm_probability)
+    losses_are_batch_means(trainer)
+    trainer.remove_callback(PrinterCallback)
+    if not bars_drawn(resolve_format(job.log_format)):
+        trainer.remove_callback(ProgressCallback)
+    metrics = trainer.evaluate()
+    loss = float(metrics["eval_loss"])
+    return {
+        "model": shown,
+        "eval_loss": loss,
+        "perplexity": math.exp(loss) if loss < 700 else math.inf,
+        "eval_accuracy": metrics.get("eval_accuracy"),
+        "eval_samples": len(validation),
+        "eval_documents": len(text.splits["validation"]),
+        "eval_mlm_probability": trainer.eval_collator.mlm_probability,
+        "seed": training.seed,
+        "world_size": training.world_size,
+        "dataset": job.dataset,
+        "dataset_fingerprint": text.fingerprint,
+        "head_weights": head_weights,
+        "eval_runtime": metrics.get("eval_runtime"),
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = sys.argv[1:] if argv is None else argv
+    if wants_help(args):
+        print(usage("evaluate"))
+        return 0
+    config = load_config(args)
+    move_hub_token_to_env(config, os.environ)
+    configure_console(config)
+    results = evaluate(config)
+    if distributed.is_world_zero():
+        location = output_location(config)
+        path = location.files.root / EVAL_RESULTS
+        path.parent.mkdir(parents=True, exist_ok=True)
+        write_json_atomic(path, results)
+        location.sync(path)
+        shown = f"{location.shown}/{EVAL_RESULTS}"
+        if resolve_format(config.job.log_format) == "json":
+            print(json.dumps({"event": "evaluate", **results, "written": shown}), flush=True)
+        else:
+            accuracy = results["eval_accuracy"]
+            say(
+                f"evaluated {results['model']} on {results['eval_samples']:,} held-out samples: loss "
+                f"{results['eval_loss']:.4f}, perplexity {results['perplexity']:.2f}"
+                + (f", masked-token accuracy {accuracy:.4f}" if accuracy is not None else "")
+                + f"; written to {shown}"
+            )
+    return 0
+
+
+if __name__ == "__main__":
+    try:
+        code = run_main(main)
+    finally:
+        if distributed.initialized():
+            dist.destroy_process_group()
+    exit_process(code)
