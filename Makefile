@@ -87,8 +87,10 @@ lock: ## Re-resolve requirements.in into requirements.lock (exact versions + has
 	  --no-emit-index-url -c docker/torch-cpu.txt -o requirements.lock requirements.in
 	$(BIN)/python docker/lock_torch.py requirements.lock
 	$(BIN)/python docker/lock_cuda.py
+	# The dev lock takes torch and transformers in through sentence-transformers (a test's loader): the same CPU
+	# constraint keeps CUDA's wheels out of it.
 	$(BIN)/pip-compile --quiet --generate-hashes --allow-unsafe --strip-extras --no-emit-find-links \
-	  --no-emit-index-url -o requirements-dev.lock requirements-dev.in
+	  --no-emit-index-url -c docker/torch-cpu.txt -o requirements-dev.lock requirements-dev.in
 	sed -i '1i $(LOCK_NOTE)' requirements.lock
 	sed -i '1i $(LOCK_NOTE_DEV)' requirements-dev.lock
 

@@ -45,22 +45,30 @@ def test_an_architecture_trains_saves_and_fills_a_mask(
     assert len(fill(f"this is a {tokenizer.mask_token} sample")) == 5
 
 
-def test_continued_pretraining_of_an_encoder_without_its_head_says_so_once(tmp_path: Path) -> None:
-    """An encoder saved without its MLM head (as sentence-transformers saves one): the banner, run.json and doctor
-    say the head is new, once, in our words; transformers' fine-tuning load report stays off the console."""
-    from transformers import BertConfig, BertModel, BertTokenizerFast
+def test_continued_pretraining_of_a_sentence_transformers_model(tmp_path: Path) -> None:
+    """An embedding model (an encoder without an MLM head, with its pooling module): the banner, run.json and doctor
+    say once, in our words, that the head is new, and transformers' fine-tuning load report stays off the console;
+    final/ loads both as the masked LM and as the sentence-transformers model, with the trained encoder."""
+    from sentence_transformers import SentenceTransformer
+    from sentence_transformers.sentence_transformer.modules import Pooling, Transformer
+    from transformers import AutoModelForMaskedLM, BertConfig, BertModel, BertTokenizerFast
 
     from train.model.weights import HEAD_NEW
 
-    encoder = tmp_path / "encoder"
+    encoder, embedder = tmp_path / "encoder", tmp_path / "embedder"
     words = sorted({w.strip(".,").lower() for w in "This is a training sample for multi-GPU demonstration".split()})
     vocab = tmp_path / "vocab.txt"
     vocab.write_text("\n".join(["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", *words]))
-    BertTokenizerFast(vocab_file=str(vocab)).save_pretrained(encoder)
+    tokenizer = BertTokenizerFast(vocab_file=str(vocab))
     sizes = {"hidden_size": 32, "num_hidden_layers": 1, "num_attention_heads": 2, "intermediate_size": 64}
     BertModel(BertConfig(vocab_size=5 + len(words), **sizes)).save_pretrained(encoder)
+    tokenizer.save_pretrained(encoder)
+    module = Transformer(str(encoder))
+    SentenceTransformer(modules=[module, Pooling(module.get_word_embedding_dimension())]).save(str(embedder))
+    tokenizer.save_pretrained(embedder)
+
     output = tmp_path / "out"
-    env = tiny_env(output, model_name_or_path=str(encoder), config_overrides="", max_steps="4", log_format="text")
+    env = tiny_env(output, model_name_or_path=str(embedder), config_overrides="", max_steps="4", log_format="text")
     doctor = entrypoint("doctor", env=env)
     assert f"its MLM head is {HEAD_NEW}" in doctor.stdout, doctor.stdout[-3000:]
     done = entrypoint(env=env, timeout=300)
@@ -69,3 +77,12 @@ def test_continued_pretraining_of_an_encoder_without_its_head_says_so_once(tmp_p
     for noise in ("seem corrupted", "LOAD REPORT", "MISSING", "\x1b["):
         assert noise not in done.stdout + done.stderr, noise
     assert json.loads((output / "run.json").read_text())["model"]["head_weights"] == HEAD_NEW
+    assert "final/ keeps the sentence-transformers modules around the trained encoder (1_Pooling)" in done.stderr
+
+    final = output / "final"
+    masked_lm = AutoModelForMaskedLM.from_pretrained(final)
+    embeddings = SentenceTransformer(str(final), device="cpu")
+    assert embeddings.encode(["this is a sample"]).shape == (1, 32)
+    trained = masked_lm.bert.embeddings.word_embeddings.weight
+    assert embeddings[0].auto_model.embeddings.word_embeddings.weight.equal(trained)  # the encoder trained here
+    assert not BertModel.from_pretrained(encoder).embeddings.word_embeddings.weight.equal(trained)

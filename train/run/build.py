@@ -28,6 +28,7 @@ from train.config import Config
 from train.data import Corpus, Padding, StreamPosition, build_corpus, load_raw, stream_training_overrides
 from train.model import packing
 from train.model.collator import MaskingCollator
+from train.model.companions import companion_directory, keep_sentence_transformers
 from train.model.head import freeze_what_the_loss_never_reaches, use_masked_only_head
 from train.model.load import (
     attention_implementation,
@@ -58,14 +59,19 @@ class Prepared:
     guard: DivergenceGuard  # a non-finite loss, gradient or weight stops the run
     head: str  # "masked-only" (train/model/head.py) or "dense"
     head_weights: str | None  # what the pretrained weights lacked of the head (train/model/weights.py), or None
+    companions: Path | None  # a pretrained model's files beside its encoder (train/model/companions.py)
     masking: dict[str, Any]  # the configured rates and the realised one (:func:`batch_facts`)
     packing: dict[str, Any]  # the padding mode and its efficiency (:func:`batch_facts`)
     resume: str | None = None  # the checkpoint this rank resumes from (its node's copy)
 
     def write_model(self, directory: Path) -> None:
-        """The trained model and its tokenizer, as AutoModelForMaskedLM / AutoTokenizer load them."""
+        """The trained model and its tokenizer, as AutoModelForMaskedLM / AutoTokenizer load them, and a
+        sentence-transformers model's modules around it."""
         self.trainer.save_model(str(directory))
         self.tokenizer.save_pretrained(str(directory))
+        kept = keep_sentence_transformers(self.companions, directory)
+        if kept:
+            say(kept)
 
     def facts(self) -> dict[str, Any]:
         """What the banner, the logs and the final metrics say about the data."""
@@ -170,6 +176,7 @@ def prepare(config: Config, files: RunFiles, choose_resume: Callable[[], str | N
     return Prepared(
         trainer=trainer, tokenizer=tokenizer, corpus=corpus, stopper=stopper, guard=guard, head=head,
         head_weights=new_head, masking=masking, packing=packing_facts, resume=resume,
+        companions=None if arch is not None else companion_directory(job.model_name_or_path),
     )  # fmt: skip
 
 
