@@ -94,7 +94,7 @@ _main() {
 	done
 	local command="${1:-train}"
 	case "$command" in
-	train | plan | evaluate)
+	train | plan | evaluate | replay)
 		[[ $# -gt 0 ]] && shift
 		withhold_secrets "$@"
 		exec "$PYTHON" -m train.launch "$command" "${ARGS[@]}"

@@ -41,6 +41,7 @@ class Handoff:
     gpu_uuids: list[str] = field(default_factory=list)  # the same devices by UUID (what the logs sample)
     command: list[str] = field(default_factory=list)  # the torchrun command that started the ranks (holds no secret)
     outputs_checked: bool = False  # this node's output location and cache were checked before the ranks started
+    decided: list[str] = field(default_factory=list)  # the options the launcher's flags set (not the user's)
 
     def to_env(self) -> str:
         return json.dumps(asdict(self), separators=(",", ":"))

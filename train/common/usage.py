@@ -22,6 +22,10 @@ COMMANDS = {
         "evaluate [--option value ...]",
         "score a model or checkpoint (MLM_MODEL_NAME_OR_PATH) on the held-out text; writes eval_results.json",
     ),
+    "replay": (
+        "replay RUN_JSON [--output_dir DIR] [--anyway] [--option value ...]",
+        "run a finished run's recipe again; refused where something differs; says if final/ is identical",
+    ),
     "prepare": ("prepare [--option value ...]", "tokenize the corpus into the cache (HF_HOME); trains nothing"),
     "gpus": ("gpus [--json]", "list the GPUs this container can use"),
     "doctor": ("doctor [--option value ...]", "preflight checks of the next run's options, before a long job"),

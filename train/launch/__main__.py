@@ -13,22 +13,32 @@ from train.common.console import Console, resolve_format
 from train.common.errors import ConfigError, exit_process, run_main
 from train.common.usage import COMMANDS, usage, wants_help
 from train.common.writable import check_cache_dir
-from train.config import options_text
+from train.config import Config, options_text
 from train.launch.plan import (
     EVALUATE_MODULE,
     JOB_MODULE,
+    Plan,
     launcher_config,
     make_plan,
     plan_document,
     summary,
     torchrun_path,
 )
+from train.launch.replay import (
+    ANYWAY,
+    compare_final,
+    differences,
+    overridden,
+    read_run,
+    replay_argv,
+    split_args,
+)
 from train.launch.torchrun import launch
 from train.machine.gpus import detect, torch_cuda_version
 from train.machine.resources import shm_size, usable_cpus
 from train.outputs.location import output_location
 
-USAGE = "usage: ./entrypoint.sh [train|plan|evaluate|help] [--option value ...]"
+USAGE = "usage: ./entrypoint.sh [train|plan|evaluate|replay|help] [--option value ...]"
 
 
 def help_text(topic: Sequence[str]) -> str:
@@ -41,7 +51,8 @@ def help_text(topic: Sequence[str]) -> str:
 
 
 def main(argv: Sequence[str] | None = None, environ: Mapping[str, str] | None = None) -> int:
-    """``train``: launch and exit with the documented code; ``plan``: print the decisions as JSON."""
+    """``train``: launch and exit with the documented code; ``plan``: print the decisions as JSON; ``evaluate``:
+    launch the scoring program instead; ``replay``: a run's recipe again (train/launch/replay.py)."""
     args = list(sys.argv[1:] if argv is None else argv)
     environ = os.environ if environ is None else environ
     named = bool(args) and not args[0].startswith("-")
@@ -49,45 +60,85 @@ def main(argv: Sequence[str] | None = None, environ: Mapping[str, str] | None = 
     if command == "help":
         print(help_text(args))
         return 0
-    if command not in ("train", "plan", "evaluate"):
+    if command not in ("train", "plan", "evaluate", "replay"):
         raise ConfigError(f"unknown command {command!r}; {USAGE}")
     if wants_help(args):  # with no command named, the front door's usage
         print(usage(command if named else None))
         return 0
+    if command == "replay":
+        return replay(args, environ)
 
     config = launcher_config(args, environ)
     # auto is judged once, on the launcher's stdout: the ranks' stdout is a pipe under torchrun.
     log_format = resolve_format(config.job.log_format)
-    torch_cuda = torch_cuda_version()
-    module = EVALUATE_MODULE if command == "evaluate" else JOB_MODULE
-    plan = make_plan(
+    plan = plan_for(config, environ, args, log_format, EVALUATE_MODULE if command == "evaluate" else JOB_MODULE)
+    # The job's own checks, before torchrun: an unwritable output_dir (3) or a finished final/ there (2, but
+    # a dry run only reports it; an evaluation writes its results beside a finished model).
+    location = output_location(config)
+    location.check(dry_run=command != "train")
+    if command == "plan":
+        document = plan_document(plan, config, torch_cuda_version())
+        document["output_dir"] = location.facts()
+        print(json.dumps(document, indent=2, default=str))
+        return 0
+    return start(config, plan, environ, Console(log_format))
+
+
+def plan_for(config: Config, environ: Mapping[str, str], args: Sequence[str], log_format: str, module: str) -> Plan:
+    """Every launch decision for this machine (train/launch/plan.py make_plan)."""
+    return make_plan(
         config,
         detect(environ),
         environ,
         args,
-        torch_cuda,
+        torch_cuda_version(),
         usable_cpus(),
         torchrun_path(),
         log_format,
         shm_size(),
         module,
     )
-    # The job's own checks, before torchrun: an unwritable output_dir (3) or a finished final/ there (2, but
-    # a dry run only reports it; an evaluation writes its results beside a finished model).
-    location = output_location(config)
-    location.check(dry_run=command != "train")
-    if command == "plan":
-        document = plan_document(plan, config, torch_cuda)
-        document["output_dir"] = location.facts()
-        print(json.dumps(document, indent=2, default=str))
-        return 0
+
+
+def start(config: Config, plan: Plan, environ: Mapping[str, str], log: Console) -> int:
+    """torchrun with the plan, once the cache is writable; the documented exit code."""
     check_cache_dir(environ)  # a run writes tokenized data there (3 when it cannot)
-    log = Console(log_format)
     for warning in plan.warnings:
         log.warning(warning)
     log(summary(plan))
     log(plan.batch.banner)
     return launch(plan, environ, log, config.job.rdzv_timeout)
+
+
+def replay(args: Sequence[str], environ: Mapping[str, str]) -> int:
+    """A finished run's recipe again, refused where something would make it differ (unless --anyway), and its
+    final/ compared with the recorded one at the end."""
+    # The data's fingerprint needs the datasets library: imported for a replay only (every other command's
+    # start-up stays without it).
+    from train.data import load_raw
+
+    location, overrides, anyway = split_args(args)
+    run = read_run(location)
+    argv = replay_argv(run, location, overrides)
+    config = launcher_config(argv, environ)
+    log_format = resolve_format(config.job.log_format)
+    log = Console(log_format)
+    plan = plan_for(config, environ, argv, log_format, JOB_MODULE)
+    world = plan.nproc_per_node * plan.topology.max_nodes
+    found = differences(run, config, overrides, world, load_raw(config).fingerprint)
+    for line in found:
+        log(f"replay {location}: {line}", "warning" if anyway else "error")
+    if found and not anyway:
+        raise ConfigError(f"replay {location}: refused, {len(found)} difference(s) above; {ANYWAY} runs it regardless")
+    changed = overridden(config, overrides)
+    if changed:
+        log.warning(f"no longer a replay of {location}: {', '.join(changed)} named on the command line")
+    location_of_outputs = output_location(config)
+    location_of_outputs.check()
+    code = start(config, plan, environ, log)
+    if code == 0:
+        log(f"replay of {location}: " + compare_final(run, location, location_of_outputs.files.final))
+    return code
 
 
 if __name__ == "__main__":

@@ -111,7 +111,7 @@ def make_plan(
     user_flags, secret_env = split_secret_flags(user_argv)
     command = [*torchrun, *_torchrun_flags(topology, nproc, max_restarts, job), "-m", module, *user_flags, *flags]
     env = rank_env(environ, gpus_used, nproc, cpu_count)
-    env[HANDOFF_ENV] = handoff(precision, batch, topology, gpus_used, command).to_env()
+    env[HANDOFF_ENV] = handoff(precision, batch, topology, gpus_used, command, list(option_values(flags))).to_env()
     return Plan(
         inventory=inventory,
         topology=topology,
@@ -197,7 +197,12 @@ def rank_env(environ: Mapping[str, str], gpus_used: Sequence[Gpu], nproc: int, c
 
 
 def handoff(
-    precision: Precision, batch: Batch, topology: Topology, gpus_used: Sequence[Gpu], command: list[str]
+    precision: Precision,
+    batch: Batch,
+    topology: Topology,
+    gpus_used: Sequence[Gpu],
+    command: list[str],
+    decided: list[str] | None = None,
 ) -> Handoff:
     """The facts the ranks show but must not recompute (:class:`~train.common.handoff.Handoff`)."""
     return Handoff(
@@ -211,6 +216,7 @@ def handoff(
         # The launcher checks this node's output location and cache before it starts torchrun (__main__.py): the
         # ranks need not write probes and ask the store again.
         outputs_checked=True,
+        decided=list(decided or []),
     )
 
 

@@ -252,6 +252,22 @@ def refuse_unsafe_weights(config: Config, directory: Path) -> None:
         raise ConfigError(f"{source}={str(directory)!r}: {problem}; {CONVERT}")
 
 
+# What loading a tokenizer from a directory adds to its saved config: how it was loaded, not what it is.
+LOADING_DETAILS = ("is_local", "local_files_only")
+
+
+def settle_tokenizer(tokenizer: Any) -> None:
+    """The tokenizer as final/ should hold it, whatever this run did with it: no truncation or padding state left
+    in its backend by tokenizing (a run that read its data from the cache tokenized nothing), and no record of
+    where it was loaded from. A replay then writes the same files (train/launch/replay.py)."""
+    backend = getattr(tokenizer, "backend_tokenizer", None)
+    if backend is not None:
+        backend.no_truncation()
+        backend.no_padding()
+    for name in LOADING_DETAILS:
+        tokenizer.init_kwargs.pop(name, None)
+
+
 def attention_implementation(config: Config, model_config: Any | None) -> str | None:
     """MLM_ATTN_IMPLEMENTATION when set; else flash_attention_2 where it is installed, a GPU is there and the model
     supports it; else None: transformers' own choice, SDPA where the model has it and eager where not (DeBERTa,

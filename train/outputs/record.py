@@ -14,7 +14,8 @@ from train.common.console import now
 from train.common.distributed import is_world_zero
 from train.common.handoff import Handoff
 from train.common.versions import package_versions
-from train.config import Config
+from train.config import SECRET_FIELDS, Config
+from train.outputs.checkpoints import listed_files
 from train.outputs.runfiles import RunFiles
 
 
@@ -71,7 +72,35 @@ def run_facts(
         "image_revision": config.job.image_revision,
         # The command the launcher ran (secrets never are in it); absent when the job was started without it.
         "command": handoff.command if handoff is not None else None,
+        # The recipe `./entrypoint.sh replay` runs again: the options the user set (a preset's included), not the
+        # ones the launcher decided for the machine nor where the outputs went; secrets never.
+        "options": recipe(config, handoff),
+        # What the run made, for a replay to compare with: final/'s weights and tokenizer as its marker lists them.
+        "final": made(config) if status == "finished" else None,
     }
+
+
+NOT_IN_A_RECIPE = ("output_dir", "logging_dir", "config")
+
+
+def recipe(config: Config, handoff: Handoff | None) -> dict[str, Any]:
+    """The options set for this run, resolved (lists and mappings as they are), without the launcher's decisions,
+    the output location or secrets."""
+    resolved = config.as_dict(redact=True)
+    decided = set(handoff.decided) if handoff is not None else set()
+    skipped = decided | set(NOT_IN_A_RECIPE) | set(SECRET_FIELDS)
+    return {name: resolved[name] for name in sorted(config.sources) if name in resolved and name not in skipped}
+
+
+# final/'s files that name where and when a run ran (the card its dates and output, the Trainer's pickled
+# arguments its output_dir): not what a replay compares.
+NOT_COMPARED = ("README.md", "training_args.bin")
+
+
+def made(config: Config) -> dict[str, Any]:
+    """The SHA-256 of final/'s files a replay compares (the model and tokenizer), as the marker lists them."""
+    files = listed_files(RunFiles(config.training.output_dir).final) or {}
+    return {name: entry.get("sha256") for name, entry in sorted(files.items()) if name not in NOT_COMPARED}
 
 
 class RunRecord:

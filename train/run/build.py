@@ -36,6 +36,7 @@ from train.model.load import (
     load_model,
     load_tokenizer,
     scratch_config,
+    settle_tokenizer,
     tokenizer_label,
     trains_its_tokenizer,
 )
@@ -68,6 +69,7 @@ class Prepared:
         """The trained model and its tokenizer, as AutoModelForMaskedLM / AutoTokenizer load them, and a
         sentence-transformers model's modules around it."""
         self.trainer.save_model(str(directory))
+        settle_tokenizer(self.tokenizer)
         self.tokenizer.save_pretrained(str(directory))
         kept = keep_sentence_transformers(self.companions, directory)
         if kept:

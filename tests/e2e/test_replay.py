@@ -1,0 +1,56 @@
+"""./entrypoint.sh replay RUN_JSON: a finished run's recipe run again, refused where something would make it differ,
+and its final/ compared with the recorded one (on this CPU, the same image: identical)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import tiny_env
+from tests.e2e.runs import entrypoint
+
+pytestmark = pytest.mark.slow
+
+
+def test_a_run_replays_to_identical_files_and_differences_are_refused_or_said(tmp_path: Path) -> None:
+    corpus = tmp_path / "corpus.txt"
+    corpus.write_text("".join(f"line {i} of a small corpus for the replay test\n" for i in range(300)))
+    original = tmp_path / "run"
+    done = entrypoint(env=tiny_env(original, dataset=str(corpus), max_steps="4", warmup_steps="1"))
+    assert done.returncode == 0, done.stderr[-3000:]
+    run = json.loads((original / "run.json").read_text())
+    assert (
+        run["options"]["max_steps"] == 4 and "output_dir" not in run["options"] and "model.safetensors" in run["final"]
+    )
+
+    # the recipe alone: no MLM_* option from the environment but where the outputs go
+    bare = {k: v for k, v in tiny_env(tmp_path / "unused").items() if not k.startswith("MLM_")}
+    replayed = entrypoint("replay", str(original / "run.json"), env=bare)
+    assert replayed.returncode == 0, replayed.stderr[-3000:]
+    assert "identical: every file of final/ has the recorded SHA-256" in replayed.stderr
+    assert (tmp_path / "run-replay" / "final" / "model.safetensors").exists()
+
+    corpus.write_text(corpus.read_text() + "one more line\n")  # the data changed, and an option in the environment
+    refused = entrypoint(
+        "replay",
+        str(original / "run.json"),
+        "--output_dir",
+        str(tmp_path / "r2"),
+        env={**bare, "MLM_MAX_GRAD_NORM": "0.5"},
+    )
+    assert refused.returncode == 2, refused.stderr[-3000:]
+    assert "MLM_MAX_GRAD_NORM: max_grad_norm 0.5 (recorded: 1.0)" in refused.stderr
+    assert "data fingerprint" in refused.stderr and "refused, 2 difference(s) above; --anyway" in refused.stderr
+    assert not (tmp_path / "r2").exists()
+
+    changed = entrypoint(
+        "replay", str(original / "run.json"), "--output_dir", str(tmp_path / "r3"), "--learning_rate", "1e-3", "--anyway",
+        env=bare,
+    )  # fmt: skip
+    assert changed.returncode == 0, changed.stderr[-3000:]
+    assert "no longer a replay" in changed.stderr and "learning_rate named on the command line" in changed.stderr
+    # the data changed too (--anyway): a new tokenizer, other weights, and how far they are
+    said = changed.stderr.split("differs from the recorded run: ", 1)[1].split('"', 1)[0]
+    assert "model.safetensors" in said and "tokenizer.json" in said and "largest absolute difference is" in said

@@ -1,0 +1,60 @@
+"""train/launch/replay.py's rules on a recorded run.json (no run here; tests/e2e/test_replay.py runs them)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from train.common.errors import ConfigError
+from train.common.versions import package_versions
+from train.config import load_config
+from train.launch.replay import differences, flag_values, read_run, replay_argv, split_args
+
+RUN = {
+    "status": "finished",
+    "options": {"learning_rate": 0.0005, "report_to": ["none"], "streaming": False, "config_overrides": {"dim": 64}},
+    "config": {"learning_rate": 0.0005, "max_grad_norm": 1.0, "log_format": "json"},
+    "versions": {},
+    "world_size": 1,
+    "dataset_fingerprint": "demo-400",
+    "image_revision": None,
+    "final": {"model.safetensors": "00"},
+}
+
+
+def test_the_recipe_becomes_flags_and_the_command_line_wins() -> None:
+    assert flag_values("report_to", ["none", "mlflow"]) == ["--report_to", "none", "mlflow"]
+    assert flag_values("streaming", False) == ["--streaming", "false"]
+    assert flag_values("config_overrides", {"dim": 64}) == ["--config_overrides", '{"dim": 64}']
+    argv = replay_argv(RUN, "/runs/a/run.json", ["--learning_rate", "1e-3"])
+    assert argv[-2:] == ["--learning_rate", "1e-3"] and argv.count("--learning_rate") == 1
+    assert argv[argv.index("--output_dir") + 1] == "/runs/a-replay"
+    assert replay_argv(RUN, "/runs/a/run.json", ["--output_dir", "/x"]).count("--output_dir") == 1
+    assert split_args(["run.json", "--anyway", "--seed", "3"]) == ("run.json", ["--seed", "3"], True)
+    with pytest.raises(ConfigError, match="usage: ./entrypoint.sh replay RUN_JSON"):
+        split_args(["--seed", "3"])
+
+
+def test_what_would_differ_is_one_line_each_and_how_a_run_is_watched_is_not() -> None:
+    config = load_config(["--learning_rate", "0.0005"], {"MLM_MAX_GRAD_NORM": "0.5", "MLM_LOG_FORMAT": "text"})
+    run = {**RUN, "versions": {"torch": "0.0.1", **{k: v for k, v in package_versions().items() if k != "torch"}}}
+    found = differences(run, config, [], world_size=2, fingerprint="demo-401")
+    assert found[0].startswith("MLM_MAX_GRAD_NORM: max_grad_norm 0.5 (recorded: 1.0)")
+    assert any(line.startswith("torch ") and line.endswith("(recorded: 0.0.1)") for line in found)
+    assert any(line.startswith("world size 2 (recorded: 1)") for line in found)
+    assert any(line.startswith("data fingerprint demo-401 (recorded: demo-400)") for line in found)
+    assert len(found) == 4  # log_format is how the run is watched, not what it computes
+
+
+def test_only_a_finished_runs_record_replays(tmp_path: Path) -> None:
+    path = tmp_path / "run.json"
+    path.write_text(json.dumps({**RUN, "status": "preempted", "final": None}))
+    with pytest.raises(ConfigError, match="the run did not finish"):
+        read_run(str(path))
+    path.write_text(json.dumps({"status": "finished"}))
+    with pytest.raises(ConfigError, match="no recipe in it"):
+        read_run(str(path))
+    with pytest.raises(ConfigError, match="cannot read a run.json there"):
+        read_run(str(tmp_path / "missing.json"))
