@@ -347,9 +347,9 @@ def test_progress_bars_only_in_text_on_a_terminal(tmp_path, monkeypatch):
         assert logs.configure_console(config_for(tmp_path, "--log_format", "json")) == "json"
         assert not datasets.is_progress_bar_enabled() and not hf_logging.is_progress_bar_enabled()
         datasets.enable_progress_bars()
-        monkeypatch.setattr(sys, "stderr", io.StringIO())  # text captured to a file: no bar to glue lines to
+        monkeypatch.setattr(sys, "stderr", io.StringIO())  # text captured to a file: no Trainer bar between steps
         assert logs.configure_console(config_for(tmp_path, "--log_format", "text")) == "text"
-        assert not datasets.is_progress_bar_enabled()
+        assert datasets.is_progress_bar_enabled()  # the data's bars end before training, on a line of their own
         assert not any(
             isinstance(c, logs.QuietProgress) for c in logs.callbacks(config_for(tmp_path, "--log_format", "text"))
         )

@@ -240,8 +240,9 @@ class QuietProgress(ProgressCallback):
 
 
 def bars_drawn(log_format: str) -> bool:
-    """Progress bars only in text mode on a terminal: they redraw a line with carriage returns, which in a captured
-    log (a file, ``kubectl logs``, Slurm's output) glue every bar's last state to the next line."""
+    """The Trainer's progress bar only in text mode on a terminal: it redraws its line with carriage returns between
+    our step lines, which in a captured log (a file, ``kubectl logs``, Slurm's output) glue the bar's last state to
+    the next step line."""
     try:
         return log_format == "text" and sys.stderr.isatty()
     except (AttributeError, ValueError):  # closed or not a real stream
@@ -249,11 +250,13 @@ def bars_drawn(log_format: str) -> bool:
 
 
 def configure_console(config: Config) -> str:
-    """Resolve the console format; for JSON, or text not on a terminal, silence the progress bars datasets,
-    transformers and the hub draw on stderr (tokenizing, downloading, saving), so the output is our lines and
-    real warnings. Call once, early."""
+    """Resolve the console format; for JSON, silence the progress bars datasets, transformers and the hub draw on
+    stderr (tokenizing, downloading, saving), so the output is JSON lines and real warnings. In text they stay, on
+    a terminal or not: they end before training with a line of their own (what a captured log shows of a node's
+    tokenizing); only the Trainer's bar, redrawn between the step lines, needs a terminal (:func:`bars_drawn`).
+    Call once, early."""
     log_format = resolve_format(config.job.log_format)
-    if not bars_drawn(log_format):
+    if log_format == "json":
         import datasets
         import huggingface_hub.utils
         from transformers.utils import logging as hf_logging
