@@ -22,6 +22,10 @@ REPO = Path(__file__).resolve().parent.parent
 CALLER_PREFIXES = ("MLM_", "HF_", "HUGGINGFACE_", "TRANSFORMERS_", "WANDB_", "MLFLOW_", "PET_", "SLURM_")
 for _name in [name for name in os.environ if name.startswith(CALLER_PREFIXES)]:
     del os.environ[_name]
+# Offline from the first import on: huggingface_hub and datasets read these once, so a test that sets them later
+# (the fixture below, for the runs it starts) leaves the libraries in this process trying the unreachable hub -
+# 45 s of retries for one test.
+os.environ.update(HF_HUB_OFFLINE="1", HF_DATASETS_OFFLINE="1")
 
 
 @pytest.fixture(autouse=True)

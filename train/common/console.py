@@ -36,6 +36,12 @@ def jsonable(value: Any) -> Any:
     return str(value)
 
 
+def first_few(names: list[str], shown: int = 3) -> str:
+    """A list a line can hold: the first ``shown`` names, then how many more there are."""
+    more = len(names) - shown
+    return ", ".join(names[:shown]) + (f" and {more} more" if more > 0 else "")
+
+
 def resolve_format(log_format: str, stream: TextIO | None = None) -> str:
     """``text`` or ``json``: ``auto`` means text when ``stream`` (default stdout) is a terminal."""
     if log_format in ("text", "json"):

@@ -25,6 +25,7 @@ from typing import Any
 import fsspec
 
 from train.common.errors import ConfigError
+from train.common.urls import is_store_url
 from train.common.versions import package_versions
 from train.config import Config
 from train.outputs.checkpoints import listed_files
@@ -94,7 +95,7 @@ def split_args(args: Sequence[str]) -> tuple[str, list[str], bool]:
 def default_output_dir(location: str) -> str:
     """Beside the recorded run: ``<its output_dir>-replay`` for a local run.json, ``./output/replay`` otherwise."""
     path = Path(location)
-    return f"{path.parent}-replay" if "://" not in location else "./output/replay"
+    return "./output/replay" if is_store_url(location) else f"{path.parent}-replay"
 
 
 def overridden(config: Config, overrides: Sequence[str]) -> list[str]:
@@ -149,7 +150,7 @@ def compare_final(run: Mapping[str, Any], location: str, final: Path) -> str:
         return f"identical: every file of final/ has the recorded SHA-256 ({len(now)} files)"
     said = f"differs from the recorded run: {', '.join(changed)}"
     original = Path(location).parent / "final" / "model.safetensors"
-    if "model.safetensors" in changed and "://" not in location and original.is_file():
+    if "model.safetensors" in changed and not is_store_url(location) and original.is_file():
         said += f"; the weights' largest absolute difference is {largest_difference(original, final):.3g}"
     return said
 

@@ -24,7 +24,7 @@ from transformers.models.auto.modeling_auto import MODEL_FOR_MASKED_LM_MAPPING
 from transformers.utils import logging as hf_logging
 
 from train.common import distributed
-from train.common.console import warn
+from train.common.console import first_few, warn
 from train.common.errors import ConfigError, first_line
 from train.common.hf import looks_local, offline_hint
 from train.common.untrusted import SAFE_LOAD_REFUSED, safe_load_problem
@@ -209,7 +209,7 @@ def load_model(
         head = head_state(model, loading["missing_keys"])
         lacking = encoder_missing(model, loading["missing_keys"])
         if lacking and distributed.is_world_zero():
-            shown = ", ".join(lacking[:3]) + (f" and {len(lacking) - 3} more" if len(lacking) > 3 else "")
+            shown = first_few(lacking)
             warn(f"{name}: {len(lacking)} tensor(s) of the encoder are not in its weights and start random: {shown}")
     check_positions(config, model.config)
     return model, head

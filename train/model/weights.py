@@ -20,6 +20,8 @@ import torch
 from huggingface_hub import try_to_load_from_cache
 from transformers import AutoConfig, AutoModelForMaskedLM
 
+from train.common.console import first_few
+
 HEAD_NEW = "new: initialised randomly; the first evaluations measure it learning"
 
 
@@ -44,7 +46,7 @@ def head_state(model: Any, missing: Iterable[str]) -> str | None:
         return None
     if lacking == head:
         return HEAD_NEW
-    shown = ", ".join(sorted(lacking)[:3]) + (f" and {len(lacking) - 3} more" if len(lacking) > 3 else "")
+    shown = first_few(sorted(lacking))
     return (
         f"partly new: {len(lacking)} of its {len(head)} tensors initialised randomly ({shown}); "
         "the first evaluations measure them learning"

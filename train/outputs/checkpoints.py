@@ -147,12 +147,31 @@ def manifest_problem(directory: Path, added_later: tuple[str, ...] = ()) -> str 
     return None
 
 
-def changed_options(checkpoint: Path, options: dict[str, Any]) -> list[str]:
-    """What a resume from ``checkpoint`` will not do as ``options`` (this run's resolved options) say, in words."""
+def saved_options(checkpoint: Path) -> dict[str, Any]:
+    """The resolved options of the run that wrote ``checkpoint``; empty for one written before they were recorded
+    (or whose record cannot be read: nothing to compare then, and the resume goes on as the options say)."""
     try:
         saved = json.loads((checkpoint / OPTIONS_NAME).read_text(encoding="utf-8"))
     except (OSError, ValueError):
-        return []  # written before options were recorded: nothing to compare
+        return {}
+    return saved if isinstance(saved, dict) else {}
+
+
+def planned_steps(checkpoint: str | Path | None) -> int | None:
+    """The steps the run that wrote ``checkpoint`` was to take (its trainer state's max_steps: a time budget's
+    plan when it had one); None without a checkpoint or a readable state."""
+    if checkpoint is None:
+        return None
+    try:
+        steps = json.loads((Path(checkpoint) / TRAINER_STATE).read_text(encoding="utf-8"))["max_steps"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    return steps if isinstance(steps, int) and steps > 0 else None
+
+
+def changed_options(checkpoint: Path, options: dict[str, Any]) -> list[str]:
+    """What a resume from ``checkpoint`` will not do as ``options`` (this run's resolved options) say, in words."""
+    saved = saved_options(checkpoint)
     notes = []
     kept = [k for k in KEPT_BY_RESUME if k in saved and saved[k] != options.get(k)]
     if kept:
@@ -173,11 +192,11 @@ def kept_global_batch(config: Config, checkpoint: Path) -> tuple[int | None, str
     batch is no multiple of this run's per-device batch x ranks."""
     if any(name in config.sources for name in ("global_batch_size", "gradient_accumulation_steps")):
         return None
+    saved = saved_options(checkpoint)
     try:
-        saved = json.loads((checkpoint / OPTIONS_NAME).read_text(encoding="utf-8"))
         ranks, per_device = int(saved["world_size"]), int(saved["per_device_train_batch_size"])
         accumulation = int(saved["gradient_accumulation_steps"])
-    except (OSError, ValueError, KeyError, TypeError):
+    except (ValueError, KeyError, TypeError):
         return None  # written before options were recorded: nothing to keep
     training = config.training
     was = global_batch(per_device, ranks, accumulation)
