@@ -14,6 +14,8 @@
 #                          the project's public repository; never a path of the build machine)
 #   SBOM=FILE              where the image's SBOM goes (default build/sbom/REPO_TAG.cdx.json): CycloneDX JSON of
 #                          its Python packages (tools/sbom.py run inside it) and its base image with the digest
+#   SOURCE_DATE_EPOCH=SECS the time the image and every file in its layers is dated (default: the commit's time),
+#                          so that the same commit, base and wheels build the same image ID (docs/image.md)
 set -Eeuo pipefail
 
 _log() {
@@ -98,6 +100,11 @@ revision() {
 	echo "$rev"
 }
 
+# The commit's time in seconds, the date a reproducible build gives the image and its files (now, outside git).
+commit_time() {
+	git log -1 --format=%ct 2>/dev/null || date +%s
+}
+
 # The origin URL without any credentials in it, when it is one; a local path (a clone of a clone) says nothing
 # about where the source lives, so the project's public repository stands in.
 PUBLIC_SOURCE=https://github.com/mlm-trainer/mlm-trainer
@@ -117,8 +124,10 @@ _main() {
 
 	local engine
 	engine="$(pick_engine)"
-	local created
-	created="$(date -u -d "@${SOURCE_DATE_EPOCH:-$(date +%s)}" +%Y-%m-%dT%H:%M:%SZ)"
+	local epoch created
+	epoch="${SOURCE_DATE_EPOCH:-$(commit_time)}"
+	[[ "$epoch" =~ ^[0-9]+$ ]] || _die "SOURCE_DATE_EPOCH=$epoch: expected whole seconds since 1970"
+	created="$(date -u -d "@$epoch" +%Y-%m-%dT%H:%M:%SZ)"
 	local rev base
 	rev="$(revision)"
 	base="$(base_image)"
@@ -128,6 +137,7 @@ _main() {
 		--build-arg "REVISION=$rev"
 		--build-arg "VERSION=$(sed -n 's/^version = "\(.*\)"/\1/p' pyproject.toml)"
 		--build-arg "CREATED=$created"
+		--build-arg "SOURCE_DATE_EPOCH=$epoch"
 		--build-arg "SOURCE=${SOURCE:-$(source_url)}"
 		--build-arg "TORCH_VERSION=$(pinned_version torch)"
 		--build-arg "TRANSFORMERS_VERSION=$(pinned_version transformers)"
@@ -146,13 +156,16 @@ _main() {
 
 	_log "$engine ${args[*]} $* ."
 	if [[ "$engine" == docker ]]; then
-		# Secrets, bind mounts from build contexts and --build-context need BuildKit.
-		DOCKER_BUILDKIT=1 docker "${args[@]}" "$@" .
+		# Secrets, bind mounts from build contexts and --build-context need BuildKit; rewrite-timestamp (BuildKit
+		# 0.13, Docker 26) dates every file in the layers by SOURCE_DATE_EPOCH, as podman's --timestamp does.
+		DOCKER_BUILDKIT=1 docker "${args[@]}" --output type=docker,rewrite-timestamp=true "$@" .
 	else
 		# docker format: the OCI one has no SHELL, and the RUN steps are written for bash with pipefail.
-		"$engine" "${args[@]}" --format docker "$@" .
+		# --timestamp dates the image, its history and every file in its layers.
+		"$engine" "${args[@]}" --format docker --timestamp "$epoch" "$@" .
 	fi
 	_log "built $image ($("$engine" image inspect --format '{{.Size}}' "$image" | numfmt --to=iec) uncompressed)"
+	_log "image ID: $(image_id "$engine" "$image") (revision $rev, dated $created)"
 	write_sbom "$engine" "$image" "$base" "${SBOM:-build/sbom/$(sbom_name "$image").cdx.json}" "$rev" "$created"
 }
 

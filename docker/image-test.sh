@@ -3,8 +3,8 @@
 # debootstrap, the CPU build of torch from a wheelhouse) and run it as `docker run` would, checking what the image
 # promises: the demo trains as an arbitrary --user on a read-only root filesystem, final/ loads back, files on the
 # bind mount belong to the caller, `plan` reports CPU mode, the installed packages are exactly the lock and the
-# SBOM build.sh wrote lists them, any other UID can write HOME/HF_HOME//output, and `docker stop` mid-training ends
-# in exit 75 with a checkpoint.
+# SBOM build.sh wrote lists them, any other UID can write HOME/HF_HOME//output, `docker stop` mid-training ends
+# in exit 75 with a checkpoint, and a second build of the same commit with no layer cache has the same image ID.
 #
 # usage: bash docker/image-test.sh          (make image-test; as root, with .ci/system-deps.sh's packages)
 #
@@ -134,7 +134,7 @@ build_image() {
 			show_log "$WORK/logs/build.log"
 			fail "the image build"
 		}
-	tail -n 2 "$WORK/logs/build.log" >&2
+	tail -n 3 "$WORK/logs/build.log" >&2
 	local user
 	user="$(podman image inspect --format '{{.Config.User}}' "$IMAGE")"
 	[[ -n "$user" && "${user%%:*}" != 0 && "${user%%:*}" != root ]] || fail "the image's default USER is '$user'"
@@ -243,7 +243,9 @@ check_freeze() {
 # The SBOM build.sh wrote: the packages pip freeze listed (check_freeze), torch at the lock's version, the base.
 check_sbom() {
 	local sbom="$WORK/sbom.cdx.json"
-	"$PYTHON" - "$sbom" "$REPO/requirements.lock" "$WORK/logs/freeze.txt" "$BASE" <<-'EOF' ||
+	local id
+	id="$(podman image inspect --format '{{.Id}}' "$IMAGE")"
+	"$PYTHON" - "$sbom" "$REPO/requirements.lock" "$WORK/logs/freeze.txt" "$BASE" "sha256:${id#sha256:}" <<-'EOF' ||
 		import json
 		import re
 		import sys
@@ -260,11 +262,54 @@ check_sbom() {
 		assert listed == freeze, f"SBOM != pip freeze: {sorted(set(listed.items()) ^ set(freeze.items()))}"
 		props = {p["name"]: p["value"] for p in bom["metadata"]["properties"]}
 		assert props["mlm-trainer:base-image"] == sys.argv[4], props
+		assert props["mlm-trainer:image.id"] == sys.argv[5], (props["mlm-trainer:image.id"], sys.argv[5])
 		base = next(c for c in bom["components"] if c["bom-ref"] == "base-image")
 		print(f"SBOM: {len(listed)} Python packages (torch {listed['torch']}), base {base['name']}:{base['version']}")
 	EOF
 		fail "$sbom does not list what the image holds"
-	passed "SBOM lists the image's packages (torch at the locked version) and its base image"
+	passed "SBOM lists the image's packages (torch at the locked version), its base image and its ID"
+}
+
+# The same commit built again with no layer cache gives the same image ID (docker/build.sh dates the image and its
+# files by the commit, the Dockerfile leaves nothing that varies). On a difference: which layers, and which files
+# in them, so that the step that varies can be found.
+check_reproducible() {
+	local again="$IMAGE-again" first second
+	ENGINE=podman BASE_IMAGE="$BASE" TORCH_VARIANT=cpu WHEELHOUSE="$WORK/wheelhouse" SBOM="$WORK/sbom-again.cdx.json" \
+		bash "$REPO/docker/build.sh" "$again" --no-cache >"$WORK/logs/build-again.log" 2>&1 ||
+		{
+			show_log "$WORK/logs/build-again.log"
+			fail "the second image build"
+		}
+	first="$(podman image inspect --format '{{.Id}}' "$IMAGE")"
+	second="$(podman image inspect --format '{{.Id}}' "$again")"
+	if [[ "$first" != "$second" ]]; then
+		differing_layers "$IMAGE" "$again"
+		fail "two builds of the same commit differ: image IDs $first and $second"
+	fi
+	podman rmi "$again" >/dev/null
+	passed "a second build with no layer cache has the same image ID (sha256:${first#sha256:})"
+}
+
+# differing_layers IMAGE1 IMAGE2: the layers (by position) whose digests differ, and the files that differ in them.
+differing_layers() {
+	local dir="$WORK/tmp/layers" i
+	rm -rf "$dir"
+	mkdir -p "$dir"
+	podman save --quiet --format docker-dir -o "$dir/a" "$1"
+	podman save --quiet --format docker-dir -o "$dir/b" "$2"
+	local -a a b
+	read -ra a <<<"$(podman image inspect --format '{{range .RootFS.Layers}}{{.}} {{end}}' "$1")"
+	read -ra b <<<"$(podman image inspect --format '{{range .RootFS.Layers}}{{.}} {{end}}' "$2")"
+	for i in "${!a[@]}"; do
+		[[ "${a[i]}" == "${b[i]:-}" ]] && continue
+		_log "layer $((i + 1)) of ${#a[@]} differs; files:"
+		mkdir -p "$dir/$i/a" "$dir/$i/b"
+		tar -xf "$dir/a/${a[i]#sha256:}" -C "$dir/$i/a" 2>/dev/null || true
+		tar -xf "$dir/b/${b[i]#sha256:}" -C "$dir/$i/b" 2>/dev/null || true
+		diff -rq --no-dereference "$dir/$i/a" "$dir/$i/b" | head -n 20 >&2 || true
+	done
+	rm -rf "$dir"
 }
 
 # `docker stop` mid-training: tini hands SIGTERM to the launcher, the ranks save a checkpoint, exit code 75.
@@ -380,6 +425,8 @@ _main() {
 	check_s3
 	phase stop
 	check_stop
+	phase again
+	check_reproducible
 	# Images left untagged by earlier builds (the layers of the current one stay: they are its parents).
 	podman image prune --force >/dev/null
 }
