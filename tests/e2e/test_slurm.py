@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
@@ -90,13 +91,15 @@ def test_two_nodes_train_are_stopped_requeued_and_resume_to_one_final(cluster: C
 
 def test_plan_in_a_step_reads_slurm_and_the_batch_script_is_told_to_use_srun(cluster: Cluster, tmp_path: Path) -> None:
     """What Slurm really sets: ``plan`` in each task of ``srun --nodes=2 --ntasks-per-node=1``, and in the batch
-    script of the same 2-node job (refused, exit 2)."""
+    script of the same 2-node job (refused, exit 2); ``time_budget: slurm`` is the job's end time, asked of the
+    controller."""
     log, entrypoint = tmp_path / "job.out", REPO / "entrypoint.sh"
     script = (
         f"{entrypoint} plan; echo batch script: exit $?; "
         f"srun --ntasks-per-node=1 --output={tmp_path}/plan-%t.json {entrypoint} plan"
     )
-    job_id = cluster.sbatch("--nodes=2", f"--output={log}", f"--wrap={script}", env=tiny_env(tmp_path / "output"))
+    env = tiny_env(tmp_path / "output", time_budget="slurm")
+    job_id = cluster.sbatch("--nodes=2", "--time=7", f"--output={log}", f"--wrap={script}", env=env)
     done = cluster.wait(job_id, lambda job: job.state in FINISHED, "finished", 120)
     assert (done.state, done.exit_code) == ("COMPLETED", "0:0"), read(log)
     assert "SLURM_JOB_NUM_NODES=2 but this is the job's batch script, not a job step" in read(log)
@@ -120,3 +123,8 @@ def test_plan_in_a_step_reads_slurm_and_the_batch_script_is_told_to_use_srun(clu
             "master_port": "SLURM_JOB_ID",
             "rdzv_id": "SLURM_JOB_ID",
         }
+        # Its limit's end: the start plus --time (EndTime, once the job is over, is when it ended).
+        end = (datetime.fromisoformat(done.fields["StartTime"]) + timedelta(minutes=7)).astimezone(UTC)
+        assert plan["deadline"]["source"] == f"MLM_TIME_BUDGET=slurm: the Slurm job {job_id}'s end time", plan
+        assert plan["deadline"]["at"] == end.strftime("%Y-%m-%d %H:%M:%S UTC"), (plan["deadline"], end)
+        assert plan["deadline"]["budget"].startswith(("6m", "7m")), plan["deadline"]

@@ -42,6 +42,9 @@ class Handoff:
     command: list[str] = field(default_factory=list)  # the torchrun command that started the ranks (holds no secret)
     outputs_checked: bool = False  # this node's output location and cache were checked before the ranks started
     decided: list[str] = field(default_factory=list)  # the options the launcher's flags set (not the user's)
+    deadline: float | None = None  # when the run must be over (seconds since the epoch): train/launch/deadline.py
+    deadline_source: str = ""  # what set it, in words
+    budget_s: float | None = None  # the time from the launch to the deadline
 
     def to_env(self) -> str:
         return json.dumps(asdict(self), separators=(",", ":"))

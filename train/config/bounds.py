@@ -13,6 +13,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from train.common import durations
+
 # Bounds on values that would otherwise overflow or run away; each error message states the one that applies.
 INT64 = (-(2**63), 2**63 - 1)  # every integer option: torch, numpy and Arrow hold them in 64 bits
 SEED_MAX = 2**32 - 1  # transformers.set_seed seeds numpy's legacy generator, which takes 0 .. 2**32 - 1
@@ -114,6 +116,9 @@ def _overrides(value: str) -> bool:
     return all(pairs) and len(set(keys)) == len(keys)
 
 
+DURATION = Bound(
+    lambda v: v.strip().lower() == durations.SCHEDULER or durations.seconds(v) is not None, durations.EXPECTED
+)
 PROCESSES = Bound(_processes, f"a positive integer up to {MAX_PROCESSES}, auto, gpu or cpu")
 LOCAL_RANKS = Bound(_local_ranks, f"distinct local ranks from 0 to {MAX_PROCESSES - 1} (e.g. 0 or 0,1), or all")
 OVERRIDES = Bound(

@@ -16,6 +16,7 @@ from types import MappingProxyType
 from typing import Any, Literal
 
 from train.config.bounds import (
+    DURATION,
     FRACTION,
     LOCAL_RANKS,
     MAX_DEMO_SAMPLES,
@@ -222,6 +223,14 @@ class JobArguments:
         "them; keep it below the grace period (Kubernetes terminationGracePeriodSeconds 300, compose "
         "stop_grace_period 300s) and above the time a checkpoint takes to write.",
         integers(1, MAX_TIMEOUT_S, " seconds"),
+    )
+    time_budget: str | None = option(
+        None,
+        "Wall time the run may take, launch to exit (90m, 2h, 1h30m, 45s, or seconds). After a few steps the job "
+        "measures its step time and plans the steps so that training, the learning rate's decay, the final "
+        "evaluation, saving and publishing end before it, with a margin; it only ever shortens the run the "
+        "other options set. slurm: the Slurm job's end time (with a duration under Slurm, whichever comes first).",
+        DURATION,
     )
     image_revision: str | None = option(None, "Source revision of the image (set by it).")
 

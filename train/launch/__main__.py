@@ -14,6 +14,7 @@ from train.common.errors import ConfigError, exit_process, run_main
 from train.common.usage import COMMANDS, usage, wants_help
 from train.common.writable import check_cache_dir
 from train.config import Config, options_text
+from train.launch.deadline import deadline_line
 from train.launch.plan import (
     EVALUATE_MODULE,
     JOB_MODULE,
@@ -107,6 +108,8 @@ def start(config: Config, plan: Plan, environ: Mapping[str, str], log: Console) 
         log.warning(warning)
     log(summary(plan))
     log(plan.batch.banner)
+    if plan.deadline:
+        log(deadline_line(plan.deadline))
     return launch(plan, environ, log, config.job.rdzv_timeout)
 
 
@@ -114,7 +117,8 @@ def replay(args: Sequence[str], environ: Mapping[str, str]) -> int:
     """A finished run's recipe again, refused where something would make it differ (unless --anyway), and its
     final/ compared with the recorded one at the end."""
     # The data's fingerprint needs the datasets library: imported for a replay only (every other command's
-    # start-up stays without it).
+    # start-up stays without it). The ranks load the data again: the refusal must come before any process starts,
+    # and their load reads the cache this one wrote (a stream's load reads no data at all).
     from train.data import load_raw
 
     location, overrides, anyway = split_args(args)

@@ -21,6 +21,7 @@ from train.common.errors import STOP_SIGNALS, EnvironmentProblem
 from train.common.handoff import HANDOFF_ENV, Handoff
 from train.common.hf import arguments_without_models
 from train.config import SECRET_FIELDS, Config, env_name, load_config
+from train.launch.deadline import Deadline, deadline_document, run_deadline
 from train.launch.decide import (
     MIN_SHM_BYTES,
     Batch,
@@ -65,6 +66,7 @@ class Plan:
     command: list[str]
     # Secret options, for the ranks' environment only: never in the command, the plan document or a log.
     secret_env: dict[str, str] = field(default_factory=dict, repr=False)
+    deadline: Deadline | None = None  # when the run must be over (time_budget), and what set it
 
 
 def torchrun_path() -> list[str]:
@@ -105,13 +107,16 @@ def make_plan(
     pad_flags = decide_pad_multiple(job.pad_to_multiple_of, sources.get("pad_to_multiple_of"), cpu_mode)
     shm = shm_warning(shm_bytes, training.dataloader_num_workers)
     max_restarts = decide_max_restarts(job.max_restarts, "max_restarts" in sources, topology)
+    deadline = run_deadline(config, environ)
 
     # The decision flags go after the user's (highest precedence), in the order decided.
     flags = [*log_flags, *use_cpu_flags, *backend_flags, *precision.flags, *batch.flags, *pad_flags]
     user_flags, secret_env = split_secret_flags(user_argv)
     command = [*torchrun, *_torchrun_flags(topology, nproc, max_restarts, job), "-m", module, *user_flags, *flags]
     env = rank_env(environ, gpus_used, nproc, cpu_count)
-    env[HANDOFF_ENV] = handoff(precision, batch, topology, gpus_used, command, list(option_values(flags))).to_env()
+    env[HANDOFF_ENV] = handoff(
+        precision, batch, topology, gpus_used, command, list(option_values(flags)), deadline
+    ).to_env()
     return Plan(
         inventory=inventory,
         topology=topology,
@@ -128,6 +133,7 @@ def make_plan(
         warnings=[warning for warning in (device_warning, use_cpu_warning, shm) if warning],
         command=command,
         secret_env=secret_env,
+        deadline=deadline,
     )
 
 
@@ -203,6 +209,7 @@ def handoff(
     gpus_used: Sequence[Gpu],
     command: list[str],
     decided: list[str] | None = None,
+    deadline: Deadline | None = None,
 ) -> Handoff:
     """The facts the ranks show but must not recompute (:class:`~train.common.handoff.Handoff`)."""
     return Handoff(
@@ -217,6 +224,9 @@ def handoff(
         # ranks need not write probes and ask the store again.
         outputs_checked=True,
         decided=list(decided or []),
+        deadline=deadline.at if deadline else None,
+        deadline_source=deadline.source if deadline else "",
+        budget_s=deadline.budget_s if deadline else None,
     )
 
 
@@ -312,6 +322,7 @@ def plan_document(plan: Plan, config: Config, torch_cuda: str | None) -> dict[st
         "warnings": plan.warnings,
         "notes": inventory.notes,
         "command": plan.command,
+        "deadline": deadline_document(plan.deadline),
         "config": resolved,
     }
 

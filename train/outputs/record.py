@@ -115,9 +115,11 @@ class RunRecord:
         handoff: Handoff | None,
         started: str,
         after: Sequence[Callable[[], None]] = (),
+        budget: Callable[[], dict[str, Any]] | None = None,
     ) -> None:
         self.config, self.files, self.facts, self.handoff, self.started = config, files, facts, handoff, started
         self.after = list(after)
+        self.budget = budget  # the time budget's plans so far (train/run/budget.py), with time_budget
 
     def write(self, status: str) -> None:
         if not is_world_zero():
@@ -139,6 +141,8 @@ class RunRecord:
             status=status,
             handoff=self.handoff,
         )
+        if self.budget is not None:
+            document["time_budget"] = self.budget()
         write_json_atomic(self.files.run_json, document)
         for then in self.after:
             then()

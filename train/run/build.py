@@ -21,8 +21,9 @@ import torch.distributed as dist
 from transformers import TrainingArguments
 
 from train.common import distributed
-from train.common.console import say, warn
+from train.common.console import first_few, say, warn
 from train.common.errors import ConfigError
+from train.common.handoff import Handoff
 from train.common.hf import cache_root
 from train.config import Config
 from train.data import Corpus, Padding, StreamPosition, build_corpus, load_raw, stream_training_overrides
@@ -44,6 +45,7 @@ from train.model.tokenizer_training import agree_on_tokenizer
 from train.model.words import word_starts
 from train.outputs.checkpoints import kept_global_batch, resumed_options
 from train.outputs.runfiles import RunFiles
+from train.run.budget import TimeBudget
 from train.run.callbacks import CheckpointCompleteMarker, DivergenceGuard, EpochForCollator
 from train.run.preemption import StopOnSignal
 from train.run.trainer import MLMTrainer, losses_are_batch_means
@@ -64,6 +66,7 @@ class Prepared:
     masking: dict[str, Any]  # the configured rates and the realised one (:func:`batch_facts`)
     packing: dict[str, Any]  # the padding mode and its efficiency (:func:`batch_facts`)
     resume: str | None = None  # the checkpoint this rank resumes from (its node's copy)
+    budget: TimeBudget | None = None  # the steps planned to a deadline (train/run/budget.py), with time_budget
 
     def write_model(self, directory: Path) -> None:
         """The trained model and its tokenizer, as AutoModelForMaskedLM / AutoTokenizer load them, and a
@@ -152,10 +155,11 @@ def prepare(config: Config, files: RunFiles, choose_resume: Callable[[], str | N
     collator = masking_collator(config, tokenizer, model)  # prepares the model when documents are kept apart
     unreached = freeze_what_the_loss_never_reaches(model)
     if unreached:
-        shown = ", ".join(unreached[:3]) + (f" and {len(unreached) - 3} more" if len(unreached) > 3 else "")
+        shown = first_few(unreached)
         warn(f"{len(unreached)} parameter(s) take no part in the masked-LM loss and stay as they are: {shown}")
     evaluating = corpus.validation is not None and training.eval_strategy != "no"
     guard = DivergenceGuard()
+    budget = time_budget(config, model, corpus.validation if evaluating else None)
     trainer = MLMTrainer(
         model=model,
         args=trainer_arguments(training, corpus),
@@ -177,9 +181,22 @@ def prepare(config: Config, files: RunFiles, choose_resume: Callable[[], str | N
     masking, packing_facts = batch_facts(config, collator, corpus)
     return Prepared(
         trainer=trainer, tokenizer=tokenizer, corpus=corpus, stopper=stopper, guard=guard, head=head,
-        head_weights=new_head, masking=masking, packing=packing_facts, resume=resume,
+        head_weights=new_head, masking=masking, packing=packing_facts, resume=resume, budget=budget,
         companions=None if arch is not None else companion_directory(job.model_name_or_path),
     )  # fmt: skip
+
+
+def time_budget(config: Config, model: Any, validation: Any) -> TimeBudget | None:
+    """The budget's planner, when the launcher handed over a deadline: with the evaluation's batches per rank and
+    a checkpoint's size (weights and AdamW's two moments), its estimates until an evaluation and a save are timed."""
+    handoff = Handoff.from_environ()
+    if handoff is None or handoff.deadline is None:
+        return None
+    training = config.training
+    per_pass = training.per_device_eval_batch_size * max(training.world_size, 1)
+    batches = -(-len(validation) // per_pass) if validation is not None else 0
+    weights_mb = sum(p.numel() * p.element_size() for p in model.parameters()) / 1e6
+    return TimeBudget(handoff, batches, 3 * weights_mb)
 
 
 def masking_collator(config: Config, tokenizer: Any, model: Any) -> MaskingCollator:

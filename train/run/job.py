@@ -33,7 +33,7 @@ from train.common.writable import check_cache_dir, disk_full
 from train.config import Config, load_config, move_hub_token_to_env
 from train.data import StreamPosition
 from train.outputs.base import OutputLocation
-from train.outputs.checkpoints import newest_resumable
+from train.outputs.checkpoints import newest_resumable, planned_steps
 from train.outputs.location import output_location
 from train.outputs.record import RunRecord, write_json_atomic
 from train.publish import CARD, publish_run
@@ -104,8 +104,14 @@ def run(config: Config, location: OutputLocation) -> int:
         prepared.trainer.add_callback(prepared.stopper)
         prepared.trainer.add_callback(prepared.guard)
         prepared.trainer.add_callback(CheckpointSaved(location))  # after every callback that writes into one
+        budget = prepared.budget
+        if budget is not None:  # last: a save's time includes its digests and upload
+            budget.resumed_total = planned_steps(resume)
+            prepared.trainer.add_callback(budget)
         after = [lambda: write_report_safely(files), lambda: location.sync(*files.record_files())]
-        record = RunRecord(config, files, prepared.facts(), handoff, started, after)
+        record = RunRecord(
+            config, files, prepared.facts(), handoff, started, after, budget.plan.record if budget else None
+        )
         take_stream_position(config, prepared, resume)
         metrics = train(config, prepared, resume)
         end_if_diverged_or_stopped(config, prepared, record, location)

@@ -1,0 +1,144 @@
+"""The time budget's planning on one rank (train/run/budget.py): its arithmetic, the schedule rebuilt for the
+plan, and the callback driven through steps, an evaluation and a save on a clock the test moves. A whole
+budgeted run, resumed and re-planned, on two ranks: tests/e2e/test_budget.py."""
+
+from __future__ import annotations
+
+import math
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+import torch
+from transformers import TrainerControl, TrainerState, TrainingArguments, get_scheduler
+
+from train.common.handoff import Handoff
+from train.run import budget as budget_module
+from train.run.budget import WARMUP_STEPS, Costs, TimeBudget, schedule_for, steps_that_fit, warmup_for
+
+
+def test_the_steps_that_fit_leave_the_final_work_and_the_margin() -> None:
+    costs = Costs(step=1.0, evaluation=4.0, evaluate_every=4, save=2.0, save_every=10, final=5.0)
+    assert costs.per_step() == pytest.approx(2.2)
+    assert steps_that_fit(now=0, deadline=100, costs=costs, margin=7) == math.floor(88 / 2.2)
+    assert steps_that_fit(now=95, deadline=100, costs=costs, margin=7) == 0
+    none = Costs(step=0.5, evaluation=0, evaluate_every=math.inf, save=0, save_every=math.inf, final=0)
+    assert steps_that_fit(now=0, deadline=10, costs=none, margin=0) == 20
+
+
+def arguments(tmp_path: Any, **options: Any) -> TrainingArguments:
+    return TrainingArguments(output_dir=str(tmp_path), use_cpu=True, report_to="none", **options)
+
+
+def test_a_warmup_longer_than_half_the_plan_becomes_a_tenth(tmp_path: Any) -> None:
+    assert warmup_for(100, arguments(tmp_path, warmup_steps=50)) == 50
+    assert warmup_for(100, arguments(tmp_path, warmup_steps=51)) == 10
+    assert warmup_for(100, arguments(tmp_path, warmup_steps=0.2)) == 20
+
+
+def lrs(scheduler: Any, optimizer: Any, steps: int) -> list[float]:
+    seen = []
+    for _ in range(steps):
+        optimizer.step()
+        scheduler.step()
+        seen.append(scheduler.get_last_lr()[0])
+    return seen
+
+
+def test_the_schedule_is_rebuilt_to_end_at_the_planned_step(tmp_path: Any) -> None:
+    args = arguments(tmp_path, warmup_steps=2, learning_rate=1.0)
+    optimizer = torch.optim.SGD([torch.zeros(1, requires_grad=True)], lr=1.0)
+    scheduler = get_scheduler("linear", optimizer=optimizer, num_warmup_steps=2, num_training_steps=1000)
+    before = lrs(scheduler, optimizer, 3)  # a few steps on the configured 1,000
+    assert schedule_for(10, args, scheduler, optimizer) == 2
+    assert optimizer.param_groups[0]["lr"] == before[-1]  # nothing changes before the next step
+    after = lrs(scheduler, optimizer, 7)
+    assert after[-1] == 0.0 and after == sorted(after, reverse=True)  # decayed to zero at step 10
+    assert after[0] == pytest.approx((10 - 4) / (10 - 2))
+
+
+def test_a_schedule_that_is_no_function_of_the_step_is_said(tmp_path: Any, capsys: pytest.CaptureFixture) -> None:
+    optimizer = torch.optim.SGD([torch.zeros(1, requires_grad=True)], lr=1.0)
+    plateau = torch.optim.lr_scheduler.ReduceLROnPlateau(optimizer)
+    args = SimpleNamespace(lr_scheduler_type="reduce_lr_on_plateau")
+    assert schedule_for(10, args, plateau, optimizer) is None
+    assert "lr_scheduler_type reduce_lr_on_plateau does not follow the planned steps" in capsys.readouterr().err
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 1_000.0
+
+    def time(self) -> float:
+        return self.now
+
+    monotonic = time
+
+
+def drive(callback: TimeBudget, args: Any, state: TrainerState, clock: Clock, seconds: float, **kwargs: Any) -> Any:
+    """One step that took ``seconds``."""
+    control = TrainerControl()
+    clock.now += seconds
+    state.global_step += 1
+    callback.on_step_end(args, state, control, **kwargs)
+    return control
+
+
+def test_the_plan_follows_measured_steps_evaluations_and_saves(
+    tmp_path: Any, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture
+) -> None:
+    clock = Clock()
+    monkeypatch.setattr(budget_module, "time", clock)
+    handoff = Handoff("fp32", 8, "batch", "1", deadline=clock.now + 200, deadline_source="MLM_TIME_BUDGET=200s",
+                      budget_s=200)  # fmt: skip
+    callback = TimeBudget(handoff, eval_batches=3, checkpoint_mb=20.0)
+    args = arguments(tmp_path, max_steps=10_000, warmup_steps=5, eval_strategy="steps", eval_steps=50,
+                     save_strategy="steps", save_steps=50)  # fmt: skip
+    state = TrainerState()
+    state.max_steps, state.eval_steps, state.save_steps = 10_000, 50, 50
+    optimizer = torch.optim.SGD([torch.zeros(1, requires_grad=True)], lr=1.0)
+    scheduler = get_scheduler("linear", optimizer=optimizer, num_warmup_steps=5, num_training_steps=10_000)
+    tools = {"lr_scheduler": scheduler, "optimizer": optimizer}
+    callback.on_train_begin(args, state, TrainerControl(), **tools)
+    for _ in range(WARMUP_STEPS):
+        drive(callback, args, state, clock, 3.0, **tools)  # slow first steps are not counted
+    for _ in range(3):
+        drive(callback, args, state, clock, 0.5, **tools)
+    plan = callback.plan
+    # Until 1,200 s, from 1,007.5 s; the margin 10 s; an evaluation 3 batches x 0.5 s / 3 = 0.5 s every 50
+    # steps; a save 20 MB at 200 MB/s every 50; the final evaluation + 2/3 of a save.
+    costs = Costs(step=0.5, evaluation=0.5, evaluate_every=50, save=0.1, save_every=50, final=0.5 + 0.2 / 3)
+    expected = 5 + steps_that_fit(1_007.5, 1_200, costs, 10)
+    assert callback.costs(args, state) == costs
+    assert plan.total == state.max_steps == expected
+    assert plan.cap == 10_000
+    said = capsys.readouterr().err
+    assert f"time budget: planned at step 5: {expected} steps, set by the time budget; a step 0.5 s" in said
+
+    # An evaluation and a save much slower than estimated: the next step re-plans, shorter.
+    clock.now += 20
+    callback.on_evaluate(args, state, TrainerControl())
+    clock.now += 10
+    callback.on_save(args, state, TrainerControl())
+    drive(callback, args, state, clock, 0.5, **tools)
+    assert plan.total is not None and plan.total < expected
+    assert plan.plans[-1]["evaluation_s"] == 20 and plan.plans[-1]["save_s"] == 10
+    assert "re-planned at step 6" in capsys.readouterr().err
+
+    # The planned step stops the run, whoever else would go on.
+    state.global_step = plan.total - 1
+    assert drive(callback, args, state, clock, 0.5, **tools).should_training_stop
+    assert plan.record()["planned_steps"] == plan.total and plan.record()["steps_set_by_options"] == 10_000
+
+
+def test_a_resumed_run_keeps_its_earlier_plan_from_the_first_step(tmp_path: Any) -> None:
+    handoff = Handoff("fp32", 8, "batch", "1", deadline=1e12, deadline_source="MLM_TIME_BUDGET=1h", budget_s=3600)
+    callback = TimeBudget(handoff, eval_batches=0, checkpoint_mb=1.0)
+    callback.resumed_total = 40
+    args = arguments(tmp_path, max_steps=1000, warmup_steps=0)
+    state = SimpleNamespace(max_steps=1000, global_step=30)
+    optimizer = torch.optim.SGD([torch.zeros(1, requires_grad=True)], lr=1.0)
+    scheduler = get_scheduler("linear", optimizer=optimizer, num_warmup_steps=0, num_training_steps=1000)
+    callback.on_train_begin(args, state, TrainerControl(), lr_scheduler=scheduler, optimizer=optimizer)
+    assert state.max_steps == 40 and callback.plan.cap == 40
+    assert scheduler.lr_lambdas[0](40) == 0.0

@@ -1,0 +1,248 @@
+"""The time budget on the ranks: how many steps fit before the deadline the launcher handed over
+(train/launch/deadline.py), planned from measured times, with the learning-rate schedule made to end there.
+
+The rule, stated once:
+- The first ``WARMUP_STEPS`` steps of a session are not timed (allocator growth, loader start, first kernels);
+  after ``TIMED_STEPS`` more, the first plan is made; every evaluation and save is timed as it happens, and the
+  plan is made again after each, with what they cost.
+- A step costs its measured time plus its share of the evaluations and saves to come (each one's measured time,
+  or until it happens an estimate: an evaluation a third of a training step per batch - a forward pass - and a
+  save the checkpoint's size at ``ESTIMATED_WRITE_MB_S``).
+- Before the deadline stay the final evaluation, the final model's write, the publishing and a margin of
+  ``MARGIN_FRACTION`` of the budget (at least ``MIN_MARGIN_S``).
+- The plan only shortens the run the other options set (max_steps, epochs, a resumed run's earlier plan); every
+  rank computes one and all take the smallest, so that they stop at the same step.
+- The schedule: the Trainer's own scheduler, its learning-rate function rebuilt for the planned steps at each
+  plan (warm-up, then the decay ending at the last planned step), so a budgeted run ends decayed as a run of that
+  many steps would; a warm-up longer than half the plan becomes a tenth of it. The Trainer stops at
+  ``state.max_steps``, which the plan sets.
+
+transformers plans by steps or epochs only; nothing in it or accelerate reads a wall-clock limit.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+import torch.distributed as dist
+from transformers import TrainerCallback, get_scheduler
+
+from train.common import distributed, durations
+from train.common.console import say, warn
+from train.common.handoff import Handoff
+
+WARMUP_STEPS = 2
+TIMED_STEPS = 3
+MARGIN_FRACTION = 0.05
+MIN_MARGIN_S = 10.0
+ESTIMATED_WRITE_MB_S = 200.0  # a local disk, until a save has been timed
+FORWARD_SHARE = 1 / 3  # an evaluation batch: a forward pass of a training step's forward + backward
+WARMUP_SHARE = 10  # a warm-up longer than half the plan becomes a tenth of it
+
+
+@dataclass(frozen=True)
+class Costs:
+    """What the rest of the run costs, in seconds."""
+
+    step: float
+    evaluation: float  # one evaluation pass (0 when the run does not evaluate)
+    evaluate_every: float  # steps between evaluations (inf: none before the end)
+    save: float  # one checkpoint
+    save_every: float
+    final: float  # the final evaluation, the model's write and its publishing
+
+    def per_step(self) -> float:
+        return self.step + self.evaluation / self.evaluate_every + self.save / self.save_every
+
+
+def steps_that_fit(now: float, deadline: float, costs: Costs, margin: float) -> int:
+    """Steps that end, with their share of evaluations and saves, the final work and the margin, by ``deadline``."""
+    left = deadline - now - costs.final - margin
+    return max(math.floor(left / costs.per_step()), 0) if left > 0 else 0
+
+
+def margin_for(budget_s: float) -> float:
+    return max(MARGIN_FRACTION * budget_s, MIN_MARGIN_S)
+
+
+@dataclass
+class BudgetPlan:
+    """The plans made so far, as the banner's follow-up lines and run.json show them."""
+
+    deadline: float
+    source: str
+    budget_s: float
+    margin_s: float
+    cap: int | None = None  # the steps the other options set (or a resumed run's earlier plan)
+    total: int | None = None  # the planned max_steps
+    plans: list[dict[str, Any]] = field(default_factory=list)
+
+    def record(self) -> dict[str, Any]:
+        return {
+            "budget": durations.shown(self.budget_s),
+            "source": self.source,
+            "margin_s": round(self.margin_s, 1),
+            "steps_set_by_options": self.cap,
+            "planned_steps": self.total,
+            "plans": self.plans,
+        }
+
+
+class TimeBudget(TrainerCallback):
+    """Times the steps, evaluations and saves, and (re)plans ``state.max_steps`` and the schedule to the deadline."""
+
+    def __init__(self, handoff: Handoff, eval_batches: int, checkpoint_mb: float) -> None:
+        assert handoff.deadline is not None and handoff.budget_s is not None
+        budget = handoff.budget_s
+        self.plan = BudgetPlan(handoff.deadline, handoff.deadline_source, budget, margin_for(budget))
+        self.eval_batches = eval_batches
+        self.checkpoint_mb = checkpoint_mb
+        self.resumed_total: int | None = None  # a resumed run's earlier plan (job.py sets it)
+        self.step_times: list[float] = []
+        self.evaluations: list[float] = []
+        self.saves: list[float] = []
+        self.mark = 0.0
+        self.per_epoch = math.inf  # steps in an epoch, for epoch-wise evaluations and saves
+        self.steps_this_session = 0
+        self.replan = False
+
+    # The times: each event's duration runs from the previous event's end (a step's includes its data loading).
+    def on_train_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        self.per_epoch = state.max_steps / args.num_train_epochs if args.max_steps <= 0 else math.inf
+        self.plan.cap = min(state.max_steps, self.resumed_total or state.max_steps)
+        if self.plan.cap < state.max_steps:  # resumed: the earlier plan's schedule until this session's first plan
+            state.max_steps = self.plan.cap
+            schedule_for(self.plan.cap, args, kwargs.get("lr_scheduler"), kwargs.get("optimizer"))
+        self.mark = time.monotonic()
+
+    def on_evaluate(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        self.evaluations.append(self._since_mark())
+        self.replan = True
+
+    def on_save(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        self.saves.append(self._since_mark())
+        self.replan = True
+
+    def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        took = self._since_mark()
+        self.steps_this_session += 1
+        if self.steps_this_session > WARMUP_STEPS:
+            self.step_times.append(took)
+        first = len(self.step_times) == TIMED_STEPS and self.plan.total is None
+        if first or (self.replan and self.plan.total is not None):
+            self.replan = False
+            self._make_plan(args, state, kwargs.get("lr_scheduler"), kwargs.get("optimizer"))
+        if self.plan.total is not None and state.global_step >= self.plan.total:
+            control.should_training_stop = True
+
+    def _since_mark(self) -> float:
+        now = time.monotonic()
+        took, self.mark = now - self.mark, now
+        return took
+
+    def costs(self, args: Any, state: Any) -> Costs:
+        """The measured times (or estimates) of what is left."""
+        step = statistics.median(self.step_times[-20:])
+        evaluating = args.eval_strategy != "no" and self.eval_batches > 0
+        evaluation = (self.evaluations[-1] if self.evaluations else self.eval_batches * step * FORWARD_SHARE) * (
+            1 if evaluating else 0
+        )
+        save = self.saves[-1] if self.saves else self.checkpoint_mb / ESTIMATED_WRITE_MB_S
+        return Costs(
+            step=step,
+            evaluation=evaluation,
+            evaluate_every=_every(args.eval_strategy, self.per_epoch, state.eval_steps),
+            save=save,
+            save_every=_every(args.save_strategy, self.per_epoch, state.save_steps),
+            # the final weights are about a third of a checkpoint (no optimizer state): written, then published
+            final=evaluation + 2 * save / 3,
+        )
+
+    def _make_plan(self, args: Any, state: Any, scheduler: Any, optimizer: Any) -> None:
+        costs = self.costs(args, state)
+        fit = state.global_step + steps_that_fit(time.time(), self.plan.deadline, costs, self.plan.margin_s)
+        cap = self.plan.cap or fit
+        total = agreed_minimum(max(min(fit, cap), state.global_step), args.device)
+        before = self.plan.total
+        self.plan.total = state.max_steps = total
+        warmup = schedule_for(total, args, scheduler, optimizer)
+        self.plan.plans.append(
+            {
+                "at_step": state.global_step,
+                "planned_steps": total,
+                "warmup_steps": warmup,
+                "step_s": round(costs.step, 4),
+                "evaluation_s": round(costs.evaluation, 2),
+                "save_s": round(costs.save, 2),
+                "final_s": round(costs.final, 2),
+            }
+        )
+        if before == total or not distributed.is_world_zero():
+            return
+        ends = durations.utc_clock(self.plan.deadline)
+        limited = "the time budget" if fit < cap else f"the {cap} steps the other options set (they fit)"
+        again = "re-planned" if before is not None else "planned"
+        configured = args.get_warmup_steps(total)
+        cut = ""
+        if warmup is not None and warmup != configured:
+            cut = f"; warm-up {warmup} steps (the {configured} configured would leave no decay)"
+        say(
+            f"time budget: {again} at step {state.global_step}: {total} steps, set by {limited}{cut}; a step "
+            f"{costs.step:.3g} s, an evaluation {costs.evaluation:.3g} s, a save {costs.save:.3g} s; the final "
+            f"evaluation and save {costs.final:.3g} s and a margin of {self.plan.margin_s:.0f} s before {ends}"
+        )
+
+
+def _every(strategy: Any, per_epoch: float, steps: Any) -> float:
+    """Steps between evaluations (or saves) under ``strategy``: inf when none come before the end."""
+    name = str(getattr(strategy, "value", strategy))
+    if name == "steps":
+        return float(steps or 0) or math.inf
+    if name == "epoch":
+        return per_epoch
+    return math.inf
+
+
+def agreed_minimum(value: int, device: Any) -> int:
+    """The smallest of every rank's ``value`` (the one value without a process group)."""
+    if not distributed.initialized():
+        return value
+    tensor = torch.tensor([value], dtype=torch.int64, device=device)
+    dist.all_reduce(tensor, op=dist.ReduceOp.MIN)
+    return int(tensor.item())
+
+
+def warmup_for(total: int, args: Any) -> int:
+    """The warm-up of a ``total``-step plan: the configured one, unless it would take more than half the plan
+    (a warm-up set for a longer run), then a tenth of it, so that the run still decays."""
+    configured = args.get_warmup_steps(total)
+    return configured if configured <= total // 2 else total // WARMUP_SHARE
+
+
+def schedule_for(total: int, args: Any, scheduler: Any, optimizer: Any) -> int | None:
+    """The Trainer's scheduler made to end at step ``total``: its learning-rate functions replaced by those of the
+    same kind of schedule built for ``total`` steps (on a stand-in optimizer with as many groups, so the real
+    one's learning rates are left alone until the next step). Returns the warm-up steps, None where the schedule
+    is not a function of the step (reduce_lr_on_plateau) and cannot follow the plan."""
+    inner = getattr(scheduler, "scheduler", scheduler)  # accelerate's wrapper, when there is one
+    if not isinstance(inner, torch.optim.lr_scheduler.LambdaLR) or optimizer is None:
+        if distributed.is_world_zero():
+            warn(f"time budget: lr_scheduler_type {args.lr_scheduler_type} does not follow the planned steps")
+        return None
+    groups = len(inner.optimizer.param_groups)
+    stand_in = torch.optim.SGD([{"params": [torch.zeros(1, requires_grad=True)]} for _ in range(groups)], lr=1.0)
+    warmup = warmup_for(total, args)
+    rebuilt = get_scheduler(
+        args.lr_scheduler_type,
+        optimizer=stand_in,
+        num_warmup_steps=warmup,
+        num_training_steps=total,
+        scheduler_specific_kwargs=args.lr_scheduler_kwargs,
+    )
+    inner.lr_lambdas = list(rebuilt.lr_lambdas)
+    return warmup
