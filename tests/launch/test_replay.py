@@ -10,7 +10,8 @@ import pytest
 from train.common.errors import ConfigError
 from train.common.versions import package_versions
 from train.config import load_config
-from train.launch.replay import differences, flag_values, read_run, replay_argv, split_args
+from train.launch.replay import compare_final, differences, flag_values, read_run, replay_argv, split_args
+from train.outputs.checkpoints import mark_complete
 
 RUN = {
     "status": "finished",
@@ -58,3 +59,17 @@ def test_only_a_finished_runs_record_replays(tmp_path: Path) -> None:
         read_run(str(path))
     with pytest.raises(ConfigError, match="cannot read a run.json there"):
         read_run(str(tmp_path / "missing.json"))
+
+
+def test_weights_that_differ_after_a_gpu_run_say_what_determinism_needs(tmp_path: Path) -> None:
+    final = tmp_path / "replay" / "final"
+    final.mkdir(parents=True)
+    (final / "model.safetensors").write_bytes(b"not the recorded weights")
+    mark_complete(final)
+    location = str(tmp_path / "run" / "run.json")  # no original final/ beside it: no distance to measure
+    on_gpus = {**RUN, "gpus": ["NVIDIA H100 80GB HBM3"]}
+    said = compare_final(on_gpus, location, final)
+    assert said.startswith("differs from the recorded run: model.safetensors") and "MLM_FULL_DETERMINISM=true" in said
+    deterministic = {**on_gpus, "config": {**RUN["config"], "full_determinism": True}}
+    assert "MLM_FULL_DETERMINISM" not in compare_final(deterministic, location, final)
+    assert "MLM_FULL_DETERMINISM" not in compare_final(RUN, location, final)  # on CPU the runs are the same

@@ -139,6 +139,16 @@ def differences(
     return found
 
 
+# On GPUs the same recipe differs in the last bits from run to run: cuBLAS picks split-K reductions by workspace,
+# and atomics-based kernels (scatter, index_add, some attention backwards) add in whatever order threads finish.
+# TrainingArguments' full_determinism (transformers.enable_full_determinism) fixes both: CUBLAS_WORKSPACE_CONFIG
+# :4096:8, torch.use_deterministic_algorithms, cuDNN's deterministic mode; it costs speed, so it is asked for.
+GPU_DETERMINISM = (
+    "on GPUs identical weights need MLM_FULL_DETERMINISM=true in the recorded run and its replay (deterministic "
+    "algorithms, a fixed cuBLAS workspace; slower)"
+)
+
+
 def compare_final(run: Mapping[str, Any], location: str, final: Path) -> str:
     """The replay's final/ against the recorded digests: ``identical``, or which files differ (and how far the
     weights are, where the original final/ sits beside run.json)."""
@@ -149,6 +159,8 @@ def compare_final(run: Mapping[str, Any], location: str, final: Path) -> str:
     if not changed:
         return f"identical: every file of final/ has the recorded SHA-256 ({len(now)} files)"
     said = f"differs from the recorded run: {', '.join(changed)}"
+    if run.get("gpus") and not run.get("config", {}).get("full_determinism"):
+        said += f"; {GPU_DETERMINISM}"
     original = Path(location).parent / "final" / "model.safetensors"
     if "model.safetensors" in changed and not is_store_url(location) and original.is_file():
         said += f"; the weights' largest absolute difference is {largest_difference(original, final):.3g}"
