@@ -6,6 +6,7 @@ from __future__ import annotations
 import io
 import json
 import sys
+import time
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -365,3 +366,19 @@ def test_the_banner_counts_blocks_and_the_rows_they_came_from(tmp_path):
     assert "30 train / 2,859 eval blocks (from 400 / 64 rows of text), 320 real tokens" in banner(config, packed)
     same = {**FACTS, "train_documents": 32, "eval_documents": 8}
     assert "32 train / 8 eval samples, 320 real tokens" in banner(config, same)
+
+
+def test_each_evaluation_is_a_point_of_quality_against_time(tmp_path):
+    config = config_for(tmp_path, "--log_format", "json", "--report_to", "none")
+    torch.manual_seed(0)
+    trainer = Trainer(model=TinyRegression(), args=config.training, train_dataset=samples(32), eval_dataset=samples(8))
+    launched = time.time() - 100  # as if the launcher had started 100 s ago
+    handoff = Handoff("fp32", 4, "batch", "1", launched_at=launched)
+    log = logs.attach(trainer, config, FACTS, handoff)
+    trainer.train()
+    trainer.evaluate()
+    (point,) = log.curve
+    assert point["step"] == 6 and point["eval_loss"] > 0
+    assert 100 <= point["since_launch_s"] < 160 and 0 < point["train_s"] < point["since_launch_s"]
+    written = [json.loads(line) for line in RunFiles(tmp_path / "out").train_jsonl.read_text().splitlines()]
+    assert point.items() <= written[-1].items()  # the eval record carries the same point

@@ -59,4 +59,7 @@ def test_a_budgeted_run_stopped_and_resumed_replans_and_ends_inside_its_budget_d
     assert last["step"] == total, last
     assert last["learning_rate"] == pytest.approx(run["config"]["learning_rate"] / (total - warmup)), last
     assert json.loads((output / "all_results.json").read_text())["eval_loss"] > 0
+    # quality against time: each evaluation of this session, the last one the final model's, inside the budget
+    final = run["quality_curve"][-1]
+    assert final["step"] == total and final["since_launch_s"] < BUDGET_S and final["tokens_seen"] > 0, final
     assert (output / "final" / "model.safetensors").exists()

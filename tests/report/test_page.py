@@ -187,6 +187,10 @@ def test_resumed_legend_and_note_only_for_a_resumed_run(tmp_path: Path):
             run_json(lr_scheduler_type="no-such-schedule"),
             "Schedule not drawn: transformers cannot compute &#x27;no-such",
         ),
+        (
+            {**run_json(), "time_budget": {"planned_steps": 40}},
+            "Schedule not drawn: the time budget rebuilt it at each plan",
+        ),
     ],
 )
 def test_the_lr_chart_says_what_its_schedule_is_or_why_there_is_none(tmp_path: Path, run: dict, caption: str):
@@ -288,3 +292,29 @@ def test_page_renders_in_chromium(tmp_path: Path, tmp_path_factory: pytest.TempP
         assert linear_view.size == log_view.size and linear_view.tobytes() != log_view.tobytes()
     finally:
         browser.close()
+
+
+def test_the_held_out_loss_is_drawn_against_time_and_tokens_sessions_end_to_end(tmp_path: Path):
+    def evaluation(step: int, since: float, tokens: int, loss: float) -> dict:
+        return {"event": "eval", "step": step, "eval_loss": loss, "since_launch_s": since, "tokens_seen": tokens}
+
+    first = [{"event": "banner", "start_step": 0}, train_record(10, 4.0), evaluation(10, 60, 1_000_000, 3.9)]
+    first += [train_record(20, 3.5), evaluation(20, 120, 2_000_000, 3.4)]
+    # resumed at 20: its own launch, so its clock starts again; the chart lays it after the first session
+    again = [{"event": "banner", "start_step": 20}, train_record(30, 3.0), evaluation(30, 30, 3_000_000, 3.1)]
+    write_jsonl(RunFiles(tmp_path).train_jsonl, first + again)
+    charts = charts_of(write_report(tmp_path).read_text())
+    assert "Wall time from the launch" in charts["quality-time"]
+    assert markers(svgs(charts["quality-time"])[0], "quality-since-launch-s") == 3
+    assert markers(svgs(charts["quality-tokens"])[0], "quality-tokens-seen") == 3
+    figure = plots.quality_figure(load_run(tmp_path), "since_launch_s", "t", "minutes", 60.0)
+    xs = list(figure.axes[0].lines[0].get_xdata())
+    assert xs == [1.0, 2.0, 2.5]  # minutes: 60 s, 120 s, then 120 + 30 s
+
+
+def test_no_quality_chart_without_timed_evaluations(tmp_path: Path):
+    write_jsonl(
+        RunFiles(tmp_path).train_jsonl, [train_record(10, 4.0), {"event": "eval", "step": 10, "eval_loss": 3.9}]
+    )
+    charts = charts_of(write_report(tmp_path).read_text())
+    assert "quality-time" not in charts and "quality-tokens" not in charts

@@ -45,6 +45,7 @@ class Handoff:
     deadline: float | None = None  # when the run must be over (seconds since the epoch): train/launch/deadline.py
     deadline_source: str = ""  # what set it, in words
     budget_s: float | None = None  # the time from the launch to the deadline
+    launched_at: float | None = None  # when the launcher started (seconds since the epoch): quality against time
 
     def to_env(self) -> str:
         return json.dumps(asdict(self), separators=(",", ":"))

@@ -21,7 +21,7 @@ from train.common.errors import STOP_SIGNALS, EnvironmentProblem
 from train.common.handoff import HANDOFF_ENV, Handoff
 from train.common.hf import arguments_without_models
 from train.config import SECRET_FIELDS, Config, env_name, load_config
-from train.launch.deadline import Deadline, deadline_document, run_deadline
+from train.launch.deadline import Deadline, deadline_document, launched_at, run_deadline
 from train.launch.decide import (
     MIN_SHM_BYTES,
     Batch,
@@ -227,6 +227,7 @@ def handoff(
         deadline=deadline.at if deadline else None,
         deadline_source=deadline.source if deadline else "",
         budget_s=deadline.budget_s if deadline else None,
+        launched_at=launched_at(),
     )
 
 

@@ -115,11 +115,12 @@ class RunRecord:
         handoff: Handoff | None,
         started: str,
         after: Sequence[Callable[[], None]] = (),
-        budget: Callable[[], dict[str, Any]] | None = None,
+        live: Sequence[Callable[[], dict[str, Any]]] = (),
     ) -> None:
         self.config, self.files, self.facts, self.handoff, self.started = config, files, facts, handoff, started
         self.after = list(after)
-        self.budget = budget  # the time budget's plans so far (train/run/budget.py), with time_budget
+        # Entries known only as the run goes (the quality curve, the time budget's plans), asked at each write.
+        self.live = list(live)
 
     def write(self, status: str) -> None:
         if not is_world_zero():
@@ -141,8 +142,8 @@ class RunRecord:
             status=status,
             handoff=self.handoff,
         )
-        if self.budget is not None:
-            document["time_budget"] = self.budget()
+        for entries in self.live:
+            document.update(entries())
         write_json_atomic(self.files.run_json, document)
         for then in self.after:
             then()

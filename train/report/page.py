@@ -18,7 +18,15 @@ from typing import Any
 
 from train.common.console import now
 from train.outputs.runfiles import RunFiles
-from train.report.plots import gpu_figure, line_figure, loss_figure, lr_figure, svg, throughput_figure
+from train.report.plots import (
+    gpu_figure,
+    line_figure,
+    loss_figure,
+    lr_figure,
+    quality_figure,
+    svg,
+    throughput_figure,
+)
 from train.report.runlog import RunLog, load_run, number, status_of
 from train.report.schedule import lr_schedule
 
@@ -193,6 +201,13 @@ def _write_atomic(path: Path, data: bytes) -> None:
     os.replace(tmp, path)
 
 
+AGAINST_TIME = ("Held-out loss against time since launch", "minutes since the launch", 60.0)
+AGAINST_TOKENS = ("Held-out loss against tokens seen", "millions of tokens", 1e6)
+QUALITY_NOTE = (
+    "Wall time from the launch: start-up, evaluations and saves included; a resumed run's sessions end to end."
+)
+
+
 def write_report(output_dir: str | Path) -> Path:
     """Write report.html and loss.png into output_dir; returns the report's path. ConfigError when there are no
     logs; other failures are the caller's to contain (the job should not fail over its report)."""
@@ -208,6 +223,8 @@ def write_report(output_dir: str | Path) -> Path:
     charts = [("loss", scale_toggle("loss", svg(figure, "loss-log"), linear))]
     schedule, caption = lr_schedule(log)
     for name, make, note in (
+        ("quality-time", lambda: quality_figure(log, "since_launch_s", *AGAINST_TIME), QUALITY_NOTE),
+        ("quality-tokens", lambda: quality_figure(log, "tokens_seen", *AGAINST_TOKENS), ""),
         ("learning-rate", lambda: lr_figure(log, schedule), caption),
         ("throughput", lambda: throughput_figure(log), ""),
         ("grad-norm", lambda: line_figure(log, "grad_norm", "Gradient norm", "grad norm", "tab:brown"), ""),

@@ -1,4 +1,5 @@
-"""The report's charts (matplotlib, drawn off-screen): loss, learning rate, throughput, gradient norm, GPU memory.
+"""The report's charts (matplotlib, drawn off-screen): loss, the held-out loss against time and tokens, learning
+rate, throughput, gradient norm, GPU memory.
 Imported only when a report is written, and matplotlib only inside the functions that draw, so a training step
 never pays for it.
 
@@ -103,6 +104,30 @@ def loss_figure(log: RunLog, log_scale: bool = True) -> Any:
         _log_scale(ax)
     _mark_resumes(ax, log)
     _legend(ax)
+    fig.tight_layout()
+    return fig
+
+
+def quality_figure(log: RunLog, x_key: str, title: str, xlabel: str, scale: float = 1.0) -> Any | None:
+    """The held-out loss against ``x_key`` of each evaluation (the wall time since the launch, the tokens seen):
+    what a run bought for its time; None when no evaluation recorded it (a log from before these were kept). The
+    sessions of a resumed run are laid end to end (the time between them, the run not running, left out)."""
+    xs, ys = [], []
+    offset, previous = 0.0, None
+    for record in log.evals:
+        x, y = number(record.get(x_key)), number(record.get("eval_loss"))
+        if x is None or y is None or not math.isfinite(y):
+            continue
+        if previous is not None and x < previous:  # a resumed session counts from its own launch: end to end
+            offset += previous
+        previous = x
+        xs.append((x + offset) / scale)
+        ys.append(y)
+    if not xs:
+        return None
+    fig, ax = _figure(title, "eval loss")
+    ax.set_xlabel(xlabel)
+    _plot(ax, xs, ys, "tab:orange", gid=f"quality-{x_key.replace('_', '-')}")
     fig.tight_layout()
     return fig
 

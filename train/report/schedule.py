@@ -96,6 +96,11 @@ def lr_schedule(log: RunLog) -> tuple[Schedule | None, str]:
     config = (log.run or {}).get("config") or {}
     if not config:
         return None, "Schedule and warmup not drawn: no run.json (the run was interrupted or is still running)."
+    if (log.run or {}).get("time_budget"):
+        return None, (
+            "Schedule not drawn: the time budget rebuilt it at each plan for the steps that fit (run.json's "
+            "time_budget); the logged rates follow it."
+        )
     base = number(config.get("learning_rate"))
     kind = config.get("lr_scheduler_type")
     max_steps = _max_steps(log)

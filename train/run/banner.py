@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from train.common import durations
 from train.common.console import jsonable, now, resolve_format
 from train.common.handoff import Handoff, global_batch, precision_label, precision_name
 from train.common.versions import package_versions
@@ -53,6 +54,7 @@ def banner_record(config: Config, facts: dict[str, Any], handoff: Handoff | None
         "max_steps": facts.get("max_steps") or (training.max_steps if training.max_steps > 0 else None),
         "num_train_epochs": training.num_train_epochs,
         "start_step": facts.get("start_step", 0),
+        "deadline": durations.utc_clock(handoff.deadline) if handoff and handoff.deadline else None,
         "output_dir": str(files.root),
         "logs": str(files.logs),
         # output_dir in a store: output_dir above is the staging directory mirrored there.
@@ -128,6 +130,8 @@ def banner(config: Config, facts: dict[str, Any], handoff: Handoff | None = None
     steps = record["max_steps"]
     span = "max_steps" if config.training.max_steps > 0 else f"{record['num_train_epochs']:g} epoch(s)"
     resumed = f", resuming at step {record['start_step']}" if record["start_step"] else ""
+    if record.get("deadline"):  # the time budget plans within this bound (train/run/budget.py)
+        resumed += f"; at most: a time budget ends the run by {record['deadline']}, planned after a few steps"
     lines = [
         f"mlm-trainer  image {record['image_revision'] or 'unknown'} · {version_text}",
         f"  hardware   {hardware}, world size {record['world_size']}",

@@ -100,7 +100,7 @@ def run(config: Config, location: OutputLocation) -> int:
         prepared = prepare(config, files, lambda: agreed_resume(location))
         resume = prepared.resume
         facts = {**prepared.facts(), "outputs": location.summary()}
-        logs.attach(prepared.trainer, config, facts, handoff)
+        log = logs.attach(prepared.trainer, config, facts, handoff)
         prepared.trainer.add_callback(prepared.stopper)
         prepared.trainer.add_callback(prepared.guard)
         prepared.trainer.add_callback(CheckpointSaved(location))  # after every callback that writes into one
@@ -109,9 +109,10 @@ def run(config: Config, location: OutputLocation) -> int:
             budget.resumed_total = planned_steps(resume)
             prepared.trainer.add_callback(budget)
         after = [lambda: write_report_safely(files), lambda: location.sync(*files.record_files())]
-        record = RunRecord(
-            config, files, prepared.facts(), handoff, started, after, budget.plan.record if budget else None
-        )
+        live = [lambda: {"quality_curve": log.curve}]
+        if budget is not None:
+            live.append(lambda: {"time_budget": budget.plan.record()})
+        record = RunRecord(config, files, prepared.facts(), handoff, started, after, live)
         take_stream_position(config, prepared, resume)
         metrics = train(config, prepared, resume)
         end_if_diverged_or_stopped(config, prepared, record, location)

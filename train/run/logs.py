@@ -125,8 +125,10 @@ class TrainingLog(TrainerCallback):
         self._start_step = 0
         self._mark: float | None = None
         self._busy = 0.0
+        self._trained_s = 0.0  # training time of this session, evaluations and saves left out
         self._steps_timed = 0
         self._tokens_at_mark = 0
+        self.curve: list[dict[str, Any]] = []  # each evaluation against time and tokens: run.json's quality_curve
 
     # -- output --
     def _emit(self, record: dict[str, Any]) -> None:
@@ -156,6 +158,7 @@ class TrainingLog(TrainerCallback):
         now = time.monotonic()
         if self._mark is not None:
             self._busy += now - self._mark
+            self._trained_s += now - self._mark
             self._steps_timed += 1
         self._mark = now
 
@@ -175,7 +178,9 @@ class TrainingLog(TrainerCallback):
         logs = dict(logs)
         base = {"time": now(), "step": state.global_step, "epoch": logs.pop("epoch", state.epoch)}
         if any(key.startswith("eval_") for key in logs):
-            self._emit({"event": "eval", **base, **logs})
+            point = self._quality_point(state, logs)
+            self.curve.append(point)
+            self._emit({"event": "eval", **base, **logs, **point})
             self._pause()
         elif "train_loss" in logs:  # the Trainer's summary when train() ends
             self._emit({"event": "train_end", **base, **logs})
@@ -190,6 +195,18 @@ class TrainingLog(TrainerCallback):
         self.gpus.stop()
 
     # -- measurements --
+    def _quality_point(self, state: Any, logs: dict[str, Any]) -> dict[str, Any]:
+        """An evaluation as a point of quality against time: the held-out loss, the wall time since the launch
+        (start-up included, as a user waits for it), this session's training time, and the tokens seen."""
+        launched = self.handoff.launched_at if self.handoff else None
+        point: dict[str, Any] = {"step": state.global_step, "eval_loss": logs.get("eval_loss")}
+        if launched is not None:
+            point["since_launch_s"] = round(time.time() - launched, 2)
+        point["train_s"] = round(self._trained_s, 2)
+        if state.num_input_tokens_seen:
+            point["tokens_seen"] = int(state.num_input_tokens_seen)
+        return point
+
     def _speed(self, args: Any, state: Any) -> dict[str, Any]:
         now = time.monotonic()
         out: dict[str, Any] = {}
@@ -312,15 +329,17 @@ def callbacks(
 
 def attach(
     trainer: Trainer, config: Config, facts: dict[str, Any] | None = None, handoff: Handoff | None = None
-) -> None:
-    """Replace the Trainer's console output with ours and route TensorBoard events to ``output_dir/logs``.
+) -> TrainingLog:
+    """Replace the Trainer's console output with ours and route TensorBoard events to ``output_dir/logs``; the
+    log it adds (whose evaluations run.json keeps as the quality curve).
 
     The Trainer always installs either a progress bar that also prints each log dict to stdout, or (with
     ``disable_tqdm``) a printer of those dicts; both would interleave with our JSON lines, so both go.
     """
     trainer.remove_callback(ProgressCallback)
     trainer.remove_callback(PrinterCallback)
-    for callback in callbacks(config, facts, handoff):
+    added = callbacks(config, facts, handoff)
+    for callback in added:
         trainer.add_callback(callback)
     from transformers.integrations import TensorBoardCallback
 
@@ -328,3 +347,6 @@ def attach(
         # TENSORBOARD_LOGGING_DIR, when set, already chose the directory; otherwise the Trainer would pick runs/<date>
         if isinstance(callback, TensorBoardCallback) and callback.logging_dir is None:
             callback.logging_dir = str(RunFiles(config.training.output_dir).logs)
+    log = added[0]
+    assert isinstance(log, TrainingLog)
+    return log
