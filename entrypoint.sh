@@ -86,6 +86,15 @@ withhold_secrets() {
 	done
 }
 
+# wants_help ARGS...: -h or --help among them (no option takes either as its value: train/common/usage.py).
+wants_help() {
+	local arg
+	for arg in "$@"; do
+		[[ "$arg" == -h || "$arg" == --help ]] && return 0
+	done
+	return 1
+}
+
 # Sub-command dispatch: our commands go to Python modules; anything else is executed as given.
 _main() {
 	local var
@@ -97,31 +106,39 @@ _main() {
 	train | plan | evaluate | replay)
 		[[ $# -gt 0 ]] && shift
 		withhold_secrets "$@"
+		wants_help "${ARGS[@]}" && exec "$PYTHON" -m train.common.usage "$command"
 		exec "$PYTHON" -m train.launch "$command" "${ARGS[@]}"
 		;;
 	help | -h | --help)
 		shift
-		exec "$PYTHON" -m train.launch help "$@"
+		# The option reference needs the config's schema (the launcher's imports); the usage needs nothing.
+		[[ "${1:-}" == options ]] && exec "$PYTHON" -m train.launch help "$@"
+		exec "$PYTHON" -m train.common.usage "$@"
 		;;
 	-*)
 		withhold_secrets "$@"
+		wants_help "${ARGS[@]}" && exec "$PYTHON" -m train.common.usage
 		exec "$PYTHON" -m train.launch train "${ARGS[@]}"
 		;;
 	prepare)
 		shift
 		withhold_secrets "$@"
+		wants_help "${ARGS[@]}" && exec "$PYTHON" -m train.common.usage "$command"
 		exec "$PYTHON" -m train.run.prepare "${ARGS[@]}"
 		;;
 	gpus)
 		shift
+		wants_help "$@" && exec "$PYTHON" -m train.common.usage "$command"
 		exec "$PYTHON" -m train.machine "$@"
 		;;
 	doctor | report)
 		shift
+		wants_help "$@" && exec "$PYTHON" -m train.common.usage "$command"
 		exec "$PYTHON" -m "train.$command" "$@"
 		;;
 	verify)
 		shift
+		wants_help "$@" && exec "$PYTHON" -m train.common.usage "$command"
 		exec "$PYTHON" -m train.outputs.verify "$@"
 		;;
 	*)

@@ -7,8 +7,11 @@ train/config/reference.py), generated from the schema as docs/options.md is.
 
 from __future__ import annotations
 
+import sys
 import textwrap
 from collections.abc import Sequence
+
+from train.common.errors import ConfigError, exit_process, run_main
 
 NAME = "mlm-trainer"
 HELP_WORDS = ("-h", "--help")
@@ -67,3 +70,21 @@ def usage(command: str | None = None) -> str:
         *textwrap.wrap(OPTIONS_NOTE, WIDTH),
     ]
     return "\n".join(lines)
+
+
+def command_help(topic: Sequence[str]) -> str:
+    """``help`` and ``help COMMAND`` (``help options`` is the config's: the launcher answers it)."""
+    if topic and topic[0] not in COMMANDS:
+        raise ConfigError(f"help {topic[0]}: no such command or topic; expected one of {', '.join(COMMANDS)}, options")
+    return usage(topic[0] if topic else None)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """``python -m train.common.usage [COMMAND]``: what entrypoint.sh runs for ``help`` - this module alone, so the
+    usage prints at once rather than after the launcher has imported torch and transformers (6 s here)."""
+    print(command_help(list(sys.argv[1:] if argv is None else argv)))
+    return 0
+
+
+if __name__ == "__main__":
+    exit_process(run_main(main))

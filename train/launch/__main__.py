@@ -11,7 +11,7 @@ from collections.abc import Mapping, Sequence
 
 from train.common.console import Console, resolve_format
 from train.common.errors import ConfigError, exit_process, run_main
-from train.common.usage import COMMANDS, usage, wants_help
+from train.common.usage import command_help, usage, wants_help
 from train.common.writable import check_cache_dir
 from train.config import Config, options_text
 from train.launch.deadline import deadline_line
@@ -46,9 +46,7 @@ def help_text(topic: Sequence[str]) -> str:
     """``help``: the front door's usage; ``help COMMAND``: one command's; ``help options [--all]``: the options."""
     if topic[:1] == ["options"]:
         return options_text(every="--all" in topic[1:])
-    if topic and topic[0] not in COMMANDS:
-        raise ConfigError(f"help {topic[0]}: no such command or topic; expected one of {', '.join(COMMANDS)}, options")
-    return usage(topic[0] if topic else None)
+    return command_help(topic)
 
 
 def main(argv: Sequence[str] | None = None, environ: Mapping[str, str] | None = None) -> int:
