@@ -16,6 +16,10 @@ The command line of the series; it runs the selected ones one after the other, e
   efficiency, speed, and the held-out loss of documents kept apart against attending across, on the real series'
   text; bench/packing.py and bench/packing_series.py. Results: ``bench/results/<date>-<host>-packing.json`` and
   ``.md``, and ``bench/results/latest-packing.md``.
+- the quality series (``--series quality``; only when asked: 32 minutes on 2 cores shared with another job): time
+  to quality, from launch, against transformers' run_mlm.py recipe: every checkpoint of each judged by
+  ``./entrypoint.sh evaluate`` on the same held-out text and masks; bench/quality.py and bench/quality_series.py.
+  Results: ``bench/results/<date>-<host>-quality.json`` and ``.md``, and ``bench/results/latest-quality.md``.
 
 What the series share (the environment of a run, one measured torchrun process, the result files) is bench/runner.py.
 """
@@ -30,16 +34,17 @@ import tempfile
 from datetime import UTC, datetime
 from pathlib import Path
 
-from bench import heads, packing, real
+from bench import heads, packing, quality, real
 from bench.demo import DemoSettings, default_settings
 from bench.demo_series import run_demo_series
 from bench.heads_series import run_heads_series
 from bench.packing_series import run_packing_series
+from bench.quality_series import run_quality_series
 from bench.real_series import run_real_series
 from bench.runner import ROOT, RunFailed
 
 RESULTS = ROOT / "bench" / "results"
-SERIES = ("demo", "real", "heads", "packing")
+SERIES = ("demo", "real", "heads", "packing", "quality")
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -50,8 +55,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         help="comma-separated: demo (seed vs ours on the demo data), real (ours vs run_mlm.py on real text, "
         "bench/real.py), heads (masked-only vs dense head per architecture, bench/heads.py; only when asked), "
         "packing (the padding modes: efficiency, speed, held-out loss apart vs across, bench/packing.py; only "
-        "when asked); "
-        "default demo,real on CPU, demo on GPU (bench/gpu.sh's budget)",
+        "when asked), quality (time to run_mlm.py's final held-out loss, bench/quality.py; only when asked: "
+        "32 min on 2 shared cores); default demo,real on CPU, demo on GPU (bench/gpu.sh's budget)",
     )
     parser.add_argument("--repeats", type=int, help="pairs of runs (seed, ours); default 3 on CPU, 2 on GPU")
     parser.add_argument("--max-steps", type=int, help="optimizer steps per run; default 10 on CPU, 400 on GPU")
@@ -118,6 +123,17 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     packing_options.add_argument("--packing-seeds", type=int, help="quality runs' seeds (default 3; 0: none)")
     packing_options.add_argument("--packing-quality-steps", type=int, help="steps per quality run (default 50 on CPU)")
     packing_options.add_argument("--packing-heldout", type=int, help="held-out documents (default 1000)")
+    quality_options = parser.add_argument_group("quality series (bench/quality.py)")
+    quality_options.add_argument(
+        "--quality-systems",
+        help=f"comma-separated, run in this order, run_mlm first: {', '.join(quality.SYSTEMS)} "
+        f"(default {','.join(quality.DEFAULT_SYSTEMS)})",
+    )
+    quality_options.add_argument("--quality-model", choices=tuple(real.MODELS), help="default tiny on CPU")
+    quality_options.add_argument("--quality-steps", type=int, help="steps of every system (default 240 on CPU)")
+    quality_options.add_argument("--quality-batch", type=int, help="samples per step (default 16 on CPU)")
+    quality_options.add_argument("--quality-save-steps", type=int, help="a checkpoint every N steps (default 30)")
+    quality_options.add_argument("--quality-heldout", type=int, help="held-out lines the judge scores (default 500)")
     parser.add_argument("--workdir", type=Path, help="caches and run outputs (default: a temporary directory)")
     parser.add_argument("--results-dir", type=Path, default=RESULTS)
     parser.add_argument("--tag", help="suffix of the result files: <date>-<host>-<tag>.json")
@@ -205,6 +221,19 @@ def packing_settings(args: argparse.Namespace, device: str) -> packing.PackingSe
     return settings
 
 
+def quality_settings(args: argparse.Namespace, device: str) -> quality.QualitySettings:
+    """The quality series' defaults for the device, with what the command line sets (--threads and
+    --real-corpus-mb apply to it too)."""
+    settings = quality.default_quality_settings(device)
+    set_given(settings, model=args.quality_model, max_steps=args.quality_steps, batch_size=args.quality_batch,
+              save_steps=args.quality_save_steps, heldout=args.quality_heldout, corpus_mb=args.real_corpus_mb,
+              threads=args.threads)  # fmt: skip
+    if args.quality_systems:
+        settings.systems = args.quality_systems.split(",")
+    quality.check(settings)
+    return settings
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     device = resolve_device(args.device)
@@ -214,6 +243,7 @@ def main(argv: list[str] | None = None) -> int:
         real_config = real_settings(args, device) if "real" in series else None
         heads_config = heads_settings(args, device) if "heads" in series else None
         packing_config = packing_settings(args, device) if "packing" in series else None
+        quality_config = quality_settings(args, device) if "quality" in series else None
     except ValueError as exc:
         raise SystemExit(f"bench: {exc}") from None
     workdir = args.workdir or Path(tempfile.mkdtemp(prefix="mlm-bench-"))
@@ -230,6 +260,8 @@ def main(argv: list[str] | None = None) -> int:
         run_heads_series(heads_config, workdir, args.results_dir, stem, bool(args.tag))
     if packing_config is not None:
         run_packing_series(packing_config, workdir, args.results_dir, stem, bool(args.tag))
+    if quality_config is not None:
+        run_quality_series(quality_config, workdir, args.results_dir, stem, bool(args.tag))
     if not args.workdir:
         shutil.rmtree(workdir, ignore_errors=True)
     return 0
