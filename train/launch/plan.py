@@ -107,7 +107,8 @@ def make_plan(
     pad_flags = decide_pad_multiple(job.pad_to_multiple_of, sources.get("pad_to_multiple_of"), cpu_mode)
     shm = shm_warning(shm_bytes, training.dataloader_num_workers)
     max_restarts = decide_max_restarts(job.max_restarts, "max_restarts" in sources, topology)
-    deadline = run_deadline(config, environ)
+    started = launched_at()  # once: the deadline counts from it, and the ranks' quality curve too
+    deadline = run_deadline(config, environ, started)
 
     # The decision flags go after the user's (highest precedence), in the order decided.
     flags = [*log_flags, *use_cpu_flags, *backend_flags, *precision.flags, *batch.flags, *pad_flags]
@@ -115,7 +116,7 @@ def make_plan(
     command = [*torchrun, *_torchrun_flags(topology, nproc, max_restarts, job), "-m", module, *user_flags, *flags]
     env = rank_env(environ, gpus_used, nproc, cpu_count)
     env[HANDOFF_ENV] = handoff(
-        precision, batch, topology, gpus_used, command, list(option_values(flags)), deadline
+        precision, batch, topology, gpus_used, command, list(option_values(flags)), deadline, started
     ).to_env()
     return Plan(
         inventory=inventory,
@@ -210,6 +211,7 @@ def handoff(
     command: list[str],
     decided: list[str] | None = None,
     deadline: Deadline | None = None,
+    started: float | None = None,
 ) -> Handoff:
     """The facts the ranks show but must not recompute (:class:`~train.common.handoff.Handoff`)."""
     return Handoff(
@@ -227,7 +229,7 @@ def handoff(
         deadline=deadline.at if deadline else None,
         deadline_source=deadline.source if deadline else "",
         budget_s=deadline.budget_s if deadline else None,
-        launched_at=launched_at(),
+        launched_at=started,
     )
 
 
