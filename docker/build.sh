@@ -160,11 +160,12 @@ _main() {
 		# 0.13, Docker 26) dates every file in the layers by SOURCE_DATE_EPOCH, as podman's --timestamp does.
 		DOCKER_BUILDKIT=1 docker "${args[@]}" --output type=docker,rewrite-timestamp=true "$@" .
 	else
-		# docker format: the OCI one has no SHELL, and the RUN steps are written for bash with pipefail.
-		# --timestamp dates the image, its history and every file in its layers. --omit-history: buildah writes
-		# "FROM <intermediate image ID>" into the history's comments, IDs that differ between two builds with
-		# identical layers (found by make image-test's second build), so the history would make the IDs differ.
-		"$engine" "${args[@]}" --format docker --timestamp "$epoch" --omit-history "$@" .
+		# Three things would make two builds of one commit differ with identical layers (found by make
+		# image-test's second build): the docker format's configuration records the build container's ID and
+		# hostname (so the OCI format, which has neither; the Dockerfile's RUN steps are POSIX sh for it, no
+		# SHELL); buildah writes "FROM <intermediate image ID>" into the history's comments (--omit-history);
+		# and the dates (--timestamp dates the image, its history and every file in its layers).
+		"$engine" "${args[@]}" --format oci --timestamp "$epoch" --omit-history "$@" .
 	fi
 	_log "built $image ($("$engine" image inspect --format '{{.Size}}' "$image" | numfmt --to=iec) uncompressed)"
 	_log "image ID: $(image_id "$engine" "$image") (revision $rev, dated $created)"
