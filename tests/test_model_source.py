@@ -1,4 +1,4 @@
-"""What a model name is (train/model/source.py): one rule that the job's loader, doctor and the model card share,
+"""What a model name is (train/config/model_source.py): one rule that the job's loader, doctor and the model card share,
 so a directory holding only a config.json is trained from scratch everywhere, not only in the loader."""
 
 from __future__ import annotations
@@ -10,9 +10,9 @@ import pytest
 
 from train.common.errors import ConfigError
 from train.config import load_config
+from train.config.model_source import model_source
 from train.doctor.sources import check_model
 from train.model.load import scratch_config
-from train.model.source import model_source
 from train.publish.card import model_card
 
 

@@ -75,7 +75,7 @@ def test_local_model_and_data(env, tmp_path, monkeypatch):
     (tmp_path / "model" / "config.json").write_text("{}")
     (tmp_path / "train.txt").write_text("hello\n")
     found = checks()
-    # Only a config.json: an architecture trained from scratch (train.model.source), and this one has no type.
+    # Only a config.json: an architecture trained from scratch (train.config.model_source), and this one has no type.
     assert found["model"].status == "FAIL" and "no model_type" in found["model"].detail
     assert found["dataset"].status == "OK"
     (tmp_path / "model" / "config.json").write_text('{"model_type": "bert"}')

@@ -1,11 +1,12 @@
 """A time budget end to end (MLM_TIME_BUDGET), on two ranks through ./entrypoint.sh: the steps planned after a
 few are timed, the run stopped (SIGTERM after a checkpoint) and launched again with the same budget, which resumes,
 re-plans from the time it has, and ends inside it with final/ written, evaluated, and the learning rate decayed to
-zero with the last step. The Slurm job's end time as a budget: tests/e2e/test_slurm.py."""
+zero with the last step (the modern recipe's warmup-stable-decay). The Slurm job's end time as a budget: tests/e2e/test_slurm.py."""
 
 from __future__ import annotations
 
 import json
+import math
 import re
 import signal
 import time
@@ -54,10 +55,14 @@ def test_a_budgeted_run_stopped_and_resumed_replans_and_ends_inside_its_budget_d
     assert 10 < budget["planned_steps"] <= earlier and budget["plans"][0]["at_step"] > 10
     steps = [r for r in records(output / "logs" / "train.jsonl") if r.get("event") == "train" and "loss" in r]
     last = steps[-1]
-    # The last step's rate is the linear decay's last before zero: the schedule ends at the planned step.
-    total, warmup = budget["planned_steps"], budget["plans"][-1]["warmup_steps"]
+    # The demo's scratch model gets the modern recipe: warmup-stable-decay, a 1-sqrt decay over the last 20 % of
+    # the planned steps. The last step's rate is that decay's last before zero: the schedule ends at the plan.
+    assert run["config"]["lr_scheduler_type"] == "warmup_stable_decay" and run["config"]["decay_ratio"] == 0.2
+    total = budget["planned_steps"]
+    decay = math.ceil(0.2 * total)
     assert last["step"] == total, last
-    assert last["learning_rate"] == pytest.approx(run["config"]["learning_rate"] / (total - warmup)), last
+    expected = run["config"]["learning_rate"] * (1 - math.sqrt((decay - 1) / decay))
+    assert last["learning_rate"] == pytest.approx(expected), last
     assert json.loads((output / "all_results.json").read_text())["eval_loss"] > 0
     # quality against time: each evaluation of this session, the last one the final model's, inside the budget
     final = run["quality_curve"][-1]

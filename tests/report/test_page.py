@@ -98,7 +98,7 @@ def test_real_run_logs_and_report(real_run: Path, tmp_path: Path):
     # checked against the schedule transformers computes from run.json, which then shows step 1 at 0.
     schedule, caption = lr_schedule(load_run(copy.root))
     assert schedule is not None, caption
-    assert (schedule.kind, schedule.warmup_steps, schedule.max_steps) == ("linear", 50, 10)
+    assert (schedule.kind, schedule.warmup_steps, schedule.max_steps) == ("warmup_stable_decay", 50, 10)
     assert schedule.steps[0] == 1 and schedule.rates[0] == 0.0
     assert all(a < b for a, b in zip(schedule.rates, schedule.rates[1:], strict=False))  # still ramping up
     assert "agrees with all 5 logged learning rates" in charts["learning-rate"]

@@ -4,6 +4,7 @@ written out here independently of it, and refused (with the reason) whenever the
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -119,3 +120,29 @@ def test_a_schedule_that_fails_on_a_step_is_not_drawn(tmp_path: Path, monkeypatc
 )
 def test_warmup_steps(config: dict, expected: int):
     assert warmup_steps(config, 100) == expected
+
+
+def wsd_1_sqrt(step: int, lr: float, warmup: int, total: int, decay: int) -> float:
+    """Warm-up, stable, then a 1-sqrt decay over the last ``decay`` steps; transformers 5 logs step s with the
+    rate after s - 1 scheduler steps."""
+    k = step - 1
+    if k < warmup:
+        return lr * k / warmup
+    if k < total - decay:
+        return lr
+    return lr * max(0.0, 1 - math.sqrt((k - (total - decay)) / decay))
+
+
+def test_warmup_stable_decay_is_drawn_with_the_decay_the_job_computed_from_decay_ratio(tmp_path: Path) -> None:
+    """The modern recipe's schedule: run.json has decay_ratio, not num_decay_steps (train/common/schedules.py)."""
+    rate_of = lambda s: wsd_1_sqrt(s, 1e-3, 10, 100, 20)  # noqa: E731 - 20 % of 100 steps
+    run = run_json(
+        lr_scheduler_type="warmup_stable_decay", lr_scheduler_kwargs={"decay_type": "1-sqrt"}, decay_ratio=0.2
+    )
+    logged_run(tmp_path, rate_of, range(10, 101, 10), run)
+    schedule, caption = lr_schedule(load_run(tmp_path))
+    assert schedule is not None, caption
+    rate = dict(zip(schedule.steps, schedule.rates, strict=True))
+    for step in (1, 5, 11, 50, 81, 85, 95, 100):
+        assert rate[step] == pytest.approx(rate_of(step)), step
+    assert rate[81] == pytest.approx(1e-3) and rate[82] < 1e-3  # stable until the last 20 steps

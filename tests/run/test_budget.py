@@ -50,18 +50,36 @@ def test_the_schedule_is_rebuilt_to_end_at_the_planned_step(tmp_path: Any) -> No
     optimizer = torch.optim.SGD([torch.zeros(1, requires_grad=True)], lr=1.0)
     scheduler = get_scheduler("linear", optimizer=optimizer, num_warmup_steps=2, num_training_steps=1000)
     before = lrs(scheduler, optimizer, 3)  # a few steps on the configured 1,000
-    assert schedule_for(10, args, scheduler, optimizer) == 2
+    assert schedule_for(10, args, scheduler, optimizer, 0.2) == 2
     assert optimizer.param_groups[0]["lr"] == before[-1]  # nothing changes before the next step
     after = lrs(scheduler, optimizer, 7)
     assert after[-1] == 0.0 and after == sorted(after, reverse=True)  # decayed to zero at step 10
     assert after[0] == pytest.approx((10 - 4) / (10 - 2))
 
 
+def test_warmup_stable_decay_is_rebuilt_to_decay_over_its_share_of_the_plan(tmp_path: Any) -> None:
+    # The modern recipe's schedule (train/config/recipes.py): a plan of 20 steps decays over the last 20 %.
+    args = arguments(
+        tmp_path, warmup_steps=2, learning_rate=1.0, lr_scheduler_type="warmup_stable_decay",
+        lr_scheduler_kwargs={"decay_type": "linear"},
+    )  # fmt: skip
+    optimizer = torch.optim.SGD([torch.zeros(1, requires_grad=True)], lr=1.0)
+    scheduler = get_scheduler(
+        "warmup_stable_decay", optimizer=optimizer, num_warmup_steps=2, num_training_steps=1000,
+        scheduler_specific_kwargs={"num_decay_steps": 200, "decay_type": "linear"},
+    )  # fmt: skip
+    lrs(scheduler, optimizer, 3)
+    assert schedule_for(20, args, scheduler, optimizer, 0.2) == 2
+    after = lrs(scheduler, optimizer, 17)  # the rates after 4..20 scheduler steps
+    assert after[:13] == [1.0] * 13  # warm-up 2, stable to 16
+    assert after[13:] == pytest.approx([0.75, 0.5, 0.25, 0.0])  # 4 decay steps (20 % of 20) reach zero at 20
+
+
 def test_a_schedule_that_is_no_function_of_the_step_is_said(tmp_path: Any, capsys: pytest.CaptureFixture) -> None:
     optimizer = torch.optim.SGD([torch.zeros(1, requires_grad=True)], lr=1.0)
     plateau = torch.optim.lr_scheduler.ReduceLROnPlateau(optimizer)
     args = SimpleNamespace(lr_scheduler_type="reduce_lr_on_plateau")
-    assert schedule_for(10, args, plateau, optimizer) is None
+    assert schedule_for(10, args, plateau, optimizer, 0.2) is None
     assert "lr_scheduler_type reduce_lr_on_plateau does not follow the planned steps" in capsys.readouterr().err
 
 

@@ -1,4 +1,4 @@
-"""The layers of the configuration, one over the other: defaults < YAML < environment < CLI.
+"""The layers of the configuration, one over the other: defaults < recipe < YAML < environment < CLI.
 
 Each layer is a list of :class:`Setting` (an option's name, its raw strings and where they came from), read in that
 order by one loop: a name that is no option is an error naming the nearest real one, each value is converted the
@@ -21,6 +21,7 @@ from train.common.errors import ConfigError
 from train.config.bounds import shown
 from train.config.implied import split_trackers, stage_outputs, take_over_push
 from train.config.parser import build_parser, expected_type, option_actions
+from train.config.recipes import RECIPES, recipe_for, recipe_source
 from train.config.resolved import Config
 from train.config.schema import ENV_PREFIX, NON_OPTION_ENV, env_name
 from train.config.validate import validate
@@ -59,6 +60,19 @@ def _env_layer(environ: Mapping[str, str], actions: Mapping[str, argparse.Action
         yield Setting(name, var, values, f"{var}: unknown option", var, env_name)
 
 
+def _recipe_layer(given: Sequence[Setting], actions: Mapping[str, argparse.Action]) -> Iterator[Setting]:
+    """The recipe's values (train/config/recipes.py), under everything set: the recipe and the model are the last
+    values the other layers give them (their defaults otherwise)."""
+    last = {setting.name: setting.values for setting in given if setting.values}
+    choice = (last.get("recipe") or [str(actions["recipe"].default)])[0]
+    model = (last.get("model_name_or_path") or [str(actions["model_name_or_path"].default)])[0]
+    if choice not in actions["recipe"].choices:
+        return  # refused with its source by the loop's check of the recipe's own setting
+    name = recipe_for(choice, model)
+    for option, value in RECIPES[name].items():
+        yield Setting(option, recipe_source(name, option), [value], f"recipe {name}: unknown option", option)
+
+
 def _cli_layer(cli_args: Sequence[str], actions: Mapping[str, argparse.Action]) -> Iterator[Setting]:
     for flag, values in _cli_flags(cli_args):
         name = flag[2:]
@@ -69,7 +83,7 @@ def _cli_layer(cli_args: Sequence[str], actions: Mapping[str, argparse.Action]) 
 
 
 def load_config(argv: Sequence[str] | None = None, environ: Mapping[str, str] | None = None) -> Config:
-    """Resolve the configuration: defaults < YAML < environment < CLI. Raises ConfigError on bad input."""
+    """Resolve the configuration: defaults < recipe < YAML < environment < CLI. Raises ConfigError on bad input."""
     environ = os.environ if environ is None else environ
     parser = build_parser()
     actions = option_actions(parser)
@@ -79,22 +93,21 @@ def load_config(argv: Sequence[str] | None = None, environ: Mapping[str, str] | 
 
     flags: list[str] = []
     sources: dict[str, str] = {}
-    layers = [
-        _yaml_layer(yaml_path) if yaml_path else iter(()),
-        _env_layer(environ, actions),
-        _cli_layer(cli_args, actions),
+    given = [
+        *(_yaml_layer(yaml_path) if yaml_path else ()),
+        *_env_layer(environ, actions),
+        *_cli_layer(cli_args, actions),
     ]
-    for layer in layers:
-        for setting in layer:
-            action = actions.get(setting.name)
-            if action is None:
-                raise ConfigError(setting.unknown + _nearest(setting.typed, [setting.spelling(n) for n in known]))
-            if setting.values is None:
-                continue
-            _check_value(action, setting.source, setting.values)
-            if setting.as_flags:
-                flags += _to_args(setting.name, action, setting.values)
-            sources[setting.name] = setting.source
+    for setting in [*_recipe_layer(given, actions), *given]:
+        action = actions.get(setting.name)
+        if action is None:
+            raise ConfigError(setting.unknown + _nearest(setting.typed, [setting.spelling(n) for n in known]))
+        if setting.values is None:
+            continue
+        _check_value(action, setting.source, setting.values)
+        if setting.as_flags:
+            flags += _to_args(setting.name, action, setting.values)
+        sources[setting.name] = setting.source
 
     full_argv = flags + cli_args
     # The values are checked before TrainingArguments.__post_init__ sees them: it crashes on some (an infinite

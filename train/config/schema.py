@@ -70,6 +70,19 @@ class JobArguments:
         non_blank("a hub id, a local directory or scratch:<model_type>"),
     )
     config_overrides: str | None = option(None, "Model config overrides when training from scratch.", OVERRIDES)
+    recipe: Literal["auto", "modern", "classic"] = option(
+        "auto",
+        "The values of the options a run leaves unset: modern (30 % masking, warmup-stable-decay, AdamW betas "
+        "0.9/0.98, learning rate 1e-3, documents packed apart) or classic (the seed's and BERT's: 15 % masking, "
+        "linear decay, the Trainer's defaults); auto: modern for a model trained from scratch, classic for a "
+        "pretrained one. Any option set wins over the recipe.",
+    )
+    decay_ratio: float = option(
+        0.2,
+        "The fraction of the steps that warmup_stable_decay decays over (lr_scheduler_kwargs' num_decay_steps "
+        "wins); whatever the steps turn out to be: epochs, a time budget's plan.",
+        OPEN_FRACTION,
+    )
     tokenizer_name: str | None = option(
         None,
         "Hub id or local directory of the tokenizer. Default: the model's; from scratch without one, "

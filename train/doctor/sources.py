@@ -1,5 +1,5 @@
 """The source rows: the model, the tokenizer and the dataset are where the run will look for them. What a model name
-is (scratch, local or hub) is train.model.source's rule; whether a name is a local path, where the caches are and
+is (scratch, local or hub) is train.config.model_source's rule; whether a name is a local path, where the caches are and
 whether offline mode is on are train.common.hf's; asking the hub whether a repo exists (with a timeout) is doctor's
 own."""
 
@@ -12,10 +12,10 @@ from pathlib import Path
 from train.common import hf
 from train.common.errors import ConfigError
 from train.config import Config
+from train.config.model_source import ModelSource, model_source
 from train.data import is_remote, shown_url, source_files
 from train.doctor.rows import FAIL, OK, WARN, Check
 from train.model.load import CONVERT, unsafe_weights
-from train.model.source import ModelSource, model_source
 from train.model.weights import head_state_before_loading
 
 HUB_TIMEOUT_S = 10.0
@@ -79,7 +79,7 @@ def _hub_failure(name: str, label: str, repo_id: str, exc: Exception, cached: bo
 
 
 def check_model(config: Config, environ: Mapping[str, str], field_name: str = "model_name_or_path") -> Check:
-    """The model as train/model/source.py names it (so doctor, the job and the model card agree on what it is);
+    """The model as train/config/model_source.py names it (so doctor, the job and the model card agree on what it is);
     ``field_name="tokenizer_name"`` checks the tokenizer instead."""
     if field_name != "model_name_or_path":
         return check_tokenizer(config, environ, field_name)

@@ -2,7 +2,7 @@
 
 ``model_name_or_path`` may be a hub id, a local directory with weights, or an architecture without weights: a
 ``config.json`` (file, or a directory holding only it) or ``scratch:<model_type>`` plus ``config_overrides``; which
-one a name is, train/model/source.py decides (for doctor and the model card too).
+one a name is, train/config/model_source.py decides (for doctor and the model card too).
 Without a tokenizer for a from-scratch model, one of its family's kind is trained on the training text and cached.
 The attention implementation is the model's best (:func:`attention_implementation`); the masked-only head is
 train/model/head.py.
@@ -29,14 +29,14 @@ from train.common.errors import ConfigError, first_line
 from train.common.hf import looks_local, offline_hint
 from train.common.untrusted import SAFE_LOAD_REFUSED, safe_load_problem
 from train.config import Config
+from train.config.model_source import model_source
 from train.data import RawData
-from train.model.source import model_source
 from train.model.tokenizer_training import checkpoint_tokenizer, tokenizer_kind, train_tokenizer
 from train.model.weights import encoder_missing, head_state
 
 
 def scratch_config(config: Config) -> Any | None:
-    """The architecture to build without weights (train/model/source.py says which names are one), or None when
+    """The architecture to build without weights (train/config/model_source.py says which names are one), or None when
     the model is pretrained; a local model path that is not there is a ConfigError before any data is read."""
     job = config.job
     name, label = job.model_name_or_path, config.source_of("model_name_or_path")

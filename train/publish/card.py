@@ -2,7 +2,7 @@
 it. The fixed text is the template card.md beside this module (shipped with train/); this module only computes
 the values it is filled with, so the card reads as the file a person will see.
 
-The model is described by train/model/source.py, the rule the job built it by: a run trained from a config.json
+The model is described by train/config/model_source.py, the rule the job built it by: a run trained from a config.json
 (or a directory holding only one) says it was trained from scratch, and only a hub model is named ``base_model``.
 """
 
@@ -17,8 +17,8 @@ from typing import Any
 
 from train.common.hf import looks_local
 from train.config import SECRET_FIELDS, Config
+from train.config.model_source import model_source
 from train.data.sources import DEMO, is_remote
-from train.model.source import model_source
 from train.publish.common import read_json
 
 CARD = "README.md"

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from train.common.errors import first_line
+from train.common.schedules import scheduler_kwargs
 from train.report.runlog import RunLog, number
 
 # Steps drawn: every one of the first DENSE_STEPS (a warmup's ramp), then SAMPLES evenly spread over the run.
@@ -110,6 +111,9 @@ def lr_schedule(log: RunLog) -> tuple[Schedule | None, str]:
     if kwargs is None:
         return None, "Schedule not drawn: run.json's lr_scheduler_kwargs is not a dictionary."
     warmup = warmup_steps(config, max_steps)
+    ratio = number(config.get("decay_ratio"))
+    if ratio is not None:  # warmup_stable_decay's decay as the job computed it (a run.json from before has none)
+        kwargs = scheduler_kwargs(kind, kwargs, max_steps, warmup, ratio)
     try:
         factor = schedule_factor(kind, warmup, max_steps, kwargs)
     except Exception as exc:  # any failure only means the chart shows the logged rates alone

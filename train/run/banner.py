@@ -11,6 +11,7 @@ from train.common.console import jsonable, now, resolve_format
 from train.common.handoff import Handoff, global_batch, precision_label, precision_name
 from train.common.versions import package_versions
 from train.config import Config
+from train.config.recipes import recipe_summary
 from train.outputs.runfiles import RunFiles
 
 
@@ -39,6 +40,7 @@ def banner_record(config: Config, facts: dict[str, Any], handoff: Handoff | None
         "per_device_train_batch_size": int(training.per_device_train_batch_size),
         "gradient_accumulation_steps": int(training.gradient_accumulation_steps),
         "model": job.model_name_or_path,
+        "recipe": recipe_summary(job.recipe, job.model_name_or_path, training, job.decay_ratio),
         "attention": facts.get("attention"),
         "head": facts.get("head"),
         "head_weights": facts.get("head_weights"),
@@ -140,6 +142,7 @@ def banner(config: Config, facts: dict[str, Any], handoff: Handoff | None = None
         f"{record['per_device_train_batch_size']} per device × {record['gradient_accumulation_steps']} accumulation",
         f"  model      {record['model']}" + _model_text(record),
         *([f"  MLM head   {record['head_weights']}"] if record.get("head_weights") else []),
+        f"  recipe     {record['recipe']}",
         *filter(None, [_masking_text(record.get("masking"))]),
         (
             f"  data       {record['dataset']}: {_count(record['train_samples'])} train / "

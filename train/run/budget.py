@@ -30,11 +30,12 @@ from typing import Any
 
 import torch
 import torch.distributed as dist
-from transformers import TrainerCallback, get_scheduler
+from transformers import TrainerCallback
 
 from train.common import distributed, durations
 from train.common.console import say, warn
 from train.common.handoff import Handoff
+from train.run.trainer import lr_scheduler_for
 
 WARMUP_STEPS = 2
 TIMED_STEPS = 3
@@ -96,12 +97,13 @@ class BudgetPlan:
 class TimeBudget(TrainerCallback):
     """Times the steps, evaluations and saves, and (re)plans ``state.max_steps`` and the schedule to the deadline."""
 
-    def __init__(self, handoff: Handoff, eval_batches: int, checkpoint_mb: float) -> None:
+    def __init__(self, handoff: Handoff, eval_batches: int, checkpoint_mb: float, decay_ratio: float = 0.2) -> None:
         assert handoff.deadline is not None and handoff.budget_s is not None
         budget = handoff.budget_s
         self.plan = BudgetPlan(handoff.deadline, handoff.deadline_source, budget, margin_for(budget))
         self.eval_batches = eval_batches
         self.checkpoint_mb = checkpoint_mb
+        self.decay_ratio = decay_ratio  # warmup_stable_decay's decay, a fraction of whatever the plan is
         self.resumed_total: int | None = None  # a resumed run's earlier plan (job.py sets it)
         self.step_times: list[float] = []
         self.evaluations: list[float] = []
@@ -117,7 +119,7 @@ class TimeBudget(TrainerCallback):
         self.plan.cap = min(state.max_steps, self.resumed_total or state.max_steps)
         if self.plan.cap < state.max_steps:  # resumed: the earlier plan's schedule until this session's first plan
             state.max_steps = self.plan.cap
-            schedule_for(self.plan.cap, args, kwargs.get("lr_scheduler"), kwargs.get("optimizer"))
+            schedule_for(self.plan.cap, args, kwargs.get("lr_scheduler"), kwargs.get("optimizer"), self.decay_ratio)
         self.mark = time.monotonic()
 
     def on_evaluate(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
@@ -170,7 +172,7 @@ class TimeBudget(TrainerCallback):
         total = agreed_minimum(max(min(fit, cap), state.global_step), args.device)
         before = self.plan.total
         self.plan.total = state.max_steps = total
-        warmup = schedule_for(total, args, scheduler, optimizer)
+        warmup = schedule_for(total, args, scheduler, optimizer, self.decay_ratio)
         self.plan.plans.append(
             {
                 "at_step": state.global_step,
@@ -224,7 +226,7 @@ def warmup_for(total: int, args: Any) -> int:
     return configured if configured <= total // 2 else total // WARMUP_SHARE
 
 
-def schedule_for(total: int, args: Any, scheduler: Any, optimizer: Any) -> int | None:
+def schedule_for(total: int, args: Any, scheduler: Any, optimizer: Any, decay_ratio: float) -> int | None:
     """The Trainer's scheduler made to end at step ``total``: its learning-rate functions replaced by those of the
     same kind of schedule built for ``total`` steps (on a stand-in optimizer with as many groups, so the real
     one's learning rates are left alone until the next step). Returns the warm-up steps, None where the schedule
@@ -237,12 +239,6 @@ def schedule_for(total: int, args: Any, scheduler: Any, optimizer: Any) -> int |
     groups = len(inner.optimizer.param_groups)
     stand_in = torch.optim.SGD([{"params": [torch.zeros(1, requires_grad=True)]} for _ in range(groups)], lr=1.0)
     warmup = warmup_for(total, args)
-    rebuilt = get_scheduler(
-        args.lr_scheduler_type,
-        optimizer=stand_in,
-        num_warmup_steps=warmup,
-        num_training_steps=total,
-        scheduler_specific_kwargs=args.lr_scheduler_kwargs,
-    )
+    rebuilt = lr_scheduler_for(args, total, warmup, stand_in, decay_ratio)
     inner.lr_lambdas = list(rebuilt.lr_lambdas)
     return warmup

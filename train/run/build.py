@@ -177,6 +177,7 @@ def prepare(config: Config, files: RunFiles, choose_resume: Callable[[], str | N
         ],
     )
     trainer.eval_collator = collator.for_evaluation(job.eval_mlm_probability)
+    trainer.decay_ratio = job.decay_ratio
     losses_are_batch_means(trainer)
     masking, packing_facts = batch_facts(config, collator, corpus)
     return Prepared(
@@ -196,7 +197,7 @@ def time_budget(config: Config, model: Any, validation: Any) -> TimeBudget | Non
     per_pass = training.per_device_eval_batch_size * max(training.world_size, 1)
     batches = -(-len(validation) // per_pass) if validation is not None else 0
     weights_mb = sum(p.numel() * p.element_size() for p in model.parameters()) / 1e6
-    return TimeBudget(handoff, batches, 3 * weights_mb)
+    return TimeBudget(handoff, batches, 3 * weights_mb, config.job.decay_ratio)
 
 
 def masking_collator(config: Config, tokenizer: Any, model: Any) -> MaskingCollator:

@@ -31,9 +31,9 @@ from train.common.hf import CACHE_KEY_CHARS, cache_root
 from train.common.urls import is_store_url
 from train.common.usage import usage, wants_help
 from train.config import Config, load_config, move_hub_token_to_env
+from train.config.model_source import model_source
 from train.data import RawData, load_raw, tokenize
 from train.model.load import check_before_data, load_model, load_tokenizer
-from train.model.source import model_source
 from train.outputs.location import output_location
 from train.outputs.record import write_json_atomic
 from train.outputs.verify import fetch

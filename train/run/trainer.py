@@ -16,9 +16,10 @@ import torch.distributed as dist
 # Importing the Trainer imports transformers' integrations, which print "[INFO] Running in WANDB offline mode" on
 # stdout when WANDB_MODE=offline (transformers 5.24): stdout carries only our JSON records, so that goes to stderr.
 with contextlib.redirect_stdout(sys.stderr):
-    from transformers import Trainer, TrainingArguments
+    from transformers import Trainer, TrainingArguments, get_scheduler
 
 from train.common import distributed
+from train.common.schedules import scheduler_kwargs
 from train.data import stream_loader
 from train.run.preemption import leave_signals_to_rank
 
@@ -29,6 +30,18 @@ class MLMTrainer(Trainer):
 
     stream_position: dict[str, Any] | None = None  # a resumed stream's saved position for this rank
     eval_collator: Any = None  # evaluation's masking (its own rate), when it differs from training's
+    decay_ratio: float = 0.2  # warmup_stable_decay's decay as a fraction of the steps (the decay_ratio option)
+
+    def create_scheduler(self, num_training_steps: int, optimizer: Any = None) -> Any:
+        """The Trainer's scheduler, with warmup_stable_decay's decay given as a fraction of the steps
+        (train/config/recipes.py): transformers takes it only as a number of steps, unknown until training starts.
+        (Replaces ``Trainer.create_scheduler``, transformers 5.24, which does nothing else.)"""
+        if self.lr_scheduler is None:
+            optimizer = self.optimizer if optimizer is None else optimizer
+            warmup = self.args.get_warmup_steps(num_training_steps)
+            self.lr_scheduler = lr_scheduler_for(self.args, num_training_steps, warmup, optimizer, self.decay_ratio)
+            self._created_lr_scheduler = True
+        return self.lr_scheduler
 
     def get_train_dataloader(self) -> Any:
         if isinstance(self.train_dataset, datasets.IterableDataset):  # streaming: train/data/stream.py
@@ -67,6 +80,17 @@ class MLMTrainer(Trainer):
             self.model.tie_weights()
             load_result = load_result._replace(missing_keys=[k for k in load_result.missing_keys if k not in tied])
         super()._issue_warnings_after_load(load_result)
+
+
+def lr_scheduler_for(args: TrainingArguments, total: int, warmup: int, optimizer: Any, decay_ratio: float) -> Any:
+    """transformers' scheduler of ``args.lr_scheduler_type`` for ``total`` steps with ``warmup`` of warm-up (the
+    Trainer's, and the time budget's re-plans: one rule for both)."""
+    kind = args.lr_scheduler_type
+    name = getattr(kind, "value", kind)  # TrainingArguments makes it a SchedulerType
+    kwargs = scheduler_kwargs(str(name), args.lr_scheduler_kwargs or {}, total, warmup, decay_ratio)
+    return get_scheduler(
+        kind, optimizer=optimizer, num_warmup_steps=warmup, num_training_steps=total, scheduler_specific_kwargs=kwargs
+    )
 
 
 def tied_parameter_names(model: torch.nn.Module) -> set[str]:
