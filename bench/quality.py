@@ -55,8 +55,8 @@ class QualitySettings:
 def default_quality_settings(device: str) -> QualitySettings:
     if device == "cuda":
         return QualitySettings("cuda", model="mid", max_steps=600, batch_size=64, save_steps=50)
-    # On 2 cores shared with a test suite (2026-12-03): run_mlm.py 9 minutes, ours 5, ours packed 8, each of the
-    # 24 judged checkpoints about 22 s (a fresh evaluate process): 32 minutes in all. Fewer checkpoints (a larger
+    # On 2 cores (2026-12-03): run_mlm.py 5 minutes, ours (modern, packed) 4, ours classic 1.5, each of the 24
+    # judged checkpoints about 18 s (a fresh evaluate process): 18 minutes in all. Fewer checkpoints (a larger
     # save_steps) or --quality-systems run_mlm,ours shorten it.
     return QualitySettings("cpu")
 

@@ -16,7 +16,7 @@ The command line of the series; it runs the selected ones one after the other, e
   efficiency, speed, and the held-out loss of documents kept apart against attending across, on the real series'
   text; bench/packing.py and bench/packing_series.py. Results: ``bench/results/<date>-<host>-packing.json`` and
   ``.md``, and ``bench/results/latest-packing.md``.
-- the quality series (``--series quality``; only when asked: 32 minutes on 2 cores shared with another job): time
+- the quality series (``--series quality``; only when asked: about 18 minutes on 2 cores): time
   to quality, from launch, against transformers' run_mlm.py recipe: every checkpoint of each judged by
   ``./entrypoint.sh evaluate`` on the same held-out text and masks; bench/quality.py and bench/quality_series.py.
   Results: ``bench/results/<date>-<host>-quality.json`` and ``.md``, and ``bench/results/latest-quality.md``.
@@ -56,7 +56,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         "bench/real.py), heads (masked-only vs dense head per architecture, bench/heads.py; only when asked), "
         "packing (the padding modes: efficiency, speed, held-out loss apart vs across, bench/packing.py; only "
         "when asked), quality (time to run_mlm.py's final held-out loss, bench/quality.py; only when asked: "
-        "32 min on 2 shared cores); default demo,real on CPU, demo on GPU (bench/gpu.sh's budget)",
+        "about 18 min on 2 cores); default demo,real on CPU, demo on GPU (bench/gpu.sh's budget)",
     )
     parser.add_argument("--repeats", type=int, help="pairs of runs (seed, ours); default 3 on CPU, 2 on GPU")
     parser.add_argument("--max-steps", type=int, help="optimizer steps per run; default 10 on CPU, 400 on GPU")
