@@ -16,9 +16,10 @@ The command line of the series; it runs the selected ones one after the other, e
   efficiency, speed, and the held-out loss of documents kept apart against attending across, on the real series'
   text; bench/packing.py and bench/packing_series.py. Results: ``bench/results/<date>-<host>-packing.json`` and
   ``.md``, and ``bench/results/latest-packing.md``.
-- the quality series (``--series quality``; only when asked: about 18 minutes on 2 cores): time
-  to quality, from launch, against transformers' run_mlm.py recipe: every checkpoint of each judged by
-  ``./entrypoint.sh evaluate`` on the same held-out text and masks; bench/quality.py and bench/quality_series.py.
+- the quality series (``--series quality``; on a CPU it runs after the real series by default: about 18
+  minutes on 2 cores): time to quality, from launch, against transformers' run_mlm.py recipe: every checkpoint
+  of each judged by ``./entrypoint.sh evaluate`` on the same held-out text and masks; bench/quality.py and
+  bench/quality_series.py.
   Results: ``bench/results/<date>-<host>-quality.json`` and ``.md``, and ``bench/results/latest-quality.md``.
 
 What the series share (the environment of a run, one measured torchrun process, the result files) is bench/runner.py.
@@ -55,8 +56,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         help="comma-separated: demo (seed vs ours on the demo data), real (ours vs run_mlm.py on real text, "
         "bench/real.py), heads (masked-only vs dense head per architecture, bench/heads.py; only when asked), "
         "packing (the padding modes: efficiency, speed, held-out loss apart vs across, bench/packing.py; only "
-        "when asked), quality (time to run_mlm.py's final held-out loss, bench/quality.py; only when asked: "
-        "about 18 min on 2 cores); default demo,real on CPU, demo on GPU (bench/gpu.sh's budget)",
+        "when asked), quality (time to run_mlm.py's final held-out loss, bench/quality.py; about 18 min on 2 "
+        "cores); default demo,real,quality on CPU, demo on GPU (bench/gpu.sh's budget)",
     )
     parser.add_argument("--repeats", type=int, help="pairs of runs (seed, ours); default 3 on CPU, 2 on GPU")
     parser.add_argument("--max-steps", type=int, help="optimizer steps per run; default 10 on CPU, 400 on GPU")
@@ -150,9 +151,10 @@ def resolve_device(requested: str) -> str:
 
 
 def selected_series(args: argparse.Namespace, device: str) -> list[str]:
-    """--series, or by default demo and real on a CPU and only the demo series on a GPU (bench/gpu.sh's time
-    budget); the heads and packing series only when asked (about 30 and 18 minutes on 2 cores)."""
-    series = args.series.split(",") if args.series else (["demo"] if device == "cuda" else ["demo", "real"])
+    """--series, or by default demo, real and quality on a CPU and only the demo series on a GPU (bench/gpu.sh's
+    time budget); the heads and packing series only when asked (about 30 and 18 minutes on 2 cores)."""
+    default = ["demo"] if device == "cuda" else ["demo", "real", "quality"]
+    series = args.series.split(",") if args.series else default
     unknown = [s for s in series if s not in SERIES]
     if unknown:
         raise SystemExit(f"bench: unknown series {', '.join(unknown)}; expected {', '.join(SERIES)}")

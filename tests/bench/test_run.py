@@ -16,7 +16,7 @@ def test_demo_settings_from_the_command_line():
 
 
 def test_both_series_run_on_a_cpu_and_only_the_demo_on_a_gpu_unless_asked():
-    assert selected_series(parse_args([]), "cpu") == ["demo", "real"]
+    assert selected_series(parse_args([]), "cpu") == ["demo", "real", "quality"]
     assert selected_series(parse_args([]), "cuda") == ["demo"]
     assert selected_series(parse_args(["--series", "real"]), "cuda") == ["real"]
     with pytest.raises(SystemExit, match="unknown series demos; expected demo, real"):
