@@ -111,6 +111,7 @@ def test_doctor_and_plan_agree(scenario, tmp_path, monkeypatch, capsys):
     out, err = capsys.readouterr()
     assert code == 0, err
     plan = json.loads(out)
+    assert plan["recipe"].startswith("modern (auto: trained from scratch): learning rate 0.001"), plan["recipe"]
 
     # doctor, on the same machine and environment (torch faked after the config is loaded, as TrainingArguments
     # acts on torch.cuda when built).

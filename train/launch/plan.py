@@ -21,6 +21,7 @@ from train.common.errors import STOP_SIGNALS, EnvironmentProblem
 from train.common.handoff import HANDOFF_ENV, Handoff
 from train.common.hf import arguments_without_models
 from train.config import SECRET_FIELDS, Config, env_name, load_config
+from train.config.recipes import recipe_summary
 from train.launch.deadline import Deadline, deadline_document, launched_at, run_deadline
 from train.launch.decide import (
     MIN_SHM_BYTES,
@@ -326,6 +327,9 @@ def plan_document(plan: Plan, config: Config, torch_cuda: str | None) -> dict[st
         "notes": inventory.notes,
         "command": plan.command,
         "deadline": deadline_document(plan.deadline),
+        "recipe": recipe_summary(
+            config.job.recipe, config.job.model_name_or_path, config.training, config.job.decay_ratio
+        ),
         "config": resolved,
     }
 
