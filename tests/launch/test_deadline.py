@@ -29,6 +29,25 @@ def test_what_is_no_duration_is_none(text: str) -> None:
     assert durations.seconds(text) is None
 
 
+def test_a_moment_with_its_zone_is_an_end_time_and_one_without_is_refused() -> None:
+    assert durations.until("2027-01-15T10:00:00Z") == STARTED + 7200
+    assert durations.until("2027-01-15T11:00:00+01:00") == STARTED + 7200
+    for text in ("2027-01-15T10:00:00", "2027-01-15", "5400", "2h", "soon"):
+        assert durations.until(text) is None, text
+
+
+def test_a_budget_that_names_its_end_counts_to_it_however_late_the_launch() -> None:
+    # A Kubernetes Job's deadline, computed once at submission: every node and every restart ends by it.
+    end = "2027-01-15T10:00:00Z"  # STARTED + 2 h
+    deadline = run_deadline(config(end), {}, STARTED + 600, STARTED + 605)  # launched 10 minutes late
+    assert deadline is not None
+    assert (deadline.at, deadline.budget_s, deadline.source) == (STARTED + 7200, 6600, f"--time_budget={end}")
+    with pytest.raises(ConfigError, match=rf"^--time_budget={end}: 0 s are left"):
+        run_deadline(config(end), {}, STARTED + 7300, STARTED + 7300)  # restarted after it
+    with pytest.raises(ConfigError, match=r"^--time_budget='2027-01-15T10:00:00': expected a duration .* zone"):
+        config("2027-01-15T10:00:00")
+
+
 def test_durations_are_shown_largest_units_first() -> None:
     assert [durations.shown(s) for s in (5400, 95, 42.4, 0, 86400 + 61)] == ["1h30m", "1m35s", "42s", "0s", "1d1m1s"]
 

@@ -117,7 +117,8 @@ def _overrides(value: str) -> bool:
 
 
 DURATION = Bound(
-    lambda v: v.strip().lower() == durations.SCHEDULER or durations.seconds(v) is not None, durations.EXPECTED
+    lambda v: v.strip().lower() == durations.SCHEDULER or durations.seconds(v) is not None or durations.until(v),
+    durations.EXPECTED,
 )
 PROCESSES = Bound(_processes, f"a positive integer up to {MAX_PROCESSES}, auto, gpu or cpu")
 LOCAL_RANKS = Bound(_local_ranks, f"distinct local ranks from 0 to {MAX_PROCESSES - 1} (e.g. 0 or 0,1), or all")

@@ -242,7 +242,9 @@ class JobArguments:
         "Wall time the run may take, launch to exit (90m, 2h, 1h30m, 45s, or seconds). After a few steps the job "
         "measures its step time and plans the steps so that training, the learning rate's decay, the final "
         "evaluation, saving and publishing end before it, with a margin; it only ever shortens the run the "
-        "other options set. slurm: the Slurm job's end time (with a duration under Slurm, whichever comes first).",
+        "other options set. slurm: the Slurm job's end time (with a duration under Slurm, whichever comes first). "
+        "A time with its zone (2026-12-03T18:00:00Z): the run ends by then, however late it starts (a Kubernetes "
+        "Job's deadline, computed when it is submitted).",
         DURATION,
     )
     image_revision: str | None = option(None, "Source revision of the image (set by it).")

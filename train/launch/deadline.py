@@ -1,8 +1,8 @@
-"""When the run must be over: ``time_budget`` counted from the launch, or the Slurm job's end time when it comes
-first (``time_budget: slurm`` takes that alone). A Slurm job's limit never counts unasked: a long training run
-that a chain of requeued jobs carries on, checkpoint to checkpoint, must not decay and finish in the first. Decided
-once here, by the launcher of each node; the ranks plan their steps to it (train/run/budget.py) and agree on the
-smallest plan, so nodes launched a moment apart still stop at the same step.
+"""When the run must be over: ``time_budget`` counted from the launch (or the moment it names), or the Slurm job's
+end time when it comes first (``time_budget: slurm`` takes that alone). A Slurm job's limit never counts unasked:
+a long training run that a chain of requeued jobs carries on, checkpoint to checkpoint, must not decay and finish
+in the first. Decided once here, by the launcher of each node; the ranks plan their steps to it
+(train/run/budget.py) and agree on the smallest plan, so nodes launched a moment apart still stop at the same step.
 
 The launch is the launcher process's start (entrypoint.sh execs it): the seconds spent importing count against the
 budget as they count against a scheduler's limit. Slurm's end time is asked of the controller (``squeue``), as
@@ -92,7 +92,10 @@ def run_deadline(
     now = time.time() if now is None else now
     label = f"{config.source_of('time_budget')}={asked}"
     found: list[Deadline] = []
-    if asked.strip().lower() != durations.SCHEDULER:
+    moment = durations.until(asked)
+    if moment is not None:  # an end time, set where the job was submitted: the same for every node and restart
+        found.append(Deadline(moment, label, moment - started))
+    elif asked.strip().lower() != durations.SCHEDULER:
         budget = durations.seconds(asked) or 0.0
         found.append(Deadline(started + budget, label, budget))
     end = slurm_end_time(environ, squeue)
