@@ -13,7 +13,10 @@ from train.run.sharding import check_sharding
     ("options", "said"),
     [
         ({"save_strategy": "no"}, "needs at least 2 ranks"),
-        ({"save_strategy": "steps"}, "checkpoints under fsdp are not supported yet"),
+        (
+            {"load_best_model_at_end": "true", "eval_strategy": "steps", "save_strategy": "steps"},
+            "load_best_model_at_end",
+        ),
         ({"save_strategy": "no", "fsdp": "full_shard"}, "leave the Trainer's fsdp"),
         ({"save_strategy": "no", "fp16": "true"}, "fp16 is not supported under fsdp"),
     ],

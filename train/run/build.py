@@ -143,8 +143,6 @@ def prepare(config: Config, files: RunFiles, choose_resume: Callable[[], str | N
         raw = load_raw(config)
         tokenizer = None if trained else load_tokenizer(config, raw, arch)  # a named one: checked before resume
     resume = choose_resume()
-    if resume and job.sharding == "fsdp":
-        raise ConfigError(f"{config.source_of('sharding')}=fsdp: resuming under fsdp is not supported yet ({resume})")
     if resume:
         keep_the_global_batch(config, Path(resume))
     if tokenizer is None:  # trained: the checkpoint's when resuming, world rank 0's on every node

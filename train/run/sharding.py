@@ -6,30 +6,44 @@ accelerator distributed types (``accelerate/state.py``: MULTI_CPU is left out), 
 silently train DDP on CPU ranks, and transformers' load-time sharding refuses to resume. So the job shards the model
 itself, as torchtitan does, and hands the Trainer a model it does not wrap again (:class:`ShardedTrainer`).
 
-This first increment trains and publishes a consolidated final/; checkpoints under fsdp are refused (ConfigError)
-until their sharded optimizer state (torch.distributed.checkpoint, read without unpickling) is in place.
+Checkpoints keep the weights as the Trainer writes them (full safetensors, gathered) and the optimizer as each
+rank's shard through torch.distributed.checkpoint, read back without unpickling (train/common/safe_dcp.py). A
+resume needs the world size that wrote them (for now).
 """
 
 from __future__ import annotations
 
 import contextlib
+import os
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
+import safetensors.torch
 import torch
 import torch.distributed as dist
-from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
+import torch.distributed.checkpoint as dcp
+from torch.distributed.checkpoint.state_dict import (
+    StateDictOptions,
+    get_model_state_dict,
+    get_optimizer_state_dict,
+    set_model_state_dict,
+    set_optimizer_state_dict,
+)
 from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.fsdp import FSDPModule, fully_shard
 from torch.distributed.tensor import DTensor
 from transformers import TrainerCallback
 from transformers.modeling_layers import GradientCheckpointingLayer
+from transformers.trainer import SAFE_WEIGHTS_NAME, SCHEDULER_NAME
 
 from train.common.errors import ConfigError
+from train.common.safe_dcp import SafeFileSystemReader, SafeFileSystemWriter, SafeLoadPlanner
 from train.config import Config
 from train.run.trainer import MLMTrainer
 
 FULL = StateDictOptions(full_state_dict=True, cpu_offload=True)  # gathered on rank 0, plain CPU tensors
+OPTIMIZER_DIR = "optimizer_dcp"  # in a checkpoint: .metadata, .metadata.pt and each rank's __<rank>_0.distcp
 
 
 def check_sharding(config: Config) -> None:
@@ -44,8 +58,8 @@ def check_sharding(config: Config) -> None:
     if training.fsdp:
         # the Trainer's own FSDP goes through accelerate, which gives CPU ranks DDP without a word
         raise ConfigError(f"{option}: leave the Trainer's fsdp/fsdp_config unset; MLM_SHARDING shards the model")
-    if str(getattr(training.save_strategy, "value", training.save_strategy)) != "no":
-        raise ConfigError(f"{option}: checkpoints under fsdp are not supported yet; set save_strategy no")
+    if training.load_best_model_at_end:
+        raise ConfigError(f"{option}: load_best_model_at_end is not supported under fsdp yet")
     if training.world_size < 2:
         raise ConfigError(f"{option}: sharding needs at least 2 ranks, this run has 1; use sharding ddp")
 
@@ -79,7 +93,12 @@ class ShardedTrainer(MLMTrainer):
       the reduce-scatter of all but the last micro-batch.
     * ``create_optimizer`` reshards first: an evaluation leaves the root unit's parameters unsharded.
     * ``_save`` writes the full weights every rank gathered (:meth:`gather_for_save`, a collective) with
-      save_pretrained, which cannot save DTensors ("invalid python storage").
+      save_pretrained, which cannot save DTensors ("invalid python storage"); a checkpoint's save gathers them
+      on every rank (the Trainer calls ``save_model`` on every rank there).
+    * the optimizer: each rank's shard through torch.distributed.checkpoint (the Trainer torch.save-s rank 0's
+      shard as if it were the whole state), loaded with the pickle-free reader.
+    * ``_load_from_checkpoint``: the full safetensors into the shards (the Trainer's ``load_state_dict`` fails:
+      "aten.copy_.default got mixed torch.Tensor and DTensor").
     """
 
     def __init__(self, model: torch.nn.Module, *args: Any, **kwargs: Any) -> None:
@@ -109,6 +128,37 @@ class ShardedTrainer(MLMTrainer):
                 if names[0] in full:
                     full[other] = full[names[0]]
         self._gathered = full
+
+    def save_model(self, output_dir: str | None = None, _internal_call: bool = False) -> None:
+        if _internal_call:  # a checkpoint: every rank is here
+            self.gather_for_save()
+        super().save_model(output_dir, _internal_call)
+
+    def _inner_optimizer(self) -> torch.optim.Optimizer:
+        return getattr(self.optimizer, "optimizer", self.optimizer)  # accelerate's AcceleratedOptimizer wraps it
+
+    def _save_optimizer_and_scheduler(self, output_dir: str) -> None:
+        state = {"optimizer": get_optimizer_state_dict(self.model, self._inner_optimizer())}
+        dcp.save(state, storage_writer=SafeFileSystemWriter(Path(output_dir) / OPTIMIZER_DIR))
+        if self.args.should_save:
+            torch.save(self.lr_scheduler.state_dict(), os.path.join(output_dir, SCHEDULER_NAME))
+
+    def _load_optimizer_and_scheduler(self, checkpoint: str | None) -> None:
+        if checkpoint is None:
+            return
+        optimizer = self._inner_optimizer()
+        state = {"optimizer": get_optimizer_state_dict(self.model, optimizer)}
+        reader = SafeFileSystemReader(Path(checkpoint) / OPTIMIZER_DIR)
+        dcp.load(state, storage_reader=reader, planner=SafeLoadPlanner())
+        set_optimizer_state_dict(self.model, optimizer, state["optimizer"])
+        scheduler = torch.load(os.path.join(checkpoint, SCHEDULER_NAME), weights_only=True)
+        self.lr_scheduler.load_state_dict(scheduler)
+
+    def _load_from_checkpoint(self, resume_from_checkpoint: str, model: torch.nn.Module | None = None) -> None:
+        weights = os.path.join(resume_from_checkpoint, SAFE_WEIGHTS_NAME)
+        loaded = safetensors.torch.load_file(weights, device="cpu")
+        # strict=False: the tied decoder is stored once, under the embeddings' name
+        set_model_state_dict(model or self.model, loaded, options=StateDictOptions(full_state_dict=True, strict=False))
 
     def _save(self, output_dir: str | None = None, state_dict: dict | None = None) -> None:
         if self._gathered is None:
