@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from safetensors.torch import load_file
 
 from tests.conftest import run_torchrun, tiny_env
 from tests.e2e.test_model_matrix import fills_a_mask
@@ -54,8 +55,6 @@ def test_fsdp_trains_as_ddp_does_on_half_the_state_per_rank(tmp_path: Path) -> N
 
 
 def test_fsdp_resumes_bit_identically_from_its_sharded_checkpoint(tmp_path: Path) -> None:
-    from safetensors.torch import load_file
-
     saving = {"save_strategy": "steps", "save_steps": "10"}
     trained(tmp_path / "whole", "fsdp", **saving)
     checkpoint = tmp_path / "whole" / "checkpoint-10"
