@@ -6,7 +6,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 
 import pytest
 import torch
@@ -22,6 +22,7 @@ from train.outputs.checkpoints import (
     resume_choice,
     resumed_options,
     tidy_aside,
+    writer_of,
 )
 from train.outputs.runfiles import ASIDE_PREFIX, COMPLETE_MARKER, OPTIONS_NAME, RunFiles
 
@@ -241,3 +242,10 @@ def test_a_batch_that_cannot_be_kept_is_said_and_one_chosen_this_run_wins(tmp_pa
         is None
     )
     assert kept_global_batch(config(tmp_path, per_device_train_batch_size="16"), same) is None  # 16 either way
+
+
+def test_each_rank_wrote_its_own_sharded_optimizer_file() -> None:
+    assert writer_of(PurePosixPath("optimizer_dcp/__1_0.distcp")) == 1
+    assert writer_of(PurePosixPath("optimizer_dcp/__0_0.distcp")) == 0
+    assert writer_of(PurePosixPath("optimizer_dcp/.metadata.pt")) == 0  # the coordinator's
+    assert writer_of(PurePosixPath("rng_state_3.pth")) == 3

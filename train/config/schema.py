@@ -183,6 +183,13 @@ class JobArguments:
         "every masked-LM whose head works position by position, checked before training); the saved model is "
         "unchanged.",
     )
+    sharding: Literal["ddp", "fsdp"] = option(
+        "ddp",
+        "ddp: each rank holds the whole model, its gradients and optimizer state. fsdp: FSDP2 (fully_shard), each "
+        "rank holds its share of them (about 1/N on N ranks): for a model whose training state does not fit one "
+        "device. fsdp needs 2 or more ranks and no fp16; its checkpoints resume on the same number of ranks "
+        "(train/run/sharding.py).",
+    )
     attn_implementation: Literal["auto", "eager", "sdpa", "flash_attention_2", "flex_attention"] = option(
         "auto",
         "auto: flash_attention_2 where it is installed, on a GPU, for a model that has it; else SDPA where the "

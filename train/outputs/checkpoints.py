@@ -54,6 +54,9 @@ TORCH_SUFFIXES = (".pt", ".pth", ".bin")
 # The Trainer's RNG state: rng_state.pth with one process, rng_state_<process index>.pth with several; each rank
 # writes its own (transformers 5.24, Trainer._save_rng_state), every other file of a checkpoint is world rank 0's.
 RNG_STATE = re.compile(r"^rng_state(?:_(\d+))?\.pth$")
+# A sharded optimizer (MLM_SHARDING=fsdp, train/run/sharding.py): torch.distributed.checkpoint writes each rank's
+# shard as __<rank>_0.distcp; its .metadata and .metadata.pt are the coordinator's (world rank 0).
+DCP_SHARD = re.compile(r"^__(\d+)_\d+\.distcp$")
 # What transformers loads back from a checkpoint with torch.load(weights_only=True): a file of these that the safe
 # loader refuses would end the resume with an UnpicklingError, so it makes the checkpoint damaged here instead.
 # training_args.bin is not among them: the Trainer pickles its arguments there and never loads them on resume.
@@ -62,7 +65,8 @@ SAFE_LOADED = re.compile(r"^(optimizer\.pt|scheduler\.pt|scaler\.pt|rng_state(_\
 
 def writer_of(name: PurePosixPath | Path) -> int:
     """The world rank that wrote a checkpoint's file ``name``."""
-    match = RNG_STATE.match(PurePosixPath(name).name)
+    base = PurePosixPath(name).name
+    match = RNG_STATE.match(base) or DCP_SHARD.match(base)
     return int(match[1]) if match and match[1] else 0
 
 

@@ -142,6 +142,7 @@ class RunRecord:
             status=status,
             handoff=self.handoff,
         )
+        document["sharding"] = facts.get("sharding")
         for entries in self.live:
             document.update(entries())
         write_json_atomic(self.files.run_json, document)

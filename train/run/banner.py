@@ -46,6 +46,7 @@ def banner_record(config: Config, facts: dict[str, Any], handoff: Handoff | None
         "head_weights": facts.get("head_weights"),
         "masking": facts.get("masking"),
         "packing": facts.get("packing"),
+        "sharding": facts.get("sharding"),
         "dataset": job.dataset,
         "train_samples": facts.get("train_samples"),
         "eval_samples": facts.get("eval_samples"),

@@ -48,6 +48,7 @@ from train.outputs.runfiles import RunFiles
 from train.run.budget import TimeBudget
 from train.run.callbacks import CheckpointCompleteMarker, DivergenceGuard, EpochForCollator
 from train.run.preemption import StopOnSignal
+from train.run.sharding import ShardedTrainer, StateBytes, check_sharding, shard_model, sharding_facts
 from train.run.trainer import MLMTrainer, losses_are_batch_means
 
 
@@ -67,6 +68,8 @@ class Prepared:
     packing: dict[str, Any]  # the padding mode and its efficiency (:func:`batch_facts`)
     resume: str | None = None  # the checkpoint this rank resumes from (its node's copy)
     budget: TimeBudget | None = None  # the steps planned to a deadline (train/run/budget.py), with time_budget
+    sharding: str = "ddp"  # MLM_SHARDING: ddp or fsdp (train/run/sharding.py)
+    state_bytes: StateBytes | None = None  # this rank's measured parameters, gradients and optimizer state
 
     def write_model(self, directory: Path) -> None:
         """The trained model and its tokenizer, as AutoModelForMaskedLM / AutoTokenizer load them, and a
@@ -95,7 +98,12 @@ class Prepared:
             "head_weights": self.head_weights,
             "masking": self.masking,
             "packing": self.packing,
+            "sharding": {"mode": self.sharding},
         }
+
+    def sharding_facts(self) -> dict[str, Any]:
+        """The mode and every rank's measured bytes (a collective: every rank calls it, at the end)."""
+        return sharding_facts(self.sharding, self.state_bytes or StateBytes())
 
 
 def masked_accuracy(eval_pred: Any) -> dict[str, float]:
@@ -124,6 +132,7 @@ def prepare(config: Config, files: RunFiles, choose_resume: Callable[[], str | N
     training, job = config.training, config.job
     padding = Padding(job.padding)
     stopper = StopOnSignal()  # first: a stop while the data is prepared (or a checkpoint downloads) is exit 75
+    check_sharding(config)
     arch = scratch_config(config)
     model_config = check_before_data(config, arch)
     if model_config is not None and padding.isolates:  # refused before the data, where the config is known
@@ -160,7 +169,11 @@ def prepare(config: Config, files: RunFiles, choose_resume: Callable[[], str | N
     evaluating = corpus.validation is not None and training.eval_strategy != "no"
     guard = DivergenceGuard()
     budget = time_budget(config, model, corpus.validation if evaluating else None)
-    trainer = MLMTrainer(
+    trainer_class = MLMTrainer
+    if job.sharding == "fsdp":  # after the head and freezing: their probe forwards are not collectives
+        model, trainer_class = shard_model(model, training.device.type), ShardedTrainer
+    state_bytes = StateBytes()
+    trainer = trainer_class(
         model=model,
         args=trainer_arguments(training, corpus),
         train_dataset=corpus.train,
@@ -174,6 +187,7 @@ def prepare(config: Config, files: RunFiles, choose_resume: Callable[[], str | N
             EpochForCollator(collator),
             *([StreamPosition()] if corpus.streaming else []),
             CheckpointCompleteMarker(files, resumed_options(config)),
+            state_bytes,
         ],
     )
     trainer.eval_collator = collator.for_evaluation(job.eval_mlm_probability)
@@ -183,6 +197,7 @@ def prepare(config: Config, files: RunFiles, choose_resume: Callable[[], str | N
     return Prepared(
         trainer=trainer, tokenizer=tokenizer, corpus=corpus, stopper=stopper, guard=guard, head=head,
         head_weights=new_head, masking=masking, packing=packing_facts, resume=resume, budget=budget,
+        sharding=job.sharding, state_bytes=state_bytes,
         companions=None if arch is not None else companion_directory(job.model_name_or_path),
     )  # fmt: skip
 

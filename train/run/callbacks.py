@@ -9,6 +9,7 @@ from typing import Any
 
 import torch
 import torch.distributed as dist
+from torch.distributed.tensor import DTensor
 from transformers import TrainerCallback
 
 from train.common import distributed
@@ -91,7 +92,17 @@ class CheckpointSaved(TrainerCallback):
 
 
 def finite_weights(model: torch.nn.Module) -> bool:
-    return all(bool(torch.isfinite(p).all()) for p in model.parameters() if p.is_floating_point())
+    """Whether every floating weight is finite, the same answer on every rank: under fsdp a rank holds only its
+    shard (``bool()`` of a DTensor reads the local value, so ranks could disagree and hang apart), so the answers
+    are agreed with a MIN (a collective, as the save it precedes)."""
+    parameters = [p for p in model.parameters() if p.is_floating_point()]
+    local = [p.to_local() if isinstance(p, DTensor) else p for p in parameters]
+    finite = all(bool(torch.isfinite(p).all()) for p in local)
+    if len(local) == 0 or not isinstance(parameters[0], DTensor):
+        return finite
+    agreed = torch.tensor(int(finite), device=local[0].device)
+    dist.all_reduce(agreed, op=dist.ReduceOp.MIN)
+    return bool(agreed.item())
 
 
 class DivergenceGuard(TrainerCallback):

@@ -193,6 +193,8 @@ def finish(
     """World rank 0 publishes final/, then writes all_results.json and run.json, then pushes and logs to the
     trackers."""
     files = record.files
+    record.facts["sharding"] = prepared.sharding_facts()  # collectives: every rank, before rank 0 goes on alone
+    prepared.trainer.gather_for_save()
     if distributed.is_world_zero():
         location.publish(prepared.write_model)  # final/ whole before run.json says "finished"
         trainer, corpus = prepared.trainer, prepared.corpus

@@ -309,6 +309,7 @@ def callbacks(
             "head_weights",
             "masking",
             "packing",
+            "sharding",
         )
         if k in facts
     }

@@ -60,6 +60,10 @@ class MLMTrainer(Trainer):
         finally:
             self.data_collator = training_collator
 
+    def gather_for_save(self) -> None:
+        """Called on every rank before rank 0 saves the final model: nothing to gather for a whole replica
+        (train/run/sharding.py's trainer gathers its shards here)."""
+
     def _track_num_input_tokens(self, inputs: dict[str, Any]) -> None:
         """The Trainer counts real tokens as ``attention_mask.sum()``: a 4D per-document mask (train/model/packing.py)
         would count positions squared, and ModernBERT's dict of masks has no sum. Those layouts (packed, padding

@@ -1,0 +1,217 @@
+"""FSDP2 (``fully_shard``) under the Trainer: each rank keeps a shard of the weights, gradients and AdamW state
+instead of a whole replica (MLM_SHARDING=fsdp), the same code path on CPU (gloo) and GPU (nccl).
+
+What the libraries lack (transformers 5.24, accelerate 1.15, torch 2.13): accelerate turns FSDP on only for
+accelerator distributed types (``accelerate/state.py``: MULTI_CPU is left out), so the Trainer's ``fsdp`` options
+silently train DDP on CPU ranks, and transformers' load-time sharding refuses to resume. So the job shards the model
+itself, as torchtitan does, and hands the Trainer a model it does not wrap again (:class:`ShardedTrainer`).
+
+Checkpoints keep the weights as the Trainer writes them (full safetensors, gathered) and the optimizer as each
+rank's shard through torch.distributed.checkpoint, read back without unpickling (train/common/safe_dcp.py). A
+resume needs the world size that wrote them (for now).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import safetensors.torch
+import torch
+import torch.distributed as dist
+import torch.distributed.checkpoint as dcp
+from torch.distributed.checkpoint.state_dict import (
+    StateDictOptions,
+    get_model_state_dict,
+    get_optimizer_state_dict,
+    set_model_state_dict,
+    set_optimizer_state_dict,
+)
+from torch.distributed.device_mesh import init_device_mesh
+from torch.distributed.fsdp import FSDPModule, fully_shard
+from torch.distributed.tensor import DTensor
+from transformers import TrainerCallback
+from transformers.modeling_layers import GradientCheckpointingLayer
+from transformers.trainer import SAFE_WEIGHTS_NAME, SCHEDULER_NAME
+
+from train.common.errors import ConfigError
+from train.common.safe_dcp import SafeFileSystemReader, SafeFileSystemWriter, SafeLoadPlanner
+from train.config import Config
+from train.run.trainer import MLMTrainer
+
+FULL = StateDictOptions(full_state_dict=True, cpu_offload=True)  # gathered on rank 0, plain CPU tensors
+OPTIMIZER_DIR = "optimizer_dcp"  # in a checkpoint: .metadata, .metadata.pt and each rank's __<rank>_0.distcp
+
+
+def check_sharding(config: Config) -> None:
+    """ConfigError, naming MLM_SHARDING, for what fsdp cannot run with (yet); before any data is read."""
+    training = config.training
+    if config.job.sharding != "fsdp":
+        return
+    option = f"{config.source_of('sharding')}=fsdp"
+    if training.fp16:
+        # accelerate's GradScaler would look for inf/NaN in each rank's shard alone and the ranks could disagree
+        raise ConfigError(f"{option}: fp16 is not supported under fsdp; use bf16 or fp32")
+    if training.fsdp:
+        # the Trainer's own FSDP goes through accelerate, which gives CPU ranks DDP without a word
+        raise ConfigError(f"{option}: leave the Trainer's fsdp/fsdp_config unset; MLM_SHARDING shards the model")
+    if training.load_best_model_at_end:
+        raise ConfigError(f"{option}: load_best_model_at_end is not supported under fsdp yet")
+    if training.world_size < 2:
+        raise ConfigError(f"{option}: sharding needs at least 2 ranks, this run has 1; use sharding ddp")
+
+
+def shard_model(model: torch.nn.Module, device_type: str) -> torch.nn.Module:
+    """``fully_shard`` each transformer layer, then the root: the embeddings stay in the root's unit with the MLM
+    decoder tied to them (a tie split across units would be two parameters). Layers are found as transformers'
+    ``GradientCheckpointingLayer``, not ``_no_split_modules``: DistilBERT, ELECTRA, DeBERTa-v2 and ALBERT have none,
+    and where it exists it names the embeddings too. The head and freezing must be applied before: their probe
+    forwards would otherwise be collectives."""
+    mesh = init_device_mesh(device_type, (dist.get_world_size(),))
+    layers = [m for m in model.modules() if isinstance(m, GradientCheckpointingLayer)]
+    if not layers:
+        raise ConfigError(f"MLM_SHARDING=fsdp: {type(model).__name__} has no transformer layer to shard")
+    for layer in layers:
+        fully_shard(layer, mesh=mesh)
+    fully_shard(model, mesh=mesh)
+    return model
+
+
+def _local(tensor: torch.Tensor) -> torch.Tensor:
+    return tensor.to_local() if isinstance(tensor, DTensor) else tensor
+
+
+class ShardedTrainer(MLMTrainer):
+    """The job's Trainer for a model already sharded by :func:`shard_model` (transformers 5.24, accelerate 1.15).
+
+    * ``_is_accelerate_prepared``: ``accelerator.prepare`` returns such a model as it is (accelerator.py:1806);
+      without it CPU ranks wrap the DTensor model in DDP, which fails, and GPU ranks raise.
+    * ``no_sync``: the Trainer's gradient accumulation asks the model for it (accelerator.py:1173): FSDP2 then skips
+      the reduce-scatter of all but the last micro-batch.
+    * ``create_optimizer`` reshards first: an evaluation leaves the root unit's parameters unsharded.
+    * ``_save`` writes the full weights every rank gathered (:meth:`gather_for_save`, a collective) with
+      save_pretrained, which cannot save DTensors ("invalid python storage"); a checkpoint's save gathers them
+      on every rank (the Trainer calls ``save_model`` on every rank there).
+    * the optimizer: each rank's shard through torch.distributed.checkpoint (the Trainer torch.save-s rank 0's
+      shard as if it were the whole state), loaded with the pickle-free reader.
+    * ``_load_from_checkpoint``: the full safetensors into the shards (the Trainer's ``load_state_dict`` fails:
+      "aten.copy_.default got mixed torch.Tensor and DTensor").
+    """
+
+    def __init__(self, model: torch.nn.Module, *args: Any, **kwargs: Any) -> None:
+        if not isinstance(model, FSDPModule):
+            raise TypeError("ShardedTrainer takes a model sharded by shard_model")
+        model._is_accelerate_prepared = True
+        model.no_sync = _no_sync(model)
+        self._gathered: dict[str, torch.Tensor] | None = None
+        super().__init__(model, *args, **kwargs)
+
+    def create_optimizer(self, model: torch.nn.Module | None = None) -> torch.optim.Optimizer:
+        for module in (model or self.model).modules():
+            if isinstance(module, FSDPModule):
+                module.reshard()
+        return super().create_optimizer(model)
+
+    def gather_for_save(self) -> None:
+        """Every rank: gather the full weights onto rank 0 for the next ``save_model`` (which only rank 0 calls).
+        The gathered copies are separate tensors: tied names are pointed back at one, so that save_pretrained,
+        which finds ties by storage, stores the tied weight once as for an unsharded model."""
+        full = get_model_state_dict(self.model, options=FULL)
+        owners: dict[int, list[str]] = {}
+        for name, parameter in self.model.named_parameters(remove_duplicate=False):
+            owners.setdefault(id(parameter), []).append(name)
+        for names in owners.values():
+            for other in names[1:]:
+                if names[0] in full:
+                    full[other] = full[names[0]]
+        self._gathered = full
+
+    def save_model(self, output_dir: str | None = None, _internal_call: bool = False) -> None:
+        if _internal_call:  # a checkpoint: every rank is here
+            self.gather_for_save()
+        super().save_model(output_dir, _internal_call)
+
+    def _inner_optimizer(self) -> torch.optim.Optimizer:
+        return getattr(self.optimizer, "optimizer", self.optimizer)  # accelerate's AcceleratedOptimizer wraps it
+
+    def _save_optimizer_and_scheduler(self, output_dir: str) -> None:
+        state = {"optimizer": get_optimizer_state_dict(self.model, self._inner_optimizer())}
+        dcp.save(state, storage_writer=SafeFileSystemWriter(Path(output_dir) / OPTIMIZER_DIR))
+        if self.args.should_save:
+            torch.save(self.lr_scheduler.state_dict(), os.path.join(output_dir, SCHEDULER_NAME))
+
+    def _load_optimizer_and_scheduler(self, checkpoint: str | None) -> None:
+        if checkpoint is None:
+            return
+        optimizer = self._inner_optimizer()
+        state = {"optimizer": get_optimizer_state_dict(self.model, optimizer)}
+        reader = SafeFileSystemReader(Path(checkpoint) / OPTIMIZER_DIR)
+        dcp.load(state, storage_reader=reader, planner=SafeLoadPlanner())
+        set_optimizer_state_dict(self.model, optimizer, state["optimizer"])
+        scheduler = torch.load(os.path.join(checkpoint, SCHEDULER_NAME), weights_only=True)
+        self.lr_scheduler.load_state_dict(scheduler)
+
+    def _load_from_checkpoint(self, resume_from_checkpoint: str, model: torch.nn.Module | None = None) -> None:
+        weights = os.path.join(resume_from_checkpoint, SAFE_WEIGHTS_NAME)
+        loaded = safetensors.torch.load_file(weights, device="cpu")
+        # strict=False: the tied decoder is stored once, under the embeddings' name
+        set_model_state_dict(model or self.model, loaded, options=StateDictOptions(full_state_dict=True, strict=False))
+
+    def _save(self, output_dir: str | None = None, state_dict: dict | None = None) -> None:
+        if self._gathered is None:
+            raise RuntimeError("ShardedTrainer: gather_for_save must run on every rank before a save")
+        gathered, self._gathered = self._gathered, None
+        super()._save(output_dir, state_dict=dict(gathered))  # a copy: save_pretrained empties the dict it gets
+
+
+def _no_sync(model: FSDPModule) -> Any:
+    @contextlib.contextmanager
+    def no_sync() -> Iterator[None]:
+        model.set_requires_gradient_sync(False)
+        try:
+            yield
+        finally:
+            model.set_requires_gradient_sync(True)
+
+    return no_sync
+
+
+class StateBytes(TrainerCallback):
+    """This rank's bytes of parameters, gradients and optimizer state, measured once, at the first optimizer step
+    (when all three exist: the Trainer drops the gradients after it): the sum of the local tensors, so a shard
+    counts its own size."""
+
+    def __init__(self) -> None:
+        self.measured: dict[str, int] | None = None
+
+    def on_optimizer_step(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        model, optimizer = kwargs.get("model"), kwargs.get("optimizer")
+        if self.measured is not None or model is None or optimizer is None:
+            return
+        parameters = [p for p in model.parameters()]
+        inner = getattr(optimizer, "optimizer", optimizer)  # accelerate's AcceleratedOptimizer wraps it
+        moments = [t for s in inner.state.values() for t in s.values() if isinstance(t, torch.Tensor) and t.dim()]
+        self.measured = {
+            "parameters": sum(_bytes(p) for p in parameters),
+            "gradients": sum(_bytes(p.grad) for p in parameters if p.grad is not None),
+            "optimizer": sum(_bytes(t) for t in moments),
+        }
+
+
+def _bytes(tensor: torch.Tensor) -> int:
+    local = _local(tensor)
+    return local.numel() * local.element_size()
+
+
+def sharding_facts(mode: str, measured: StateBytes) -> dict[str, Any]:
+    """run.json's ``sharding``: the mode and each rank's measured bytes (a collective: every rank calls it)."""
+    mine = measured.measured or {}
+    ranks: list[Any] = [mine]
+    if dist.is_available() and dist.is_initialized():
+        ranks = [None] * dist.get_world_size()
+        dist.all_gather_object(ranks, mine)
+    totals = [sum(r.values()) for r in ranks]
+    return {"mode": mode, "state_bytes_per_rank": ranks, "state_bytes_total": sum(totals)}
