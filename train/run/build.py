@@ -171,7 +171,7 @@ def prepare(config: Config, files: RunFiles, choose_resume: Callable[[], str | N
     budget = time_budget(config, model, corpus.validation if evaluating else None)
     trainer_class = MLMTrainer
     if job.sharding == "fsdp":  # after the head and freezing: their probe forwards are not collectives
-        model, trainer_class = shard_model(model, training.device.type), ShardedTrainer
+        model, trainer_class = shard_model(model, training.device.type, bool(training.bf16)), ShardedTrainer
     state_bytes = StateBytes()
     trainer = trainer_class(
         model=model,

@@ -8,7 +8,8 @@ itself, as torchtitan does, and hands the Trainer a model it does not wrap again
 
 Checkpoints keep the weights as the Trainer writes them (full safetensors, gathered) and the optimizer as each
 rank's shard through torch.distributed.checkpoint, read back without unpickling (train/common/safe_dcp.py). A
-resume needs the world size that wrote them (for now).
+resume on the world size that wrote them is tested (bit-identical); DCP reshards the optimizer to another world
+size, which is not yet tested, nor said in the banner.
 """
 
 from __future__ import annotations
@@ -31,7 +32,7 @@ from torch.distributed.checkpoint.state_dict import (
     set_optimizer_state_dict,
 )
 from torch.distributed.device_mesh import init_device_mesh
-from torch.distributed.fsdp import FSDPModule, fully_shard
+from torch.distributed.fsdp import FSDPModule, MixedPrecisionPolicy, fully_shard
 from torch.distributed.tensor import DTensor
 from transformers import TrainerCallback
 from transformers.modeling_layers import GradientCheckpointingLayer
@@ -64,19 +65,26 @@ def check_sharding(config: Config) -> None:
         raise ConfigError(f"{option}: sharding needs at least 2 ranks, this run has 1; use sharding ddp")
 
 
-def shard_model(model: torch.nn.Module, device_type: str) -> torch.nn.Module:
+def shard_model(model: torch.nn.Module, device_type: str, bf16: bool = False) -> torch.nn.Module:
     """``fully_shard`` each transformer layer, then the root: the embeddings stay in the root's unit with the MLM
     decoder tied to them (a tie split across units would be two parameters). Layers are found as transformers'
     ``GradientCheckpointingLayer``, not ``_no_split_modules``: DistilBERT, ELECTRA, DeBERTa-v2 and ALBERT have none,
     and where it exists it names the embeddings too. The head and freezing must be applied before: their probe
-    forwards would otherwise be collectives."""
+    forwards would otherwise be collectives.
+
+    bf16 (the launcher's precision on a GPU that has it) is FSDP2's mixed precision: computed in bf16, gradients
+    reduced in fp32, the sharded weights and AdamW state kept in fp32. accelerate's own autocast never applies here,
+    since it wraps the model in ``prepare``, which a sharded model skips (:class:`ShardedTrainer`). Not yet measured
+    on a GPU."""
     mesh = init_device_mesh(device_type, (dist.get_world_size(),))
     layers = [m for m in model.modules() if isinstance(m, GradientCheckpointingLayer)]
     if not layers:
         raise ConfigError(f"MLM_SHARDING=fsdp: {type(model).__name__} has no transformer layer to shard")
+    policy = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32) if bf16 else None
+    options: dict[str, Any] = {"mesh": mesh, **({"mp_policy": policy} if policy is not None else {})}
     for layer in layers:
-        fully_shard(layer, mesh=mesh)
-    fully_shard(model, mesh=mesh)
+        fully_shard(layer, **options)
+    fully_shard(model, **options)
     return model
 
 
