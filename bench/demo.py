@@ -95,9 +95,12 @@ def recipe_flags(name: str, settings: DemoSettings) -> list[str]:
 
 def common_flags(settings: DemoSettings, tokenizer_dir: Path, steps: int) -> list[str]:
     """The options every run of the series gets: the model, the tokenizer, the demo data, steps and evaluation."""
+    # --recipe classic: the seed's model is a pretrained DistilBERT, whose runs get the classic recipe; the
+    # scratch model standing in for it (the hub is unreachable) must not get a scratch model's modern one.
     return [
-        "--model_name_or_path", "scratch:distilbert", "--config_overrides", settings.model_overrides,
-        "--tokenizer_name", str(tokenizer_dir), "--dataset", "demo", "--demo_samples", "50000",
+        "--model_name_or_path", "scratch:distilbert", "--recipe", "classic", "--config_overrides",
+        settings.model_overrides, "--tokenizer_name", str(tokenizer_dir), "--dataset", "demo",
+        "--demo_samples", "50000",
         "--max_steps", str(steps), "--logging_steps", str(settings.logging_steps),
         "--max_eval_samples", str(settings.eval_samples), "--seed", "42", "--report_to", "none",
     ]  # fmt: skip

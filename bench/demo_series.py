@@ -50,7 +50,8 @@ def prepare(settings: DemoSettings, workdir: Path) -> tuple[Path, dict[str, Any]
     from train.data import load_raw
     from train.model.tokenizer_training import train_tokenizer
 
-    model = ["--model_name_or_path", "scratch:distilbert", "--config_overrides", settings.model_overrides]
+    model = ["--model_name_or_path", "scratch:distilbert", "--recipe", "classic", "--config_overrides",
+             settings.model_overrides]  # fmt: skip  # as the runs get them (bench/demo.py's common_flags)
     config = load_config(model, environ={})
     tokenizer_dir = workdir / "tokenizer"
     if not (tokenizer_dir / "tokenizer.json").exists():
