@@ -225,6 +225,14 @@ def test_the_banner_says_the_masking_and_its_realised_rate(tmp_path):
     assert "masking    30% of words (15% for evaluation)\n" in stream
 
 
+def test_the_banner_says_a_resume_on_another_number_of_ranks(tmp_path):
+    config = config_for(tmp_path, "--log_format", "text")
+    elsewhere = banner(config, {**FACTS, "start_step": 20, "world_size": 1, "resumed_from_ranks": 2})
+    assert "resuming at step 20 (resumed from 2 ranks on 1)" in elsewhere
+    same = banner(config, {**FACTS, "start_step": 20, "world_size": 2, "resumed_from_ranks": 2})
+    assert "resuming at step 20\n" in same + "\n" and "resumed from" not in same
+
+
 # ---- callback driven directly, with a fake NVML ---------------------------------------------------------------------
 
 

@@ -91,21 +91,31 @@ class Positioned:
         return {"read": 7}
 
 
+def saving_args(output_dir: Path) -> SimpleNamespace:
+    return SimpleNamespace(output_dir=str(output_dir), process_index=0, world_size=1, per_device_train_batch_size=4)
+
+
 def test_the_position_is_saved_into_the_checkpoint_and_read_back(tmp_path: Path) -> None:
     files = RunFiles(tmp_path)
     files.checkpoint(10).mkdir()
-    args, state = SimpleNamespace(output_dir=str(tmp_path)), SimpleNamespace(global_step=10)
+    args, state = saving_args(tmp_path), SimpleNamespace(global_step=10)
     StreamPosition().on_save(args, state, None, train_dataloader=Positioned())
     saved = files.checkpoint(10) / STREAM_STATE
-    assert json.loads(saved.read_text()) == {"world_size": 1, "ranks": [{"read": 7}]}
+    position = {"kind": "rank", "rank": 0, "world_size": 1, "batch_size": 4, "workers": 0, "loader": {"read": 7}}
+    assert json.loads(saved.read_text()) == {"world_size": 1, "ranks": [{**position, "used": 0}]}
     assert not list(files.checkpoint(10).glob("*.tmp"))  # written whole, then renamed into place
-    assert StreamPosition.load(str(files.checkpoint(10)), 0, 1, "MLM_STREAMING") == {"read": 7}
-    with pytest.raises(ConfigError, match=r"MLM_STREAMING=true: checkpoint-10 holds the stream positions of 1 rank"):
-        StreamPosition.load(str(files.checkpoint(10)), 0, 2, "MLM_STREAMING")
+    assert StreamPosition.load(str(files.checkpoint(10)), 0, 1, "MLM_STREAMING") == {**position, "used": 0}
+    # on two ranks, both share the one old rank's remainder, every other example (train/data/stream_resume.py)
+    shared = StreamPosition.load(str(files.checkpoint(10)), 1, 2, "MLM_STREAMING")
+    assert shared == {"kind": "stride", "part": {**position, "used": 0}, "every": 2, "skip": 1}
     StreamPosition().on_save(args, SimpleNamespace(global_step=20), None, train_dataloader=Positioned())
     assert not files.checkpoint(20).exists()  # no checkpoint at that step: nothing is created
     files.checkpoint(30).mkdir()
     assert StreamPosition.load(str(files.checkpoint(30)), 0, 1, "MLM_STREAMING") is None  # saved before streaming
+    (files.checkpoint(30) / STREAM_STATE).write_text('{"world_size": 1, "ranks": [{"read": 7}]}')  # an older form
+    assert StreamPosition.load(str(files.checkpoint(30)), 0, 1, "MLM_STREAMING") == {"read": 7}
+    with pytest.raises(ConfigError, match=r"MLM_STREAMING=true: checkpoint-30 holds the stream positions of 1 rank"):
+        StreamPosition.load(str(files.checkpoint(30)), 0, 2, "MLM_STREAMING")
 
 
 def test_a_planted_pickle_never_runs_and_a_damaged_position_is_named(tmp_path: Path) -> None:
@@ -125,9 +135,7 @@ def test_a_planted_pickle_never_runs_and_a_damaged_position_is_named(tmp_path: P
 def test_only_world_rank_0_writes_the_positions(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     RunFiles(tmp_path).checkpoint(5).mkdir()
     monkeypatch.setenv("RANK", "1")
-    StreamPosition().on_save(
-        SimpleNamespace(output_dir=str(tmp_path)), SimpleNamespace(global_step=5), None, train_dataloader=Positioned()
-    )
+    StreamPosition().on_save(saving_args(tmp_path), SimpleNamespace(global_step=5), None, train_dataloader=Positioned())
     assert not (RunFiles(tmp_path).checkpoint(5) / STREAM_STATE).exists()
 
 

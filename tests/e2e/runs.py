@@ -13,6 +13,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from tests.conftest import REPO, tiny_env
 from tests.hub_server import USER, HubServer
 
@@ -61,6 +63,18 @@ def wait_for(path: Path, process: subprocess.Popen, timeout: float = 300) -> Non
 def records(log: Path) -> list[dict]:
     """The complete lines of a train.jsonl that may still be being written."""
     return [json.loads(line) for line in log.read_text().splitlines(keepends=True) if line.endswith("\n")]
+
+
+def logged_losses(output_dir: Path) -> dict[int, float]:
+    """The training losses a run logged in its train.jsonl, by step."""
+    return {r["step"]: r["loss"] for r in records(output_dir / "logs" / "train.jsonl") if "loss" in r}
+
+
+def continues(resumed: dict[int, float], uninterrupted: dict[int, float], steps: list[int]) -> None:
+    """A run resumed on another number of ranks logged ``steps``, each loss within 2 % of the uninterrupted run's."""
+    assert sorted(resumed) == steps, resumed
+    for step, loss in resumed.items():
+        assert loss == pytest.approx(uninterrupted[step], rel=0.02), (step, resumed, uninterrupted)
 
 
 # --- the processes of a run ----------------------------------------------------------------------------------------

@@ -12,7 +12,6 @@ from train.run.sharding import check_sharding
 @pytest.mark.parametrize(
     ("options", "said"),
     [
-        ({"save_strategy": "no"}, "needs at least 2 ranks"),
         (
             {"load_best_model_at_end": "true", "eval_strategy": "steps", "save_strategy": "steps"},
             "load_best_model_at_end",

@@ -34,6 +34,7 @@ from train.data.stream import (
     stream_training_overrides,
     tokenized_stream,
 )
+from train.data.stream_resume import ResumedStream, own_loader_state
 from train.data.tokenization import (
     DOCUMENT_LENGTHS,
     SAMPLE_INDEX,
@@ -53,6 +54,7 @@ __all__ = [
     "IndexedExamples",
     "Padding",
     "RawData",
+    "ResumedStream",
     "Source",
     "StreamPosition",
     "TextStream",
@@ -61,6 +63,7 @@ __all__ = [
     "data_format",
     "is_remote",
     "load_raw",
+    "own_loader_state",
     "real_token_count",
     "resolve",
     "shown_url",

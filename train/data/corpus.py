@@ -4,6 +4,8 @@ The job then builds its Trainer from a :class:`Corpus` without asking whether th
 
 from __future__ import annotations
 
+import functools
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -34,6 +36,9 @@ class Corpus:
     # count; packing cuts them into other numbers of blocks (train None for a stream).
     train_documents: int | None = None
     eval_documents: int = 0
+    # A stream's part for any (rank, world size): a run resumed on another number of ranks rebuilds the old ranks'
+    # parts (train/data/stream_resume.py). None for a tokenized corpus.
+    stream_part: Callable[[int, int], IterableDataset] | None = None
 
 
 def build_corpus(config: Config, raw: RawData, tokenizer: Any, rank: int, world_size: int) -> Corpus:
@@ -52,6 +57,7 @@ def build_corpus(config: Config, raw: RawData, tokenizer: Any, rank: int, world_
             train_real_tokens=None,
             truncation=None,
             eval_documents=len(held_out["validation"]) if "validation" in held_out else 0,
+            stream_part=functools.partial(tokenized_stream, config, raw.stream, tokenizer),
         )
     splits = tokenize(config, raw, tokenizer)
     train, validation = splits["train"], splits.get("validation")

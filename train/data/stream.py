@@ -16,11 +16,13 @@ for another's preprocessing. The position of every rank's stream is saved with e
 itself only knows how to resume a stream by reading and throwing away every batch before the checkpoint
 (``skip_first_batches``), which re-reads and re-tokenizes the corpus up to there; torchdata's StatefulDataLoader
 records where each rank's reader (its DataLoader workers included) stands, and the Trainer saves none of it, so
-StreamPosition does.
+StreamPosition does. Resumed on another number of ranks, the old ranks' positions are redistributed to the new
+ones (train/data/stream_resume.py has the rule).
 """
 
 from __future__ import annotations
 
+import copy
 import hashlib
 import json
 import warnings
@@ -33,6 +35,7 @@ import torch
 import torch.distributed as dist
 from datasets import DatasetDict, IterableDataset
 from datasets.distributed import split_dataset_by_node
+from torchdata.stateful_dataloader import StatefulDataLoader
 from transformers import TrainerCallback
 
 from train.common.distributed import initialized, is_world_zero
@@ -42,6 +45,7 @@ from train.config import Config, JobArguments
 from train.data.padding import Padding
 from train.data.raw import TextStream
 from train.data.sources import Source, demo_dataset, read_error, shown_url
+from train.data.stream_resume import rank_position, redistribute
 from train.data.tokenization import SAMPLE_INDEX, encode_texts, group_texts
 from train.outputs.runfiles import PICKLED_STREAM_STATE, STREAM_STATE, RunFiles
 
@@ -143,19 +147,20 @@ def tokenized_stream(config: Config, stream: TextStream, tokenizer: Any, rank: i
     return mine.map(prepare, batched=True, input_columns=[stream.column], remove_columns=[stream.column])
 
 
-def stream_loader(dataset: IterableDataset, trainer: Any) -> Any:
-    """A StatefulDataLoader over this rank's stream, with the Trainer's batch size, collator and workers. Not
-    passed through accelerate's prepare, which would split the stream across ranks a second time."""
-    from torchdata.stateful_dataloader import StatefulDataLoader
-
+def stream_loader(
+    dataset: IterableDataset, args: Any, batch_size: int, collate: Any, workers: int | None = None
+) -> Any:
+    """A StatefulDataLoader over a rank's stream, with the Trainer's batch size, collator and workers (``workers``:
+    the number a saved position was written with). Not passed through accelerate's prepare, which would split the
+    stream across ranks a second time."""
     # torchdata 0.11 calls torch.set_vital, which torch 2.13 deprecates: a warning per loader, ours to silence.
     warnings.filterwarnings("ignore", message="'set_vital' is deprecated", category=UserWarning)
-    args = trainer.args
-    workers = min(args.dataloader_num_workers, max(dataset.num_shards, 1))  # a worker per file at most
-    return StatefulDataLoader(
+    if workers is None:
+        workers = min(args.dataloader_num_workers, max(dataset.num_shards, 1))  # a worker per file at most
+    return StreamLoader(
         dataset,
-        batch_size=trainer._train_batch_size,
-        collate_fn=trainer.data_collator,
+        batch_size=batch_size,
+        collate_fn=collate,
         num_workers=workers,
         pin_memory=args.dataloader_pin_memory,
         prefetch_factor=args.dataloader_prefetch_factor if workers else None,
@@ -165,6 +170,39 @@ def stream_loader(dataset: IterableDataset, trainer: Any) -> Any:
         # restores the RNG state before it starts the iterator).
         generator=torch.Generator().manual_seed(args.seed),
     )
+
+
+class StreamLoader(StatefulDataLoader):
+    """torchdata's StatefulDataLoader, with its position right in the first batches after a resume (torchdata 0.11):
+    until a worker has yielded a batch since ``load_state_dict``, ``state_dict`` gives that worker's snapshot as
+    its fresh start, not the position loaded, so a checkpoint saved then would read its examples a second time.
+    The loaded snapshot is given for such a worker instead (workers yield in turn after the last one saved)."""
+
+    _loaded: dict[str, Any] | None = None
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        super().load_state_dict(state_dict)
+        self._loaded = state_dict
+
+    def state_dict(self) -> dict[str, Any]:
+        state = super().state_dict()
+        loaded, workers = self._loaded, self.num_workers
+        if not loaded or not workers:
+            return state
+        try:
+            now, was = state["_snapshot"], loaded["_snapshot"]
+            since = now["_main_snapshot"]["_sampler_iter_yielded"] - was["_main_snapshot"]["_sampler_iter_yielded"]
+            if since >= workers:
+                self._loaded = None  # every worker has yielded since: its own snapshots are right
+                return state
+            state = copy.deepcopy(state)
+            yielded = {(was["_last_yielded_worker_id"] + 1 + i) % workers for i in range(since)}
+            for worker in set(range(workers)) - yielded:
+                name = f"worker_{worker}"
+                state["_snapshot"]["_worker_snapshots"][name] = copy.deepcopy(was["_worker_snapshots"][name])
+        except (KeyError, TypeError):  # another layout than torchdata 0.11's: its own state, as it is
+            return state
+        return state
 
 
 class StreamPosition(TrainerCallback):
@@ -178,6 +216,10 @@ class StreamPosition(TrainerCallback):
 
     def on_save(self, args: Any, state: Any, control: Any, train_dataloader: Any = None, **kwargs: Any) -> None:
         position = train_dataloader.state_dict() if hasattr(train_dataloader, "state_dict") else None
+        if position is not None and "kind" not in position:  # this rank's own loader: say whose it is
+            workers = getattr(getattr(train_dataloader, "base_dataloader", train_dataloader), "num_workers", 0)
+            batch = args.per_device_train_batch_size
+            position = rank_position(position, args.process_index, args.world_size, batch, workers)
         positions = [position]
         if initialized():
             positions = [None] * dist.get_world_size()
@@ -191,7 +233,8 @@ class StreamPosition(TrainerCallback):
 
     @staticmethod
     def load(checkpoint: str, rank: int, world_size: int, option: str) -> dict[str, Any] | None:
-        """This rank's saved position in ``checkpoint``, or None when it holds none (saved before streaming)."""
+        """This rank's position in ``checkpoint``, redistributed when another number of ranks saved it
+        (train/data/stream_resume.py); None when it holds none (saved before streaming)."""
         path, name = Path(checkpoint) / STREAM_STATE, Path(checkpoint).name
         if not path.exists():
             if (Path(checkpoint) / PICKLED_STREAM_STATE).exists():
@@ -206,10 +249,10 @@ class StreamPosition(TrainerCallback):
             count, ranks = int(saved["world_size"]), saved["ranks"]
         except (OSError, ValueError, TypeError, KeyError) as exc:
             raise ConfigError(f"{option}=true: {name}/{STREAM_STATE} is damaged ({first_line(exc)})") from None
-        if count != world_size:
+        if count != world_size and not all(isinstance(r, dict) and "kind" in r for r in ranks):
             raise ConfigError(
-                f"{option}=true: {name} holds the stream positions of {count} "
-                f"rank(s), this run has {world_size}: resume with {count}, or start over with "
-                "MLM_RESUME=never"
+                f"{option}=true: {name} holds the stream positions of {count} rank(s) in an earlier version's form, "
+                f"which resumes only on as many; this run has {world_size}: resume with {count}, or start over "
+                "with MLM_RESUME=never"
             )
-        return ranks[rank]
+        return redistribute(ranks, rank, world_size)

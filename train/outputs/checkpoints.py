@@ -161,6 +161,14 @@ def saved_options(checkpoint: Path) -> dict[str, Any]:
     return saved if isinstance(saved, dict) else {}
 
 
+def saved_world_size(checkpoint: Path) -> int | None:
+    """The number of ranks that wrote ``checkpoint``; None when its options were not recorded."""
+    try:
+        return int(saved_options(checkpoint)["world_size"])
+    except (KeyError, TypeError, ValueError):
+        return None
+
+
 def planned_steps(checkpoint: str | Path | None) -> int | None:
     """The steps the run that wrote ``checkpoint`` was to take (its trainer state's max_steps: a time budget's
     plan when it had one); None without a checkpoint or a readable state."""

@@ -57,6 +57,7 @@ def banner_record(config: Config, facts: dict[str, Any], handoff: Handoff | None
         "max_steps": facts.get("max_steps") or (training.max_steps if training.max_steps > 0 else None),
         "num_train_epochs": training.num_train_epochs,
         "start_step": facts.get("start_step", 0),
+        "resumed_from_ranks": facts.get("resumed_from_ranks"),
         "deadline": durations.utc_clock(handoff.deadline) if handoff and handoff.deadline else None,
         "output_dir": str(files.root),
         "logs": str(files.logs),
@@ -133,6 +134,8 @@ def banner(config: Config, facts: dict[str, Any], handoff: Handoff | None = None
     steps = record["max_steps"]
     span = "max_steps" if config.training.max_steps > 0 else f"{record['num_train_epochs']:g} epoch(s)"
     resumed = f", resuming at step {record['start_step']}" if record["start_step"] else ""
+    if resumed and record["resumed_from_ranks"] not in (None, record["world_size"]):
+        resumed += f" (resumed from {record['resumed_from_ranks']} ranks on {record['world_size']})"
     if record.get("deadline"):  # the time budget plans within this bound (train/run/budget.py)
         resumed += f"; at most: a time budget ends the run by {record['deadline']}, planned after a few steps"
     lines = [

@@ -43,7 +43,7 @@ from train.model.load import (
 )
 from train.model.tokenizer_training import agree_on_tokenizer
 from train.model.words import word_starts
-from train.outputs.checkpoints import kept_global_batch, resumed_options
+from train.outputs.checkpoints import kept_global_batch, resumed_options, saved_world_size
 from train.outputs.runfiles import RunFiles
 from train.run.budget import TimeBudget
 from train.run.callbacks import CheckpointCompleteMarker, DivergenceGuard, EpochForCollator
@@ -98,6 +98,7 @@ class Prepared:
             "head_weights": self.head_weights,
             "masking": self.masking,
             "packing": self.packing,
+            "resumed_from_ranks": saved_world_size(Path(self.resume)) if self.resume else None,
             "sharding": {"mode": self.sharding},
         }
 

@@ -147,6 +147,7 @@ def take_stream_position(config: Config, prepared: Prepared, resume: str | None)
         label = config.source_of("streaming")
         position = StreamPosition.load(resume, training.process_index, training.world_size, label)
         prepared.trainer.stream_position = position
+        prepared.trainer.stream_part = prepared.corpus.stream_part
         if position is None and is_zero:
             warn(f"{resume} holds no stream position (saved by a run without streaming): the stream starts over")
 

@@ -310,6 +310,7 @@ def callbacks(
             "masking",
             "packing",
             "sharding",
+            "resumed_from_ranks",
         )
         if k in facts
     }

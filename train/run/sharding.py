@@ -61,8 +61,6 @@ def check_sharding(config: Config) -> None:
         raise ConfigError(f"{option}: leave the Trainer's fsdp/fsdp_config unset; MLM_SHARDING shards the model")
     if training.load_best_model_at_end:
         raise ConfigError(f"{option}: load_best_model_at_end is not supported under fsdp yet")
-    if training.world_size < 2:
-        raise ConfigError(f"{option}: sharding needs at least 2 ranks, this run has 1; use sharding ddp")
 
 
 def shard_model(model: torch.nn.Module, device_type: str, bf16: bool = False) -> torch.nn.Module:

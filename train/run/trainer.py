@@ -20,7 +20,7 @@ with contextlib.redirect_stdout(sys.stderr):
 
 from train.common import distributed
 from train.common.schedules import scheduler_kwargs
-from train.data import stream_loader
+from train.data import ResumedStream, own_loader_state, stream_loader
 from train.run.preemption import leave_signals_to_rank
 
 
@@ -29,6 +29,7 @@ class MLMTrainer(Trainer):
     streamed corpus read through its own resumable loader, and no warning for tied weights on resume."""
 
     stream_position: dict[str, Any] | None = None  # a resumed stream's saved position for this rank
+    stream_part: Any = None  # (rank, world size) -> that rank's part of the stream (train/data/corpus.py)
     eval_collator: Any = None  # evaluation's masking (its own rate), when it differs from training's
     decay_ratio: float = 0.2  # warmup_stable_decay's decay as a fraction of the steps (the decay_ratio option)
 
@@ -44,12 +45,27 @@ class MLMTrainer(Trainer):
         return self.lr_scheduler
 
     def get_train_dataloader(self) -> Any:
-        if isinstance(self.train_dataset, datasets.IterableDataset):  # streaming: train/data/stream.py
-            loader = stream_loader(self.train_dataset, self)
-            if self.stream_position is not None:
-                loader.load_state_dict(self.stream_position)
-            return leave_signals_to_rank(loader)
-        return leave_signals_to_rank(super().get_train_dataloader())
+        if not isinstance(self.train_dataset, datasets.IterableDataset):
+            return leave_signals_to_rank(super().get_train_dataloader())
+        # streaming: train/data/stream.py, resumed on another number of ranks: train/data/stream_resume.py
+        args, batch, collate = self.args, self._train_batch_size, self.data_collator
+
+        def loader_of(dataset: Any, batch_size: int, workers: int | None = None, collate: Any = collate) -> Any:
+            return leave_signals_to_rank(stream_loader(dataset, args, batch_size, collate, workers))
+
+        position = self.stream_position
+        if position is None:
+            return loader_of(self.train_dataset, batch)
+        own = loader_of(self.train_dataset, batch)
+        state = own_loader_state(position, args.process_index, args.world_size, batch, own.num_workers)
+        if state is not None:
+            own.load_state_dict(state)
+            return own
+
+        def remainder_loader(dataset: Any, batch_size: int, workers: int) -> Any:
+            return loader_of(dataset, batch_size, workers, collate=list)  # examples, collated by ResumedStream
+
+        return ResumedStream(position, self.stream_part, remainder_loader, lambda: own, batch, collate)
 
     def get_eval_dataloader(self, eval_dataset: Any = None) -> Any:
         # The Trainer builds both loaders with self.data_collator: evaluation's rate is swapped in for its loader.

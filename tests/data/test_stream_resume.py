@@ -1,0 +1,101 @@
+"""The rule that redistributes a stream's saved positions to another number of ranks (train/data/stream_resume.py),
+on real StatefulDataLoaders over a datasets stream split by split_dataset_by_node: every example of every old
+rank's remainder is read exactly once by the new ranks, however many there are, with or without DataLoader workers,
+and a position saved mid-remainder (a tree of positions) resumes on yet another number of ranks."""
+
+from __future__ import annotations
+
+import itertools
+from typing import Any
+
+import datasets
+import pytest
+from datasets.distributed import split_dataset_by_node
+
+from train.data.stream import StreamLoader
+from train.data.stream_resume import ResumedStream, own_loader_state, rank_position, redistribute
+
+EXAMPLES = 96
+STREAM = datasets.Dataset.from_dict({"n": list(range(EXAMPLES))}).to_iterable_dataset(num_shards=4)
+
+
+def part_of(rank: int, world_size: int) -> Any:
+    return split_dataset_by_node(STREAM, rank=rank, world_size=world_size)
+
+
+def loader_of(dataset: Any, batch_size: int, workers: int) -> StreamLoader:
+    return StreamLoader(dataset, batch_size=batch_size, num_workers=workers, collate_fn=list)
+
+
+def numbers(batch: list[dict[str, int]]) -> list[int]:
+    return [example["n"] for example in batch]
+
+
+def first_run(world_size: int, batch_size: int, workers: int, steps: int) -> tuple[list[int], list[dict]]:
+    """Each rank of a first run trains ``steps`` batches; what they read and the positions they save."""
+    read, saved = [], []
+    for rank in range(world_size):
+        loader = loader_of(part_of(rank, world_size), batch_size, workers)
+        for batch in itertools.islice(loader, steps):
+            read += numbers(batch)
+        saved.append(rank_position(loader.state_dict(), rank, world_size, batch_size, workers))
+    return read, saved
+
+
+def resumed(saved: list[dict], world_size: int, batch_size: int, steps: int | None) -> tuple[list[int], list[dict]]:
+    """Each rank of a resumed run reads ``steps`` batches of its remainder (None: all of it); the positions it
+    would save then."""
+    read, positions = [], []
+    for rank in range(world_size):
+        stream = ResumedStream(
+            redistribute(saved, rank, world_size), part_of, loader_of, lambda: None, batch_size, numbers
+        )
+        for batch in itertools.islice(iter(stream), steps):
+            read += batch
+        positions.append(stream.state_dict() if steps is not None else None)
+    return read, positions
+
+
+@pytest.mark.parametrize(("old", "new", "workers"), [(2, 1, 0), (1, 2, 0), (2, 3, 2), (3, 2, 2), (4, 2, 0)])
+def test_every_remaining_example_is_read_once(old: int, new: int, workers: int) -> None:
+    before, saved = first_run(old, batch_size=5, workers=workers, steps=3)
+    after, _ = resumed(saved, new, batch_size=4, steps=None)
+    assert len(before) == old * 15
+    assert sorted(before + after) == list(range(EXAMPLES))
+
+
+def test_a_position_saved_mid_remainder_resumes_on_yet_another_number_of_ranks() -> None:
+    before, saved = first_run(2, batch_size=5, workers=2, steps=2)
+    middle, tree = resumed(saved, 3, batch_size=3, steps=2)  # stops mid-batch of the old loaders
+    assert {p["kind"] for p in tree} == {"rank", "stride"}
+    after, _ = resumed(tree, 1, batch_size=7, steps=None)
+    assert sorted(before + middle + after) == list(range(EXAMPLES))
+
+
+def test_fewer_ranks_take_the_old_ranks_in_turn() -> None:
+    _, saved = first_run(2, batch_size=4, workers=0, steps=1)
+    read, _ = resumed(saved, 1, batch_size=4, steps=1)
+    own = [list(part_of(r, 2))[4:6] for r in range(2)]
+    assert read == [own[0][0]["n"], own[1][0]["n"], own[0][1]["n"], own[1][1]["n"]]
+
+
+def test_the_same_ranks_resume_their_own_loaders() -> None:
+    _, saved = first_run(2, batch_size=4, workers=0, steps=1)
+    assert redistribute(saved, 1, 2) is saved[1]
+    assert own_loader_state(saved[1], 1, 2, 4, 0) == saved[1]["loader"]
+    assert own_loader_state(saved[1], 1, 2, 8, 0) is None  # another batch size: rebuilt, not loaded
+    assert own_loader_state(saved[0], 1, 2, 4, 0) is None
+
+
+def test_a_loader_saved_one_batch_after_a_resume_reads_on_where_it_stopped() -> None:
+    """torchdata 0.11 gives a worker that has not yielded since the load its fresh start (StreamLoader mends it)."""
+    expected = [numbers(b) for b in loader_of(part_of(1, 2), 5, 2)]
+    first = loader_of(part_of(1, 2), 5, 2)
+    batches = iter(first)
+    next(batches), next(batches)
+    resumed_once = loader_of(part_of(1, 2), 5, 2)
+    resumed_once.load_state_dict(first.state_dict())
+    assert numbers(next(iter(resumed_once))) == expected[2]
+    resumed_twice = loader_of(part_of(1, 2), 5, 2)
+    resumed_twice.load_state_dict(resumed_once.state_dict())
+    assert numbers(next(iter(resumed_twice))) == expected[3]
