@@ -27,6 +27,12 @@ def test_fsdp_refuses(options: dict[str, str], said: str) -> None:
     assert str(refused.value).startswith("MLM_SHARDING=fsdp: ") and "\n" not in str(refused.value)
 
 
+def test_the_trainers_fsdp_under_ddp_is_refused_naming_the_option() -> None:
+    config = demo_config(fsdp="full_shard auto_wrap", save_strategy="no")
+    with pytest.raises(ConfigError, match="the Trainer's own FSDP is not used by this job; set MLM_SHARDING=fsdp"):
+        check_sharding(config)
+
+
 def test_ddp_is_the_default_and_checks_nothing() -> None:
     config = demo_config()
     assert config.job.sharding == "ddp"

@@ -187,8 +187,8 @@ class JobArguments:
         "ddp",
         "ddp: each rank holds the whole model, its gradients and optimizer state. fsdp: FSDP2 (fully_shard), each "
         "rank holds its share of them (about 1/N on N ranks): for a model whose training state does not fit one "
-        "device. fsdp needs 2 or more ranks and no fp16; its checkpoints resume on the same number of ranks "
-        "(train/run/sharding.py).",
+        "device. fsdp takes no fp16; its checkpoints resume on any number of ranks, the optimizer's shards "
+        "resharded (train/run/sharding.py).",
     )
     attn_implementation: Literal["auto", "eager", "sdpa", "flash_attention_2", "flex_attention"] = option(
         "auto",

@@ -8,8 +8,9 @@ itself, as torchtitan does, and hands the Trainer a model it does not wrap again
 
 Checkpoints keep the weights as the Trainer writes them (full safetensors, gathered) and the optimizer as each
 rank's shard through torch.distributed.checkpoint, read back without unpickling (train/common/safe_dcp.py). A
-resume on the world size that wrote them is tested (bit-identical); DCP reshards the optimizer to another world
-size, which is not yet tested, nor said in the banner.
+resume on the world size that wrote them is bit-identical; on another world size (one rank included: fsdp on a
+mesh of one shards nothing but runs the same code, so a sharded checkpoint resumes there) DCP reshards the
+optimizer at load, and the run goes on as the uninterrupted one did (tests/e2e/test_sharding.py).
 """
 
 from __future__ import annotations
@@ -51,6 +52,11 @@ def check_sharding(config: Config) -> None:
     """ConfigError, naming MLM_SHARDING, for what fsdp cannot run with (yet); before any data is read."""
     training = config.training
     if config.job.sharding != "fsdp":
+        if training.fsdp:  # accelerate gives CPU ranks DDP under it without a word; GPU ranks another FSDP than ours
+            raise ConfigError(
+                f"{config.source_of('fsdp')}: the Trainer's own FSDP is not used by this job; "
+                "set MLM_SHARDING=fsdp to shard the model (and leave fsdp/fsdp_config unset)"
+            )
         return
     option = f"{config.source_of('sharding')}=fsdp"
     if training.fp16:
