@@ -6,6 +6,7 @@
 #   bash bench/gpu.sh [demo]  # on the GPU machine, from the repository root: install .whl/ if present, run
 #   bash bench/gpu.sh heads   # the same for the heads series (below)
 #   bash bench/gpu.sh packing # the same for the packing series (below)
+#   bash bench/gpu.sh fsdp    # the memory series, ddp against fsdp, one rank a GPU (below)
 #
 # On this workplace's device tool: run(command="bash bench/gpu.sh", carry=[".whl"], timeout_s=540), and the
 # same with "bash bench/gpu.sh heads" or "bash bench/gpu.sh packing".
@@ -33,6 +34,12 @@
 # padding_free: each mode's efficiency, 2 repeats of 30 steps of the four modes alternating, then packed and
 # packed_crossing from 3 seeds for 100 steps each, every model scored on held-out documents, each alone. Results
 # are written after every run, so the time limit keeps what was measured.
+#
+# fsdp (python -m bench.run --device cuda --series memory, see bench/memory.py): BERT small, medium and base built
+# from their configs, 20 steps of 32 x 128 tokens a rank, whole runs through ./entrypoint.sh with
+# MLM_SHARDING=ddp then fsdp on every visible GPU (bf16 as the launcher picks it: FSDP2's mixed precision under
+# fsdp); each rank's measured training state and the CUDA allocator's peak. On one GPU fsdp shards nothing and the
+# figures check its code path; 2 or more GPUs give the saving. Not yet run on a GPU.
 set -Eeuo pipefail
 
 readonly BUDGET_S=${BENCH_BUDGET_S:-450}   # bench.run's share of the 8 minutes (start-up and copying aside)
@@ -87,8 +94,9 @@ main() {
     demo) latest="latest.md" ;;
     heads) latest="latest-heads.md" ;;
     packing) latest="latest-packing.md" ;;
+    fsdp) latest="latest-memory.md" ;;
     *)
-      log "unknown argument '$series': expected fetch, demo, heads or packing"
+      log "unknown argument '$series': expected fetch, demo, heads, packing or fsdp"
       return 2
       ;;
   esac
@@ -97,10 +105,13 @@ main() {
   preflight
   export PYTHONUNBUFFERED=1
   # timeout keeps the whole script inside its budget; what was written by then is kept.
-  local code=0
+  local code=0 options=(--series "$series" --no-entrypoint)
+  if [[ $series == fsdp ]]; then  # whole runs through ./entrypoint.sh, one rank a GPU
+    options=(--series memory --memory-ranks "$(nvidia-smi --list-gpus | wc -l)")
+    export MLM_PYTHON=$PYTHON
+  fi
   timeout --signal=TERM --kill-after=15 "$BUDGET_S" \
-    "$PYTHON" -m bench.run --device cuda --series "$series" --no-entrypoint --workdir "$WORKDIR" \
-    --results-dir "$results" || code=$?
+    "$PYTHON" -m bench.run --device cuda "${options[@]}" --workdir "$WORKDIR" --results-dir "$results" || code=$?
   if [[ -n ${OUT:-} ]]; then
     # The runs' logs (not the models) come back with the results, for a failure or a closer look.
     tar czf "$OUT/logs.tgz" -C "$WORKDIR" --exclude=output runs 2>/dev/null || true

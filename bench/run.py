@@ -21,6 +21,8 @@ The command line of the series; it runs the selected ones one after the other, e
   of each judged by ``./entrypoint.sh evaluate`` on the same held-out text and masks; bench/quality.py and
   bench/quality_series.py.
   Results: ``bench/results/<date>-<host>-quality.json`` and ``.md``, and ``bench/results/latest-quality.md``.
+- the memory series (``--series memory``; only when asked: about 4 minutes on 2 cores): each rank's measured
+  training state and peak memory under MLM_SHARDING=ddp and fsdp against model size; bench/memory.py.
 
 What the series share (the environment of a run, one measured torchrun process, the result files) is bench/runner.py.
 """
@@ -35,17 +37,18 @@ import tempfile
 from datetime import UTC, datetime
 from pathlib import Path
 
-from bench import heads, packing, quality, real
+from bench import heads, memory, packing, quality, real
 from bench.demo import DemoSettings, default_settings
 from bench.demo_series import run_demo_series
 from bench.heads_series import run_heads_series
+from bench.memory import run_memory_series
 from bench.packing_series import run_packing_series
 from bench.quality_series import run_quality_series
 from bench.real_series import run_real_series
 from bench.runner import ROOT, RunFailed
 
 RESULTS = ROOT / "bench" / "results"
-SERIES = ("demo", "real", "heads", "packing", "quality")
+SERIES = ("demo", "real", "heads", "packing", "quality", "memory")
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -57,7 +60,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         "bench/real.py), heads (masked-only vs dense head per architecture, bench/heads.py; only when asked), "
         "packing (the padding modes: efficiency, speed, held-out loss apart vs across, bench/packing.py; only "
         "when asked), quality (time to run_mlm.py's final held-out loss, bench/quality.py; about 18 min on 2 "
-        "cores); default demo,real,quality on CPU, demo on GPU (bench/gpu.sh's budget)",
+        "cores), memory (each rank's state and peak under ddp and fsdp by model size, bench/memory.py; only when "
+        "asked); default demo,real,quality on CPU, demo on GPU (bench/gpu.sh's budget)",
     )
     parser.add_argument("--repeats", type=int, help="pairs of runs (seed, ours); default 3 on CPU, 2 on GPU")
     parser.add_argument("--max-steps", type=int, help="optimizer steps per run; default 10 on CPU, 400 on GPU")
@@ -137,6 +141,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     quality_options.add_argument("--quality-heldout", type=int, help="held-out lines the judge scores (default 500)")
     parser.add_argument("--workdir", type=Path, help="caches and run outputs (default: a temporary directory)")
     parser.add_argument("--results-dir", type=Path, default=RESULTS)
+    memory_options = parser.add_argument_group("memory series (bench/memory.py)")
+    memory_options.add_argument(
+        "--memory-sizes",
+        help=f"comma-separated BERT sizes: {', '.join(memory.SIZES)} (default tiny,small,medium on CPU)",
+    )
+    memory_options.add_argument("--memory-ranks", type=int, help="ranks of every run (default 2)")
     parser.add_argument("--tag", help="suffix of the result files: <date>-<host>-<tag>.json")
     return parser.parse_args(argv)
 
@@ -236,6 +246,16 @@ def quality_settings(args: argparse.Namespace, device: str) -> quality.QualitySe
     return settings
 
 
+def memory_settings(args: argparse.Namespace, device: str) -> memory.MemorySettings:
+    """The memory series' defaults for the device, with what the command line sets (--threads applies to it too)."""
+    settings = memory.default_memory_settings(device)
+    set_given(settings, ranks=args.memory_ranks, threads=args.threads)
+    if args.memory_sizes:
+        settings.sizes = args.memory_sizes.split(",")
+    memory.check(settings)
+    return settings
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     device = resolve_device(args.device)
@@ -246,6 +266,7 @@ def main(argv: list[str] | None = None) -> int:
         heads_config = heads_settings(args, device) if "heads" in series else None
         packing_config = packing_settings(args, device) if "packing" in series else None
         quality_config = quality_settings(args, device) if "quality" in series else None
+        memory_config = memory_settings(args, device) if "memory" in series else None
     except ValueError as exc:
         raise SystemExit(f"bench: {exc}") from None
     workdir = args.workdir or Path(tempfile.mkdtemp(prefix="mlm-bench-"))
@@ -264,6 +285,8 @@ def main(argv: list[str] | None = None) -> int:
         run_packing_series(packing_config, workdir, args.results_dir, stem, bool(args.tag))
     if quality_config is not None:
         run_quality_series(quality_config, workdir, args.results_dir, stem, bool(args.tag))
+    if memory_config is not None:
+        run_memory_series(memory_config, workdir, args.results_dir, stem, bool(args.tag))
     if not args.workdir:
         shutil.rmtree(workdir, ignore_errors=True)
     return 0

@@ -47,6 +47,17 @@ def test_ranks_read_disjoint_parts_that_cover_the_stream(tmp_path: Path, shards:
     assert not set(map(tuple, parts[0])) & set(map(tuple, parts[1]))
 
 
+@pytest.mark.parametrize("padding", ["dynamic", "packed"])
+def test_a_batch_with_every_line_held_out_is_skipped_not_a_crash(tmp_path: Path, padding: str) -> None:
+    """The evaluation set is held out of the stream by its text: a batch of only those lines keeps nothing."""
+    (tmp_path / "corpus").mkdir()
+    (tmp_path / "corpus" / "a.txt").write_text("the same line again\n" * 1200 + "another line of text\n" * 8)
+    config, stream, tokenizer = prepared(tmp_path / "corpus", padding=padding)
+    assert "the same line again" in stream.held_out
+    rows = list(tokenized_stream(config, stream, tokenizer, 0, 1))
+    assert 0 < len(rows) <= 8 and all(row["input_ids"] for row in rows)
+
+
 @pytest.mark.parametrize("workers", [0, 2])
 @pytest.mark.parametrize("padding", ["dynamic", "packed"])
 def test_a_resumed_stream_sees_exactly_the_examples_an_uninterrupted_one_sees(

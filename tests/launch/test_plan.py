@@ -52,6 +52,7 @@ def test_cpu(monkeypatch, capsys, base_env, no_nvml):
     assert job_flags(document) == ["--use_cpu", "true", "--ddp_backend", "gloo", "--pad_to_multiple_of", "1"]
     assert (document["backend"], document["precision"], document["tf32"]) == ("gloo", "fp32", False)
     assert document["gpus"] == [] and document["cpu_mode"] is True
+    assert document["sharding"] == {"requested": "ddp", "smallest_gpu_memory_bytes": None}
     assert document["env"]["CUDA_VISIBLE_DEVICES"] == ""
     assert document["warnings"][0].startswith("no GPU visible: CPU mode (no NVIDIA driver")
     assert document["batch"] == "batch: 32 per device x 1 process x 1 node x 1 accumulation = 32 global"
@@ -283,6 +284,8 @@ def test_the_ranks_are_handed_the_decisions(monkeypatch, capsys, base_env):
     assert handoff.gpus == ["NVIDIA H100 80GB HBM3"] * 2 and handoff.nnodes == "1"
     assert (handoff.precision, handoff.global_batch_size) == ("bf16 + tf32", 128)
     assert handoff.batch == document["batch"] and handoff.command == document["command"]
+    memory = document["gpus"][0]["memory_total_bytes"]  # what MLM_SHARDING=auto fits DDP into
+    assert handoff.gpu_memory_bytes == memory == document["sharding"]["smallest_gpu_memory_bytes"] > 0
     assert Handoff.from_environ({}) is None and Handoff.from_environ({"MLM_LAUNCH": "not json"}) is None
 
 

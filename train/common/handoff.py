@@ -46,6 +46,7 @@ class Handoff:
     deadline_source: str = ""  # what set it, in words
     budget_s: float | None = None  # the time from the launch to the deadline
     launched_at: float | None = None  # when the launcher started (seconds since the epoch): quality against time
+    gpu_memory_bytes: int | None = None  # the smallest of this node's GPUs (MLM_SHARDING=auto fits DDP into it)
 
     def to_env(self) -> str:
         return json.dumps(asdict(self), separators=(",", ":"))

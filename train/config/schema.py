@@ -183,12 +183,13 @@ class JobArguments:
         "every masked-LM whose head works position by position, checked before training); the saved model is "
         "unchanged.",
     )
-    sharding: Literal["ddp", "fsdp"] = option(
+    sharding: Literal["ddp", "fsdp", "auto"] = option(
         "ddp",
         "ddp: each rank holds the whole model, its gradients and optimizer state. fsdp: FSDP2 (fully_shard), each "
         "rank holds its share of them (about 1/N on N ranks): for a model whose training state does not fit one "
         "device. fsdp takes no fp16; its checkpoints resume on any number of ranks, the optimizer's shards "
-        "resharded (train/run/sharding.py).",
+        "resharded. auto: fsdp when DDP's memory estimate (weights, gradients, AdamW state, activations at the "
+        "batch) does not fit 85 % of the smallest visible GPU, else ddp (train/run/sharding.py).",
     )
     attn_implementation: Literal["auto", "eager", "sdpa", "flash_attention_2", "flex_attention"] = option(
         "auto",

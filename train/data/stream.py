@@ -139,7 +139,12 @@ def tokenized_stream(config: Config, stream: TextStream, tokenizer: Any, rank: i
     packs = Padding(job.padding).packs
 
     def prepare(texts: list[Any]) -> dict[str, Any]:
-        encoded = encode_texts(tokenizer, stream.keep(texts), job, count_cut=False)  # a stream's cuts are not counted
+        kept = stream.keep(texts)
+        # a stream's cuts are not counted; a batch with nothing kept (all held out, or no text) has the columns of
+        # one that has (the tokenizer refuses an empty list)
+        encoded = encode_texts(tokenizer, kept or [""], job, count_cut=False)
+        if not kept:
+            encoded = {key: [] for key in encoded}
         if packs:
             encoded = group_texts(encoded, job.max_seq_length)
         return {**encoded, SAMPLE_INDEX: [content_index(ids) for ids in encoded["input_ids"]]}

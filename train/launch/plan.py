@@ -204,6 +204,11 @@ def rank_env(environ: Mapping[str, str], gpus_used: Sequence[Gpu], nproc: int, c
     return env
 
 
+def smallest_memory(gpus: Sequence[Gpu]) -> int | None:
+    """The memory of the smallest GPU a rank gets (what MLM_SHARDING=auto fits DDP into); None on CPU."""
+    return min((g.memory_total_bytes for g in gpus), default=None)
+
+
 def handoff(
     precision: Precision,
     batch: Batch,
@@ -231,6 +236,7 @@ def handoff(
         deadline_source=deadline.source if deadline else "",
         budget_s=deadline.budget_s if deadline else None,
         launched_at=started,
+        gpu_memory_bytes=smallest_memory(gpus_used),
     )
 
 
@@ -291,6 +297,7 @@ def plan_document(plan: Plan, config: Config, torch_cuda: str | None) -> dict[st
     resolved = config.as_dict(redact=True)
     resolved.update(plan.decided)
     world = None if topology.elastic else plan.nproc_per_node * topology.max_nodes
+    gpus_used = [] if plan.cpu_mode else inventory.gpus[: plan.nproc_per_node]
     return {
         "gpus": [] if plan.cpu_mode else inventory.as_dict()["gpus"][: plan.nproc_per_node],
         "cpu_mode": plan.cpu_mode,
@@ -327,6 +334,11 @@ def plan_document(plan: Plan, config: Config, torch_cuda: str | None) -> dict[st
         "notes": inventory.notes,
         "command": plan.command,
         "deadline": deadline_document(plan.deadline),
+        "sharding": {
+            "requested": config.job.sharding,
+            # what auto fits DDP's estimate into; the ranks estimate from the built model (banner, run.json)
+            "smallest_gpu_memory_bytes": smallest_memory(gpus_used),
+        },
         "recipe": recipe_summary(
             config.job.recipe, config.job.model_name_or_path, config.training, config.job.decay_ratio
         ),

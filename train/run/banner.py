@@ -147,6 +147,7 @@ def banner(config: Config, facts: dict[str, Any], handoff: Handoff | None = None
         f"  model      {record['model']}" + _model_text(record),
         *([f"  MLM head   {record['head_weights']}"] if record.get("head_weights") else []),
         f"  recipe     {record['recipe']}",
+        *([f"  sharding   {record['sharding']['choice']}"] if (record.get("sharding") or {}).get("choice") else []),
         *filter(None, [_masking_text(record.get("masking"))]),
         (
             f"  data       {record['dataset']}: {_count(record['train_samples'])} train / "

@@ -48,7 +48,16 @@ from train.outputs.runfiles import RunFiles
 from train.run.budget import TimeBudget
 from train.run.callbacks import CheckpointCompleteMarker, DivergenceGuard, EpochForCollator
 from train.run.preemption import StopOnSignal
-from train.run.sharding import ShardedTrainer, StateBytes, check_sharding, shard_model, sharding_facts
+from train.run.sharding import (
+    ShardedTrainer,
+    StateBytes,
+    check_sharding,
+    choose_sharding,
+    ddp_estimate,
+    resumed_mode,
+    shard_model,
+    sharding_facts,
+)
 from train.run.trainer import MLMTrainer, losses_are_batch_means
 
 
@@ -68,7 +77,8 @@ class Prepared:
     packing: dict[str, Any]  # the padding mode and its efficiency (:func:`batch_facts`)
     resume: str | None = None  # the checkpoint this rank resumes from (its node's copy)
     budget: TimeBudget | None = None  # the steps planned to a deadline (train/run/budget.py), with time_budget
-    sharding: str = "ddp"  # MLM_SHARDING: ddp or fsdp (train/run/sharding.py)
+    sharding: str = "ddp"  # the mode it trains with: ddp or fsdp (MLM_SHARDING, auto decided: train/run/sharding.py)
+    sharding_choice: str = ""  # the mode and why, with DDP's memory estimate
     state_bytes: StateBytes | None = None  # this rank's measured parameters, gradients and optimizer state
 
     def write_model(self, directory: Path) -> None:
@@ -99,12 +109,15 @@ class Prepared:
             "masking": self.masking,
             "packing": self.packing,
             "resumed_from_ranks": saved_world_size(Path(self.resume)) if self.resume else None,
-            "sharding": {"mode": self.sharding},
+            "sharding": {"mode": self.sharding, "choice": self.sharding_choice},
         }
 
     def sharding_facts(self) -> dict[str, Any]:
         """The mode and every rank's measured bytes (a collective: every rank calls it, at the end)."""
-        return sharding_facts(self.sharding, self.state_bytes or StateBytes())
+        return {
+            **sharding_facts(self.sharding, self.state_bytes or StateBytes(), self.trainer.args.device.type),
+            "choice": self.sharding_choice,
+        }
 
 
 def masked_accuracy(eval_pred: Any) -> dict[str, float]:
@@ -145,6 +158,7 @@ def prepare(config: Config, files: RunFiles, choose_resume: Callable[[], str | N
         tokenizer = None if trained else load_tokenizer(config, raw, arch)  # a named one: checked before resume
     resume = choose_resume()
     if resume:
+        resumed_mode(config, Path(resume))  # a mode set against the checkpoint's own: refused before tokenizing
         keep_the_global_batch(config, Path(resume))
     if tokenizer is None:  # trained: the checkpoint's when resuming, world rank 0's on every node
         with training.main_process_first(local=not shared, desc="training the tokenizer"):
@@ -171,7 +185,8 @@ def prepare(config: Config, files: RunFiles, choose_resume: Callable[[], str | N
     guard = DivergenceGuard()
     budget = time_budget(config, model, corpus.validation if evaluating else None)
     trainer_class = MLMTrainer
-    if job.sharding == "fsdp":  # after the head and freezing: their probe forwards are not collectives
+    sharding, choice = decide_sharding(config, model, Path(resume) if resume else None)
+    if sharding == "fsdp":  # after the head and freezing: their probe forwards are not collectives
         model, trainer_class = shard_model(model, training.device.type, bool(training.bf16)), ShardedTrainer
     state_bytes = StateBytes()
     trainer = trainer_class(
@@ -198,9 +213,25 @@ def prepare(config: Config, files: RunFiles, choose_resume: Callable[[], str | N
     return Prepared(
         trainer=trainer, tokenizer=tokenizer, corpus=corpus, stopper=stopper, guard=guard, head=head,
         head_weights=new_head, masking=masking, packing=packing_facts, resume=resume, budget=budget,
-        sharding=job.sharding, state_bytes=state_bytes,
+        sharding=sharding, sharding_choice=choice, state_bytes=state_bytes,
         companions=None if arch is not None else companion_directory(job.model_name_or_path),
     )  # fmt: skip
+
+
+def decide_sharding(config: Config, model: Any, resume: Path | None) -> tuple[str, str]:
+    """The mode this run trains with (MLM_SHARDING; ``auto`` from DDP's estimate for the built model against the
+    smallest GPU the launcher handed over, or a resumed checkpoint's own mode), checked for what fsdp refuses, and
+    the words that say why. Every rank reaches the same answer: the same model, options, handoff and checkpoint."""
+    handoff = Handoff.from_environ()
+    gpu_memory = handoff.gpu_memory_bytes if handoff is not None else None
+    estimate = ddp_estimate(model, config)
+    requested = config.job.sharding
+    mode, words = choose_sharding(
+        requested, estimate, gpu_memory, config.training.world_size, resumed_mode(config, resume)
+    )
+    if requested == "auto":
+        check_sharding(config, mode)
+    return mode, words
 
 
 def time_budget(config: Config, model: Any, validation: Any) -> TimeBudget | None:

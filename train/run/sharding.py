@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import resource
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -37,7 +38,7 @@ from torch.distributed.fsdp import FSDPModule, MixedPrecisionPolicy, fully_shard
 from torch.distributed.tensor import DTensor
 from transformers import TrainerCallback
 from transformers.modeling_layers import GradientCheckpointingLayer
-from transformers.trainer import SAFE_WEIGHTS_NAME, SCHEDULER_NAME
+from transformers.trainer import OPTIMIZER_NAME, SAFE_WEIGHTS_NAME, SCHEDULER_NAME
 
 from train.common.errors import ConfigError
 from train.common.safe_dcp import SafeFileSystemReader, SafeFileSystemWriter, SafeLoadPlanner
@@ -48,17 +49,18 @@ FULL = StateDictOptions(full_state_dict=True, cpu_offload=True)  # gathered on r
 OPTIMIZER_DIR = "optimizer_dcp"  # in a checkpoint: .metadata, .metadata.pt and each rank's __<rank>_0.distcp
 
 
-def check_sharding(config: Config) -> None:
-    """ConfigError, naming MLM_SHARDING, for what fsdp cannot run with (yet); before any data is read."""
+def check_sharding(config: Config, mode: str | None = None) -> None:
+    """ConfigError, naming MLM_SHARDING, for what fsdp cannot run with (yet): before any data is read when it is set,
+    once the model is built when ``auto`` chose it (``mode``)."""
     training = config.training
-    if config.job.sharding != "fsdp":
+    if (mode or config.job.sharding) != "fsdp":
         if training.fsdp:  # accelerate gives CPU ranks DDP under it without a word; GPU ranks another FSDP than ours
             raise ConfigError(
                 f"{config.source_of('fsdp')}: the Trainer's own FSDP is not used by this job; "
                 "set MLM_SHARDING=fsdp to shard the model (and leave fsdp/fsdp_config unset)"
             )
         return
-    option = f"{config.source_of('sharding')}=fsdp"
+    option = f"{config.source_of('sharding')}={config.job.sharding}"
     if training.fp16:
         # accelerate's GradScaler would look for inf/NaN in each rank's shard alone and the ranks could disagree
         raise ConfigError(f"{option}: fp16 is not supported under fsdp; use bf16 or fp32")
@@ -67,6 +69,83 @@ def check_sharding(config: Config) -> None:
         raise ConfigError(f"{option}: leave the Trainer's fsdp/fsdp_config unset; MLM_SHARDING shards the model")
     if training.load_best_model_at_end:
         raise ConfigError(f"{option}: load_best_model_at_end is not supported under fsdp yet")
+
+
+# A replica's training state per parameter: fp32 weights (4), gradients (4) and AdamW's two moments (8). bf16 under
+# DDP (accelerate's autocast) keeps the same fp32 state, so the figure holds for both precisions.
+STATE_BYTES_PER_PARAMETER = 16
+# Activations kept for the backward pass per token and hidden unit of each layer, in bytes of 16-bit values
+# (Korthikanti et al. 2022, "Reducing Activation Recomputation in Large Transformer Models", eq. 1, without the
+# attention scores that SDPA and flash attention never hold); fp32 holds twice as many bytes.
+ACTIVATION_VALUES_PER_UNIT = 34
+# The share of a GPU the estimate may fill: the CUDA context, the allocator's fragmentation and the evaluation
+# batch need the rest.
+USABLE_SHARE = 0.85
+
+
+def ddp_estimate(model: torch.nn.Module, config: Config) -> dict[str, int]:
+    """DDP's memory per rank for ``model`` at this run's batch: the training state (every parameter's weights,
+    gradient and AdamW state) and the activations of one micro-batch. An estimate, not a measurement
+    (:class:`StateBytes` measures the state once training runs)."""
+    parameters = sum(p.numel() for p in model.parameters())
+    model_config = model.config
+    hidden = int(getattr(model_config, "hidden_size", 0) or getattr(model_config, "d_model", 0) or 0)
+    layers = sum(1 for m in model.modules() if isinstance(m, GradientCheckpointingLayer))
+    training = config.training
+    tokens = training.per_device_train_batch_size * config.job.max_seq_length
+    half = training.bf16 or training.fp16
+    activations = tokens * hidden * layers * ACTIVATION_VALUES_PER_UNIT * (1 if half else 2)
+    state = parameters * STATE_BYTES_PER_PARAMETER
+    return {"parameters": parameters, "state": state, "activations": activations, "total": state + activations}
+
+
+def written_in(checkpoint: Path) -> str | None:
+    """The mode ``checkpoint`` was written in, from its optimizer's files; None when it holds no optimizer."""
+    if (checkpoint / OPTIMIZER_DIR).is_dir():
+        return "fsdp"
+    return "ddp" if (checkpoint / OPTIMIZER_NAME).exists() else None
+
+
+def resumed_mode(config: Config, checkpoint: Path | None) -> str | None:
+    """The mode a resume of ``checkpoint`` must train in (its own), or None when any will do; ConfigError naming
+    MLM_SHARDING when it is set to the other one: a ddp checkpoint holds no sharded optimizer, an fsdp one no
+    optimizer.pt (the Trainer would go on without its optimizer state, silently)."""
+    written = written_in(checkpoint) if checkpoint is not None else None
+    requested = config.job.sharding
+    if written is None or requested in ("auto", written):
+        return written
+    assert checkpoint is not None
+    raise ConfigError(
+        f"{config.source_of('sharding')}={requested}: {checkpoint.name} was written under {written}; resume it with "
+        f"MLM_SHARDING={written} (or auto), or start over with MLM_RESUME=never"
+    )
+
+
+def choose_sharding(
+    requested: str, estimate: dict[str, int], gpu_memory: int | None, world_size: int, written: str | None = None
+) -> tuple[str, str]:
+    """The mode a run trains with and why, in words with DDP's estimate: ``requested`` unless it is ``auto``, which
+    keeps the mode a resumed checkpoint was ``written`` in, else is fsdp when DDP's estimate does not fit the
+    smallest visible GPU (``gpu_memory``, bytes; None on CPU) and there are ranks to shard over. The one rule for the
+    ranks, the banner and run.json."""
+    need = f"DDP needs about {gib(estimate['total'])} a rank ({gib(estimate['state'])} of weights, gradients and "
+    need += f"AdamW state for {estimate['parameters']:,} parameters, {gib(estimate['activations'])} of activations)"
+    if requested != "auto":
+        return requested, f"{requested} (MLM_SHARDING); {need}"
+    if written is not None:
+        return written, f"{written} (auto: the mode the resumed checkpoint was written in); {need}"
+    if gpu_memory is None:
+        return "ddp", f"ddp (auto: on CPU there is no device memory to fit); {need}"
+    room = f"{USABLE_SHARE:.0%} of the smallest GPU's {gib(gpu_memory)}"
+    if world_size < 2:
+        return "ddp", f"ddp (auto: one rank, nothing to shard over); {need}, {room}"
+    if estimate["total"] > USABLE_SHARE * gpu_memory:
+        return "fsdp", f"fsdp (auto: more than {room}); {need}"
+    return "ddp", f"ddp (auto: within {room}); {need}"
+
+
+def gib(size: int) -> str:
+    return f"{size / 2**30:.1f} GiB"
 
 
 def shard_model(model: torch.nn.Module, device_type: str, bf16: bool = False) -> torch.nn.Module:
@@ -218,12 +297,26 @@ def _bytes(tensor: torch.Tensor) -> int:
     return local.numel() * local.element_size()
 
 
-def sharding_facts(mode: str, measured: StateBytes) -> dict[str, Any]:
-    """run.json's ``sharding``: the mode and each rank's measured bytes (a collective: every rank calls it)."""
+def sharding_facts(mode: str, measured: StateBytes, device_type: str = "cpu") -> dict[str, Any]:
+    """run.json's ``sharding``: the mode, each rank's measured bytes of training state and its peak memory (a
+    collective: every rank calls it)."""
     mine = measured.measured or {}
-    ranks: list[Any] = [mine]
+    ranks: list[Any] = [(mine, peak_memory_bytes(device_type))]
     if dist.is_available() and dist.is_initialized():
         ranks = [None] * dist.get_world_size()
-        dist.all_gather_object(ranks, mine)
-    totals = [sum(r.values()) for r in ranks]
-    return {"mode": mode, "state_bytes_per_rank": ranks, "state_bytes_total": sum(totals)}
+        dist.all_gather_object(ranks, (mine, peak_memory_bytes(device_type)))
+    totals = [sum(state.values()) for state, _ in ranks]
+    return {
+        "mode": mode,
+        "state_bytes_per_rank": [state for state, _ in ranks],
+        "state_bytes_total": sum(totals),
+        "peak_bytes_per_rank": [peak for _, peak in ranks],
+    }
+
+
+def peak_memory_bytes(device_type: str) -> int:
+    """This rank's peak memory so far: what the CUDA allocator held at most on a GPU; the process's peak resident
+    set on CPU (the interpreter and libraries included, about the same for every mode)."""
+    if device_type == "cuda" and torch.cuda.is_available():
+        return int(torch.cuda.max_memory_allocated())
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # kB on Linux
