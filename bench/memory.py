@@ -2,8 +2,9 @@
 model size. Whole runs from ``./entrypoint.sh`` to exit on 2 ranks (gloo on CPU, one GPU a rank on GPUs), a BERT
 built from its config at each size, a few steps on the demo samples; each run's run.json gives every rank's
 measured parameters + gradients + AdamW state (summed from its local tensors at the first optimizer step) and its
-peak memory (the process's peak resident set on CPU, interpreter and libraries included; the CUDA allocator's peak on
-a GPU). The ratio fsdp / ddp per rank is the figure: about 1/2 of the state on 2 ranks, less of the peak, which
+peak memory while training (the resident set's high-water mark from the start of training to its end on CPU,
+interpreter and libraries included; the CUDA allocator's peak on a GPU), the final model's consolidation after it
+left out. The ratio fsdp / ddp per rank is the figure: about 1/2 of the state on 2 ranks, less of the peak, which
 also holds what sharding leaves whole (activations, a layer's gathered weights, the libraries).
 
 Results: ``bench/results/<date>-<host>-memory.json`` and ``.md``, and ``bench/results/latest-memory.md``, written
@@ -97,7 +98,7 @@ def run_one(settings: MemorySettings, size: str, mode: str, workdir: Path) -> di
     return {
         "size": size, "mode": mode, "seconds": round(seconds, 1), "parameters": parameters(sharding),
         "state_bytes_per_rank": states, "state_detail_per_rank": sharding["state_bytes_per_rank"],
-        "peak_bytes_per_rank": sharding["peak_bytes_per_rank"], "choice": sharding.get("choice"),
+        "peak_bytes_per_rank": sharding["training_peak_bytes_per_rank"], "choice": sharding.get("choice"),
     }  # fmt: skip
 
 
@@ -146,7 +147,7 @@ def memory_report(result: dict[str, Any]) -> str:
         "",
         f"BERT built from its config at each size, {settings['max_steps']} steps of {settings['batch_size']} x 128 "
         "tokens a rank, through ./entrypoint.sh (bench/memory.py). State: parameters + gradients + AdamW state, "
-        "measured from each rank's local tensors. Peak: "
+        "measured from each rank's local tensors. Peak, from the start of training to its end: "
         + ("the CUDA allocator's peak." if settings["device"] == "cuda" else "the process's peak resident set "
            "(interpreter and libraries included)."),
         *(["", "On 1 rank fsdp shards nothing: the figures check its code path, not the saving."]

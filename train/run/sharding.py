@@ -273,10 +273,18 @@ def _no_sync(model: FSDPModule) -> Any:
 class StateBytes(TrainerCallback):
     """This rank's bytes of parameters, gradients and optimizer state, measured once, at the first optimizer step
     (when all three exist: the Trainer drops the gradients after it): the sum of the local tensors, so a shard
-    counts its own size."""
+    counts its own size. And its peak memory while training: from the start of training to its end, the final
+    model's consolidation after it left out (on a GPU that happens in CPU memory)."""
 
     def __init__(self) -> None:
         self.measured: dict[str, int] | None = None
+        self.training_peak: int | None = None
+
+    def on_train_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        reset_peak_memory(args.device.type)
+
+    def on_train_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        self.training_peak = peak_memory_bytes(args.device.type)
 
     def on_optimizer_step(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
         model, optimizer = kwargs.get("model"), kwargs.get("optimizer")
@@ -300,23 +308,38 @@ def _bytes(tensor: torch.Tensor) -> int:
 def sharding_facts(mode: str, measured: StateBytes, device_type: str = "cpu") -> dict[str, Any]:
     """run.json's ``sharding``: the mode, each rank's measured bytes of training state and its peak memory (a
     collective: every rank calls it)."""
-    mine = measured.measured or {}
-    ranks: list[Any] = [(mine, peak_memory_bytes(device_type))]
+    mine = (measured.measured or {}, measured.training_peak)
+    ranks: list[Any] = [mine]
     if dist.is_available() and dist.is_initialized():
         ranks = [None] * dist.get_world_size()
-        dist.all_gather_object(ranks, (mine, peak_memory_bytes(device_type)))
+        dist.all_gather_object(ranks, mine)
     totals = [sum(state.values()) for state, _ in ranks]
     return {
         "mode": mode,
         "state_bytes_per_rank": [state for state, _ in ranks],
         "state_bytes_total": sum(totals),
-        "peak_bytes_per_rank": [peak for _, peak in ranks],
+        "training_peak_bytes_per_rank": [peak for _, peak in ranks],
     }
 
 
+def reset_peak_memory(device_type: str) -> None:
+    """Start this rank's peak memory afresh: the CUDA allocator's statistics, or the kernel's high-water mark of
+    the resident set (``/proc/self/clear_refs``, Linux 4.0+; where it cannot be written the peak counts from the
+    process's start)."""
+    if device_type == "cuda" and torch.cuda.is_available():
+        torch.cuda.reset_peak_memory_stats()
+        return
+    with contextlib.suppress(OSError):
+        Path("/proc/self/clear_refs").write_text("5")
+
+
 def peak_memory_bytes(device_type: str) -> int:
-    """This rank's peak memory so far: what the CUDA allocator held at most on a GPU; the process's peak resident
-    set on CPU (the interpreter and libraries included, about the same for every mode)."""
+    """This rank's peak memory since :func:`reset_peak_memory`: what the CUDA allocator held at most on a GPU; the
+    resident set's high-water mark on CPU (the interpreter and libraries included, about the same for every mode)."""
     if device_type == "cuda" and torch.cuda.is_available():
         return int(torch.cuda.max_memory_allocated())
+    with contextlib.suppress(OSError, ValueError):
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) * 1024  # kB
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # kB on Linux
