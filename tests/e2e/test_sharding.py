@@ -82,6 +82,7 @@ def test_fsdp_trains_as_ddp_does_on_half_the_state_per_rank(tmp_path: Path) -> N
         assert share == pytest.approx(whole[0] / 2, rel=0.01)
     for rank in fsdp["sharding"]["state_bytes_per_rank"]:
         assert rank["parameters"] > 0 and rank["gradients"] > 0 and rank["optimizer"] > 0
+    assert all(peak > whole[0] for peak in fsdp["sharding"]["training_peak_bytes_per_rank"])  # resident, measured
     fills_a_mask(tmp_path / "fsdp" / "final")
 
 
