@@ -63,6 +63,8 @@ def test_auto_shards_what_ddp_cannot_fit(gpu_memory: int | None, world_size: int
     assert choose_sharding("ddp", ESTIMATE, 40 * GIB, 8)[0] == "ddp"  # what is set is what runs
     kept = choose_sharding("auto", ESTIMATE, 40 * GIB, 8, written="ddp")  # a resume keeps its checkpoint's mode
     assert kept[0] == "ddp" and kept[1].startswith("ddp (auto: the mode the resumed checkpoint was written in)")
+    small = {"parameters": 488_005, "state": 7_808_080, "activations": 2**20, "total": 7_808_080 + 2**20}
+    assert "DDP needs about 8.4 MiB a rank (7.4 MiB of weights" in choose_sharding("auto", small, None, 2)[1]
 
 
 def test_the_estimate_counts_the_built_models_state_and_activations() -> None:

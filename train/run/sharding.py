@@ -145,7 +145,8 @@ def choose_sharding(
 
 
 def gib(size: int) -> str:
-    return f"{size / 2**30:.1f} GiB"
+    """A size as the estimate shows it: GiB from 1 GiB up, MiB below (a small model's 0.0 GiB would say nothing)."""
+    return f"{size / 2**30:.1f} GiB" if size >= 2**30 else f"{size / 2**20:.1f} MiB"
 
 
 def shard_model(model: torch.nn.Module, device_type: str, bf16: bool = False) -> torch.nn.Module:
