@@ -149,6 +149,18 @@ def test_processes_row_is_the_plan(env, monkeypatch):
     assert "8 per node (auto: the visible GPUs)" in found.detail
 
 
+def test_the_sharding_row_says_what_the_ranks_will_choose(env, monkeypatch):
+    install(monkeypatch, h100s(8))
+    fast_nccl(monkeypatch)
+    argv = ["--sharding", "auto", "--model_name_or_path", "scratch:bert", "--config_overrides",
+            "num_hidden_layers=32,hidden_size=4096,num_attention_heads=32,intermediate_size=16384"]  # fmt: skip
+    found = checks(monkeypatch, argv, count=8)["sharding"]
+    assert found.status == "OK" and found.data["mode"] == "fsdp"
+    assert (
+        found.detail.startswith("fsdp (auto: more than 85% of the smallest GPU's") and "DDP needs about" in found.detail
+    )
+
+
 def test_nproc_per_node_limits_the_all_reduce(env, monkeypatch):
     install(monkeypatch, h100s(4))
     calls = fast_nccl(monkeypatch)

@@ -52,7 +52,7 @@ def test_cpu(monkeypatch, capsys, base_env, no_nvml):
     assert job_flags(document) == ["--use_cpu", "true", "--ddp_backend", "gloo", "--pad_to_multiple_of", "1"]
     assert (document["backend"], document["precision"], document["tf32"]) == ("gloo", "fp32", False)
     assert document["gpus"] == [] and document["cpu_mode"] is True
-    assert document["sharding"] == {"requested": "ddp", "smallest_gpu_memory_bytes": None}
+    assert (document["sharding"]["requested"], document["sharding"]["smallest_gpu_memory_bytes"]) == ("ddp", None)
     assert document["env"]["CUDA_VISIBLE_DEVICES"] == ""
     assert document["warnings"][0].startswith("no GPU visible: CPU mode (no NVIDIA driver")
     assert document["batch"] == "batch: 32 per device x 1 process x 1 node x 1 accumulation = 32 global"
@@ -307,3 +307,31 @@ def test_plan_reports_a_finished_model_instead_of_refusing(monkeypatch, capsys, 
     assert (tmp_path / "out" / "final").exists()  # a plan changes nothing
     code = run_main(lambda argv: launcher.main(argv, base_env), ["train"])
     assert code == 2 and "holds a finished model in final/" in capsys.readouterr().err
+
+
+# About 6.6 B parameters: 105 GB of DDP state, more than 85 % of an 80 GB GPU (built on the meta device: no memory).
+LARGE = "num_hidden_layers=32,hidden_size=4096,num_attention_heads=32,intermediate_size=16384"
+
+
+@pytest.mark.parametrize(
+    ("overrides", "mode"),
+    [(LARGE, "fsdp"), ("num_hidden_layers=2,hidden_size=64,num_attention_heads=2,intermediate_size=128", "ddp")],
+)
+def test_plan_says_what_auto_will_shard(monkeypatch, capsys, base_env, overrides, mode):
+    install(monkeypatch, h100s(8))
+    env = {**base_env, "MLM_SHARDING": "auto", "MLM_MODEL_NAME_OR_PATH": "scratch:bert",
+           "MLM_CONFIG_OVERRIDES": overrides, "MLM_TOKENIZER_VOCAB_SIZE": "30522"}  # fmt: skip
+    sharding = plan_ok(monkeypatch, capsys, env)["sharding"]
+    assert sharding["mode"] == mode and sharding["choice"].startswith(f"{mode} (auto: ")
+    assert sharding["smallest_gpu_memory_bytes"] > 70 * 2**30
+    if mode == "fsdp":
+        assert (
+            sharding["ddp_estimate"]["parameters"] > 6e9 and "more than 85% of the smallest GPU's" in sharding["choice"]
+        )
+
+
+def test_plan_leaves_the_choice_to_the_ranks_when_the_models_config_is_not_here(monkeypatch, capsys, base_env, no_nvml):
+    env = {**base_env, "MLM_SHARDING": "auto"}  # the default model, distilbert-base-uncased: not downloaded here
+    sharding = plan_ok(monkeypatch, capsys, env)["sharding"]
+    assert sharding["ddp_estimate"] is None and sharding["mode"] is None
+    assert sharding["choice"].startswith("decided by the ranks")

@@ -10,7 +10,8 @@ from transformers import AutoModelForMaskedLM, DistilBertConfig
 
 from tests.helpers import demo_config
 from train.common.errors import ConfigError
-from train.run.sharding import check_sharding, choose_sharding, ddp_estimate, resumed_mode, written_in
+from train.model.memory import choose_sharding, ddp_estimate
+from train.run.sharding import check_sharding, resumed_mode, written_in
 
 
 @pytest.mark.parametrize(

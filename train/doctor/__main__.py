@@ -32,6 +32,7 @@ def run_checks(config: Config, environ: Mapping[str, str], argv: Sequence[str] =
         ("torch.cuda", lambda: machine.check_torch_cuda(inventory, torch, environ)),
         ("/dev/shm", lambda: machine.check_shm(shm_bytes, config.training.dataloader_num_workers)),
         ("processes", lambda: machine.check_processes(outcome, results)),
+        ("sharding", lambda: machine.check_sharding(outcome, config)),
         ("output_dir", lambda: storage.check_output(config)),
         ("cache (HF_HOME)", lambda: storage.check_cache(environ)),
         ("model", lambda: sources.check_model(config, environ)),

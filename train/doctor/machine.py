@@ -17,7 +17,7 @@ from train.common.errors import UserError
 from train.config import Config
 from train.doctor.rows import FAIL, OK, SKIP, WARN, Check
 from train.launch.decide import shm_warning
-from train.launch.plan import Plan, make_plan, torchrun_path
+from train.launch.plan import Plan, make_plan, sharding_plan, torchrun_path
 from train.machine import gpus
 from train.machine.gpus import Inventory, format_cuda_version, torch_cuda_version
 from train.machine.resources import usable_cpus
@@ -169,6 +169,14 @@ def plan_or_refusal(
         )
     except Exception as exc:  # a UserError: the launcher's refusal; anything else: a broken check, shown as such
         return exc
+
+
+def check_sharding(outcome: Plan | Exception, config: Config) -> Check:
+    """The sharding the ranks will train with and why, with DDP's memory estimate (train/launch/plan.py)."""
+    if not isinstance(outcome, Plan):
+        return Check("sharding", WARN, "no plan to estimate from (see the plan row)")
+    facts = sharding_plan(outcome, config)
+    return Check("sharding", OK, facts["choice"], data=facts)
 
 
 def check_processes(outcome: Plan | Exception, shown: Sequence[Check]) -> Check:

@@ -204,6 +204,28 @@ def rank_env(environ: Mapping[str, str], gpus_used: Sequence[Gpu], nproc: int, c
     return env
 
 
+def sharding_plan(plan: Plan, config: Config) -> dict[str, Any]:
+    """What ``plan`` and ``doctor`` say of the sharding: the mode asked for, the memory ``auto`` fits DDP into, DDP's
+    estimate for the model built on the meta device, and the mode the ranks will choose with it (train/model/
+    memory.py, the ranks' own rule; a resumed run keeps its checkpoint's mode). Imported here, not at the top: only
+    these two commands build the model, a launch does not wait for it."""
+    from train.model.memory import choose_sharding, planned_estimate
+
+    estimate = planned_estimate(config)
+    gpu_memory = smallest_memory([] if plan.cpu_mode else plan.inventory.gpus[: plan.nproc_per_node])
+    facts: dict[str, Any] = {
+        "requested": config.job.sharding,
+        "smallest_gpu_memory_bytes": gpu_memory,
+        "ddp_estimate": estimate,
+        "mode": None,
+        "choice": "decided by the ranks once they have read the model's config (not readable here)",
+    }
+    if estimate is not None:
+        world = plan.nproc_per_node * plan.topology.max_nodes
+        facts["mode"], facts["choice"] = choose_sharding(config.job.sharding, estimate, gpu_memory, world)
+    return facts
+
+
 def smallest_memory(gpus: Sequence[Gpu]) -> int | None:
     """The memory of the smallest GPU a rank gets (what MLM_SHARDING=auto fits DDP into); None on CPU."""
     return min((g.memory_total_bytes for g in gpus), default=None)
@@ -297,7 +319,6 @@ def plan_document(plan: Plan, config: Config, torch_cuda: str | None) -> dict[st
     resolved = config.as_dict(redact=True)
     resolved.update(plan.decided)
     world = None if topology.elastic else plan.nproc_per_node * topology.max_nodes
-    gpus_used = [] if plan.cpu_mode else inventory.gpus[: plan.nproc_per_node]
     return {
         "gpus": [] if plan.cpu_mode else inventory.as_dict()["gpus"][: plan.nproc_per_node],
         "cpu_mode": plan.cpu_mode,
@@ -334,11 +355,7 @@ def plan_document(plan: Plan, config: Config, torch_cuda: str | None) -> dict[st
         "notes": inventory.notes,
         "command": plan.command,
         "deadline": deadline_document(plan.deadline),
-        "sharding": {
-            "requested": config.job.sharding,
-            # what auto fits DDP's estimate into; the ranks estimate from the built model (banner, run.json)
-            "smallest_gpu_memory_bytes": smallest_memory(gpus_used),
-        },
+        "sharding": sharding_plan(plan, config),
         "recipe": recipe_summary(
             config.job.recipe, config.job.model_name_or_path, config.training, config.job.decay_ratio
         ),

@@ -41,6 +41,7 @@ from train.model.load import (
     tokenizer_label,
     trains_its_tokenizer,
 )
+from train.model.memory import choose_sharding, ddp_estimate
 from train.model.tokenizer_training import agree_on_tokenizer
 from train.model.words import word_starts
 from train.outputs.checkpoints import kept_global_batch, resumed_options, saved_world_size
@@ -48,16 +49,7 @@ from train.outputs.runfiles import RunFiles
 from train.run.budget import TimeBudget
 from train.run.callbacks import CheckpointCompleteMarker, DivergenceGuard, EpochForCollator
 from train.run.preemption import StopOnSignal
-from train.run.sharding import (
-    ShardedTrainer,
-    StateBytes,
-    check_sharding,
-    choose_sharding,
-    ddp_estimate,
-    resumed_mode,
-    shard_model,
-    sharding_facts,
-)
+from train.run.sharding import ShardedTrainer, StateBytes, check_sharding, resumed_mode, shard_model, sharding_facts
 from train.run.trainer import MLMTrainer, losses_are_batch_means
 
 
