@@ -47,9 +47,8 @@ def resumed(saved: list[dict], world_size: int, batch_size: int, steps: int | No
     would save then."""
     read, positions = [], []
     for rank in range(world_size):
-        stream = ResumedStream(
-            redistribute(saved, rank, world_size), part_of, loader_of, lambda: None, batch_size, numbers
-        )
+        own = loader_of(part_of(rank, world_size), batch_size, 0)
+        stream = ResumedStream(redistribute(saved, rank, world_size), part_of, loader_of, own, batch_size, numbers)
         for batch in itertools.islice(iter(stream), steps):
             read += batch
         positions.append(stream.state_dict() if steps is not None else None)
@@ -99,3 +98,13 @@ def test_a_loader_saved_one_batch_after_a_resume_reads_on_where_it_stopped() -> 
     resumed_twice = loader_of(part_of(1, 2), 5, 2)
     resumed_twice.load_state_dict(resumed_once.state_dict())
     assert numbers(next(iter(resumed_twice))) == expected[3]
+
+
+def test_after_the_remainders_the_next_pass_is_the_ranks_own() -> None:
+    _, saved = first_run(2, batch_size=5, workers=0, steps=3)
+    own = loader_of(part_of(0, 1), 4, 2)
+    stream = ResumedStream(redistribute(saved, 0, 1), part_of, loader_of, own, 4, numbers)
+    remainder = [n for batch in stream for n in batch]
+    assert len(remainder) == EXAMPLES - 30
+    assert stream.num_workers == 2 and "kind" not in stream.state_dict()  # its own loader's state, and workers
+    assert sorted(n for batch in stream for n in numbers(batch)) == list(range(EXAMPLES))  # a whole pass

@@ -168,21 +168,24 @@ class _Strided(Examples):
 class ResumedStream:
     """A rank's training batches after a resume on another number of ranks: the remainders its position names, in
     batches of this run's size, then (from the next pass) its own loader. No workers of its own and nothing read
-    ahead, so ``state_dict`` is exactly what the Trainer has taken; the old pipelines' loaders keep their workers."""
+    ahead, so ``state_dict`` is exactly what the Trainer has taken; the old pipelines' loaders keep their workers.
+    ``num_workers`` is the own loader's, whose state a checkpoint saved after the remainders holds."""
 
     def __init__(
-        self, position: dict[str, Any], part_of: PartOf, loader_of: LoaderOf, own: Callable[[], Any],
-        batch_size: int, collate: Callable[[list[Any]], Any],
+        self, position: dict[str, Any], part_of: PartOf, loader_of: LoaderOf, own: Any, batch_size: int,
+        collate: Callable[[list[Any]], Any],
     ) -> None:  # fmt: skip
         self.remainder: Examples | None = examples(position, part_of, loader_of)
-        self.own, self.loader = own, None
+        self.own = own
         self.batch_size, self.collate = batch_size, collate
+
+    @property
+    def num_workers(self) -> int:
+        return int(self.own.num_workers)
 
     def __iter__(self) -> Iterator[Any]:
         if self.remainder is None:
-            if self.loader is None:
-                self.loader = self.own()
-            return iter(self.loader)
+            return iter(self.own)
         return self._remainder_batches()
 
     def _remainder_batches(self) -> Iterator[Any]:
@@ -192,8 +195,4 @@ class ResumedStream:
         self.remainder = None  # this pass ends with the remainders, as the old ranks' streams would have
 
     def state_dict(self) -> dict[str, Any]:
-        if self.remainder is not None:
-            return self.remainder.position()
-        if self.loader is None:
-            self.loader = self.own()
-        return self.loader.state_dict()
+        return self.remainder.position() if self.remainder is not None else self.own.state_dict()

@@ -65,7 +65,7 @@ class MLMTrainer(Trainer):
         def remainder_loader(dataset: Any, batch_size: int, workers: int) -> Any:
             return loader_of(dataset, batch_size, workers, collate=list)  # examples, collated by ResumedStream
 
-        return ResumedStream(position, self.stream_part, remainder_loader, lambda: own, batch, collate)
+        return ResumedStream(position, self.stream_part, remainder_loader, own, batch, collate)
 
     def get_eval_dataloader(self, eval_dataset: Any = None) -> Any:
         # The Trainer builds both loaders with self.data_collator: evaluation's rate is swapped in for its loader.
