@@ -205,21 +205,15 @@ def rank_env(environ: Mapping[str, str], gpus_used: Sequence[Gpu], nproc: int, c
 
 
 def sharding_plan(plan: Plan, config: Config) -> dict[str, Any]:
-    """What ``plan`` and ``doctor`` say of the sharding: the mode asked for, the memory ``auto`` fits DDP into, DDP's
-    estimate for the model built on the meta device, and the mode the ranks will choose with it (train/model/
-    memory.py, the ranks' own rule; a resumed run keeps its checkpoint's mode). Imported here, not at the top: only
-    these two commands build the model, a launch does not wait for it."""
-    from train.model.memory import choose_sharding, planned_estimate
+    """What ``plan`` and ``doctor`` say of the sharding: the mode asked for, the GPU memory ``auto`` fits DDP into,
+    DDP's estimate (the model built on the meta device) and the mode the ranks' own rule will choose with it."""
+    from train.model.memory import choose_sharding, planned_estimate  # here: a launch need not load the models
 
     estimate = planned_estimate(config)
     gpu_memory = smallest_memory([] if plan.cpu_mode else plan.inventory.gpus[: plan.nproc_per_node])
-    facts: dict[str, Any] = {
-        "requested": config.job.sharding,
-        "smallest_gpu_memory_bytes": gpu_memory,
-        "ddp_estimate": estimate,
-        "mode": None,
-        "choice": "decided by the ranks once they have read the model's config (not readable here)",
-    }
+    facts: dict[str, Any] = {"requested": config.job.sharding, "smallest_gpu_memory_bytes": gpu_memory}
+    facts |= {"ddp_estimate": estimate, "mode": None}
+    facts["choice"] = "decided by the ranks once they have read the model's config (not readable here)"
     if estimate is not None:
         world = plan.nproc_per_node * plan.topology.max_nodes
         facts["mode"], facts["choice"] = choose_sharding(config.job.sharding, estimate, gpu_memory, world)

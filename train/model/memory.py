@@ -8,7 +8,10 @@ from __future__ import annotations
 from typing import Any
 
 import torch
+from transformers import AutoConfig, AutoModelForMaskedLM
 from transformers.modeling_layers import GradientCheckpointingLayer
+
+from train.model.load import scratch_config
 
 # A replica's training state per parameter: fp32 weights (4), gradients (4) and AdamW's two moments (8). bf16 under
 # DDP (accelerate's autocast) keeps the same fp32 state, so the figure holds for both precisions.
@@ -71,10 +74,6 @@ def planned_estimate(config: Any) -> dict[str, int] | None:
     holds no memory, from a scratch architecture (its vocabulary the tokenizer_vocab_size it will be trained with)
     or a pretrained model's config.json when it is on disk or in the hub cache. None when that config cannot be
     read here (a hub model not downloaded yet): the ranks estimate once they have it."""
-    from transformers import AutoConfig, AutoModelForMaskedLM
-
-    from train.model.load import scratch_config
-
     job = config.job
     try:
         arch = scratch_config(config)
