@@ -96,19 +96,10 @@ def run_one(settings: MemorySettings, size: str, mode: str, workdir: Path) -> di
     sharding = json.loads((output / "run.json").read_text(encoding="utf-8"))["sharding"]
     states = [sum(rank.values()) for rank in sharding["state_bytes_per_rank"]]
     return {
-        "size": size, "mode": mode, "seconds": round(seconds, 1), "parameters": parameters(sharding),
+        "size": size, "mode": mode, "seconds": round(seconds, 1), "parameters": sharding["ddp_estimate"]["parameters"],
         "state_bytes_per_rank": states, "state_detail_per_rank": sharding["state_bytes_per_rank"],
         "peak_bytes_per_rank": sharding["training_peak_bytes_per_rank"], "choice": sharding.get("choice"),
     }  # fmt: skip
-
-
-def parameters(sharding: dict[str, Any]) -> int | None:
-    """The parameter count the choice line states (``... AdamW state for 1,234 parameters ...``)."""
-    words = str(sharding.get("choice") or "")
-    marker = " parameters"
-    if marker not in words or "for " not in words:
-        return None
-    return int(words.split(marker)[0].rsplit("for ", 1)[1].replace(",", ""))
 
 
 def run_memory_series(settings: MemorySettings, workdir: Path, results_dir: Path, stem: str, tagged: bool) -> None:

@@ -1,4 +1,4 @@
-"""The memory series' settings, its reading of the choice line and its report (the runs themselves are whole
+"""The memory series' settings and its report (the runs themselves are whole
 ./entrypoint.sh runs: make bench)."""
 
 from __future__ import annotations
@@ -17,12 +17,6 @@ def test_the_series_runs_only_when_asked_and_takes_its_options() -> None:
     assert settings.sizes == ["tiny", "base"] and settings.ranks == 2
     with pytest.raises(ValueError, match="unknown memory series size"):
         memory_settings(parse_args(["--memory-sizes", "huge"]), "cpu")
-
-
-def test_the_parameter_count_is_read_from_the_choice_line() -> None:
-    choice = "ddp (MLM_SHARDING); DDP needs about 0.1 GiB a rank (0.0 GiB of weights, gradients and AdamW state for "
-    assert memory.parameters({"choice": choice + "1,234,567 parameters, 0.1 GiB of activations)"}) == 1_234_567
-    assert memory.parameters({}) is None
 
 
 def test_the_report_gives_fsdps_share_of_ddps_per_size() -> None:

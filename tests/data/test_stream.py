@@ -98,6 +98,8 @@ def test_a_stream_examples_index_is_its_content() -> None:
 class Positioned:
     """A data loader that says where it stands, as StatefulDataLoader does."""
 
+    batch_size, num_workers = 4, 0
+
     def state_dict(self) -> dict[str, int]:
         return {"read": 7}
 

@@ -83,6 +83,8 @@ def test_fsdp_trains_as_ddp_does_on_half_the_state_per_rank(tmp_path: Path) -> N
     for rank in fsdp["sharding"]["state_bytes_per_rank"]:
         assert rank["parameters"] > 0 and rank["gradients"] > 0 and rank["optimizer"] > 0
     assert all(peak > whole[0] for peak in fsdp["sharding"]["training_peak_bytes_per_rank"])  # resident, measured
+    # the estimate counts the parameters the ranks measured (4 bytes each, all of them on a ddp rank)
+    assert ddp["sharding"]["ddp_estimate"]["parameters"] * 4 == ddp["sharding"]["state_bytes_per_rank"][0]["parameters"]
     fills_a_mask(tmp_path / "fsdp" / "final")
 
 

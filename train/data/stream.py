@@ -221,9 +221,9 @@ class StreamPosition(TrainerCallback):
 
     def on_save(self, args: Any, state: Any, control: Any, train_dataloader: Any = None, **kwargs: Any) -> None:
         position = train_dataloader.state_dict() if hasattr(train_dataloader, "state_dict") else None
-        if position is not None and "kind" not in position:  # this rank's own loader: say whose it is
-            workers = getattr(getattr(train_dataloader, "base_dataloader", train_dataloader), "num_workers", 0)
-            batch = args.per_device_train_batch_size
+        if position is not None and "kind" not in position:  # this rank's own loader: say whose it is, as built
+            loader = getattr(train_dataloader, "base_dataloader", train_dataloader)
+            batch, workers = getattr(loader, "batch_size", None), getattr(loader, "num_workers", 0)
             position = rank_position(position, args.process_index, args.world_size, batch, workers)
         positions = [position]
         if initialized():

@@ -71,6 +71,7 @@ class Prepared:
     budget: TimeBudget | None = None  # the steps planned to a deadline (train/run/budget.py), with time_budget
     sharding: str = "ddp"  # the mode it trains with: ddp or fsdp (MLM_SHARDING, auto decided: train/run/sharding.py)
     sharding_choice: str = ""  # the mode and why, with DDP's memory estimate
+    ddp_estimate: dict[str, int] | None = None  # that estimate (train/model/memory.py), as plan shows it
     state_bytes: StateBytes | None = None  # this rank's measured parameters, gradients and optimizer state
 
     def write_model(self, directory: Path) -> None:
@@ -101,14 +102,15 @@ class Prepared:
             "masking": self.masking,
             "packing": self.packing,
             "resumed_from_ranks": saved_world_size(Path(self.resume)) if self.resume else None,
-            "sharding": {"mode": self.sharding, "choice": self.sharding_choice},
+            "sharding": {"mode": self.sharding, "choice": self.sharding_choice, "ddp_estimate": self.ddp_estimate},
         }
 
     def sharding_facts(self) -> dict[str, Any]:
         """The mode and every rank's measured bytes (a collective: every rank calls it, at the end)."""
         return {
-            **sharding_facts(self.sharding, self.state_bytes or StateBytes(), self.trainer.args.device.type),
+            **sharding_facts(self.sharding, self.state_bytes or StateBytes()),
             "choice": self.sharding_choice,
+            "ddp_estimate": self.ddp_estimate,
         }
 
 
@@ -177,7 +179,7 @@ def prepare(config: Config, files: RunFiles, choose_resume: Callable[[], str | N
     guard = DivergenceGuard()
     budget = time_budget(config, model, corpus.validation if evaluating else None)
     trainer_class = MLMTrainer
-    sharding, choice = decide_sharding(config, model, Path(resume) if resume else None)
+    sharding, choice, estimate = decide_sharding(config, model, Path(resume) if resume else None)
     if sharding == "fsdp":  # after the head and freezing: their probe forwards are not collectives
         model, trainer_class = shard_model(model, training.device.type, bool(training.bf16)), ShardedTrainer
     state_bytes = StateBytes()
@@ -205,15 +207,16 @@ def prepare(config: Config, files: RunFiles, choose_resume: Callable[[], str | N
     return Prepared(
         trainer=trainer, tokenizer=tokenizer, corpus=corpus, stopper=stopper, guard=guard, head=head,
         head_weights=new_head, masking=masking, packing=packing_facts, resume=resume, budget=budget,
-        sharding=sharding, sharding_choice=choice, state_bytes=state_bytes,
+        sharding=sharding, sharding_choice=choice, ddp_estimate=estimate, state_bytes=state_bytes,
         companions=None if arch is not None else companion_directory(job.model_name_or_path),
     )  # fmt: skip
 
 
-def decide_sharding(config: Config, model: Any, resume: Path | None) -> tuple[str, str]:
+def decide_sharding(config: Config, model: Any, resume: Path | None) -> tuple[str, str, dict[str, int]]:
     """The mode this run trains with (MLM_SHARDING; ``auto`` from DDP's estimate for the built model against the
-    smallest GPU the launcher handed over, or a resumed checkpoint's own mode), checked for what fsdp refuses, and
-    the words that say why. Every rank reaches the same answer: the same model, options, handoff and checkpoint."""
+    smallest GPU the launcher handed over, or a resumed checkpoint's own mode), checked for what fsdp refuses, the
+    words that say why, and DDP's estimate. Every rank reaches the same answer: the same model, options, handoff
+    and checkpoint."""
     handoff = Handoff.from_environ()
     gpu_memory = handoff.gpu_memory_bytes if handoff is not None else None
     estimate = ddp_estimate(model, config)
@@ -223,7 +226,7 @@ def decide_sharding(config: Config, model: Any, resume: Path | None) -> tuple[st
     )
     if requested == "auto":
         check_sharding(config, mode)
-    return mode, words
+    return mode, words, estimate
 
 
 def time_budget(config: Config, model: Any, validation: Any) -> TimeBudget | None:

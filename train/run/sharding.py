@@ -250,7 +250,7 @@ def _bytes(tensor: torch.Tensor) -> int:
     return local.numel() * local.element_size()
 
 
-def sharding_facts(mode: str, measured: StateBytes, device_type: str = "cpu") -> dict[str, Any]:
+def sharding_facts(mode: str, measured: StateBytes) -> dict[str, Any]:
     """run.json's ``sharding``: the mode, each rank's measured bytes of training state and its peak memory (a
     collective: every rank calls it)."""
     mine = (measured.measured or {}, measured.training_peak)
