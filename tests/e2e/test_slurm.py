@@ -11,6 +11,7 @@ a requeued job for AuthInfo's cred_expire (120 s by default); the test cluster s
 from __future__ import annotations
 
 import json
+import math
 import re
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
@@ -19,6 +20,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import REPO, tiny_env
+from tests.e2e.runs import records
 from tests.e2e.slurm_cluster import Cluster, Job, slurm_cluster
 
 pytestmark = pytest.mark.slow
@@ -27,6 +29,13 @@ SCRIPT = REPO / "slurm" / "train.sbatch"
 # 1,600 demo samples (1,280 to train) in batches of 16 on 2 ranks: 40 steps, a checkpoint every 10, no workers.
 RESUMABLE = {"demo_samples": "1600", "per_device_train_batch_size": "16", "save_strategy": "steps", "save_steps": "10"}
 RUN_TIMEOUT_S = 240  # one run of the job, start to end, on 2 busy cores
+# A budgeted job: far more steps than fit in its 2 minutes (500 epochs of 400 samples in batches of 8), evaluated
+# and saved every 10 steps.
+LIMIT_MIN = 2
+BUDGETED = {
+    "num_train_epochs": "500", "per_device_train_batch_size": "8", "eval_strategy": "steps", "eval_steps": "10",
+    "save_strategy": "steps", "save_steps": "10", "logging_steps": "1", "warmup_steps": "5",
+}  # fmt: skip
 FINISHED = ("COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEMORY", "BOOT_FAIL", "DEADLINE")
 
 
@@ -128,3 +137,37 @@ def test_plan_in_a_step_reads_slurm_and_the_batch_script_is_told_to_use_srun(clu
         assert plan["deadline"]["source"] == f"MLM_TIME_BUDGET=slurm: the Slurm job {job_id}'s end time", plan
         assert plan["deadline"]["at"] == end.strftime("%Y-%m-%d %H:%M:%S UTC"), (plan["deadline"], end)
         assert plan["deadline"]["budget"].startswith(("6m", "7m")), plan["deadline"]
+
+
+def test_a_job_with_a_time_limit_and_the_slurm_budget_ends_decayed_with_final_before_its_limit(
+    cluster: Cluster, tmp_path: Path
+) -> None:
+    """``time_budget: slurm`` under ``sbatch --time=2``: far more steps than fit, planned to the job's end time as
+    the controller states it; the job ends COMPLETED before Slurm's limit with final/ written and evaluated and the
+    learning rate decayed with its last step. (No ``--signal``: Slurm may send it up to a minute early.)"""
+    output, log = tmp_path / "output", tmp_path / "job.out"
+    env = tiny_env(output, time_budget="slurm", log_format="text", **BUDGETED)
+    env["HF_HOME"] = str(tmp_path / "hf")
+    script = f"srun --ntasks-per-node=1 {REPO / 'entrypoint.sh'} train"
+    job_id = cluster.sbatch("--nodes=1", f"--time={LIMIT_MIN}", f"--output={log}", f"--wrap={script}", env=env)
+    done = cluster.wait(job_id, lambda job: job.state in FINISHED, "finished", LIMIT_MIN * 60 + 90)
+    assert (done.state, done.exit_code) == ("COMPLETED", "0:0"), read(log)[-4000:]
+    took = datetime.fromisoformat(done.fields["EndTime"]) - datetime.fromisoformat(done.fields["StartTime"])
+    assert took < timedelta(minutes=LIMIT_MIN), took
+
+    run = json.loads((output / "run.json").read_text())
+    budget = run["time_budget"]
+    assert (run["status"], budget["source"]) == (
+        "finished",
+        f"MLM_TIME_BUDGET=slurm: the Slurm job {job_id}'s end time",
+    )
+    assert budget["budget"].startswith(("1m", "2m")), budget
+    total = budget["planned_steps"]
+    assert budget["steps_set_by_options"] > total > 10, budget  # set by the time, not by the epochs
+    trained = [r for r in records(output / "logs" / "train.jsonl") if r.get("event") == "train" and "loss" in r]
+    decay = math.ceil(run["config"]["decay_ratio"] * total)
+    expected = run["config"]["learning_rate"] * (1 - math.sqrt((decay - 1) / decay))
+    assert trained[-1]["step"] == total and trained[-1]["learning_rate"] == pytest.approx(expected), trained[-1]
+    assert run["quality_curve"][-1]["step"] == total
+    assert json.loads((output / "all_results.json").read_text())["eval_loss"] > 0
+    assert (output / "final" / "model.safetensors").exists()
