@@ -15,7 +15,7 @@ from train.config import load_config
 from train.outputs.checkpoints import decide_resume
 from train.outputs.local import Directory, publish_final
 from train.outputs.location import output_location
-from train.outputs.runfiles import RunFiles
+from train.outputs.runfiles import CUT_SHORT, RunFiles
 
 
 def config(tmp_path: Path, **env: str):
@@ -51,6 +51,16 @@ def test_finished_final_is_kept_unless_overwrite(tmp_path: Path) -> None:
     output_location(config(tmp_path, overwrite_output_dir="true")).check()
     output_location(config(tmp_path)).check(dry_run=True)  # plan reports it instead
     assert output_location(config(tmp_path)).facts()["a run would"].startswith("refuse")
+
+
+def test_a_stopped_runs_final_is_no_finished_model_and_the_next_run_replaces_it(tmp_path: Path) -> None:
+    # A budgeted run stopped by a signal publishes its decayed model marked (train/run/budget.py): rerunning resumes.
+    publish_final(RunFiles(tmp_path), lambda d: (d / CUT_SHORT).write_text("{}"))
+    location = output_location(config(tmp_path))
+    location.check()
+    assert not location.has_final() and location.facts()["finished_model"] is False
+    publish_final(RunFiles(tmp_path), lambda d: (d / "model.safetensors").write_text("finished"))
+    assert location.has_final() and not (tmp_path / "final" / CUT_SHORT).exists()
 
 
 def test_output_dir_that_cannot_be_created_is_an_environment_error(tmp_path: Path) -> None:

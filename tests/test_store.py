@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import shutil
 import threading
 import time
 from pathlib import Path
@@ -19,7 +20,7 @@ from train.common.errors import EXIT_CONFIG, EXIT_ENVIRONMENT, ConfigError, Envi
 from train.common.urls import is_store_url
 from train.outputs.checkpoints import problem
 from train.outputs.lease import EXPIRY_S
-from train.outputs.runfiles import COMPLETE_MARKER
+from train.outputs.runfiles import COMPLETE_MARKER, CUT_SHORT
 from train.outputs.store import NAMES, Retry, Store
 from train.outputs.store_lease import StoreLease, capabilities
 
@@ -254,6 +255,11 @@ def test_final_is_published_weights_then_marker_last_and_replaces_the_old_one(tm
         "final/tokenizer.json",
     ]
     assert store.has_final()
+    stopped = tmp_path / "stopped"  # a stopped budgeted run's model (train/run/budget.py): no finished one
+    shutil.copytree(new, stopped)
+    (stopped / CUT_SHORT).write_text("{}")
+    store.publish_final(stopped)
+    assert store.exists(NAMES.final / "model.safetensors") and not store.has_final()
 
 
 def test_run_files_are_mirrored_and_missing_ones_skipped(tmp_path, aws, bucket) -> None:

@@ -1,7 +1,9 @@
 """A time budget end to end (MLM_TIME_BUDGET), on two ranks through ./entrypoint.sh: the steps planned after a
 few are timed, the run stopped (SIGTERM after a checkpoint) and launched again with the same budget, which resumes,
 re-plans from the time it has, and ends inside it with final/ written, evaluated, and the learning rate decayed to
-zero with the last step (the modern recipe's warmup-stable-decay). The Slurm job's end time as a budget: tests/e2e/test_slurm.py."""
+zero with the last step (the modern recipe's warmup-stable-decay); and a stop signal as the deadline come early:
+the stop's checkpoint, then the steps that fit the stop's window, decaying, to a stopped run's final/ (or, when the
+plan's rest fits, the plan finished). The Slurm job's end time as a budget: tests/e2e/test_slurm.py."""
 
 from __future__ import annotations
 
@@ -15,11 +17,12 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import tiny_env
-from tests.e2e.runs import records, start, wait_for
+from tests.e2e.runs import entrypoint, records, start, wait_for
 
 pytestmark = pytest.mark.slow
 
 BUDGET_S = 40
+STOP_TIMEOUT_S = 30  # torchrun's time for the ranks after a stop signal
 # Far more steps than fit: 500 epochs of 320 samples in batches of 8 x 2 ranks, evaluated and saved every 10.
 OPTIONS = {
     "time_budget": f"{BUDGET_S}s", "nproc_per_node": "2", "num_train_epochs": "500", "per_device_train_batch_size": "8",
@@ -31,7 +34,9 @@ OPTIONS = {
 def test_a_budgeted_run_stopped_and_resumed_replans_and_ends_inside_its_budget_decayed(tmp_path: Path) -> None:
     output = tmp_path / "out"
     env = tiny_env(output, **OPTIONS)
-    first = start(env=env)
+    # 10 s to stop leave no step after the stop's checkpoint (the margin alone is 10 s): it exits at once, and the
+    # run is resumed. (With the default 270 s the rest of the plan would fit: it would finish, as the next test says.)
+    first = start(env={**env, "MLM_STOP_TIMEOUT": "10"})
     wait_for(output / "checkpoint-10" / ".complete", first)
     first.send_signal(signal.SIGTERM)
     _, stderr = first.communicate(timeout=60)
@@ -45,12 +50,19 @@ def test_a_budgeted_run_stopped_and_resumed_replans_and_ends_inside_its_budget_d
 
     launched = time.monotonic()
     second = start(env=env)
+    # SIGTERM again, once planned: the rest of the plan fits the 270 s to stop, so the run finishes as planned
+    # after the stop's checkpoint, exit 0 (torchrun, signalled, exits 1: the ranks' recorded 0s say they finished).
+    wait_for(output / "checkpoint-30" / ".complete", second)
+    second.send_signal(signal.SIGTERM)
     _, stderr = second.communicate(timeout=BUDGET_S + 60)
     took = time.monotonic() - launched
     assert second.returncode == 0, stderr[-3000:]
     assert took < BUDGET_S, f"the run took {took:.1f} s of its {BUDGET_S} s budget"
     run = json.loads((output / "run.json").read_text())
     budget = run["time_budget"]
+    assert "steps left fit: finishing" in stderr and "a crash" not in stderr, stderr[-3000:]
+    assert run["status"] == "finished" and budget["cut_short"]["whole_plan"], budget
+    assert budget["cut_short"]["final_step"] == budget["planned_steps"]
     assert budget["steps_set_by_options"] == earlier  # the stopped run's plan is where the resumed one starts
     assert 10 < budget["planned_steps"] <= earlier and budget["plans"][0]["at_step"] > 10
     steps = [r for r in records(output / "logs" / "train.jsonl") if r.get("event") == "train" and "loss" in r]
@@ -68,3 +80,47 @@ def test_a_budgeted_run_stopped_and_resumed_replans_and_ends_inside_its_budget_d
     final = run["quality_curve"][-1]
     assert final["step"] == total and final["since_launch_s"] < BUDGET_S and final["tokens_seen"] > 0, final
     assert (output / "final" / "model.safetensors").exists()
+
+
+def test_a_stop_in_a_budgeted_run_saves_then_decays_in_the_stop_window_to_a_stopped_final_that_a_rerun_resumes(
+    tmp_path: Path,
+) -> None:
+    """SIGTERM in the stable phase of a budgeted run (the deadline come early): the checkpoint of the stop's step
+    is saved as usual, then the steps that fit MLM_STOP_TIMEOUT run with the learning rate decaying to zero, and
+    final/ is evaluated and written, marked as a stopped run's; exit 75. The output is then a run to resume, not a
+    finished one: ``plan`` would resume the stop's checkpoint."""
+    output = tmp_path / "out"
+    env = tiny_env(output, **{**OPTIONS, "time_budget": "10m", "stop_timeout": str(STOP_TIMEOUT_S)})
+    run = start(env=env)
+    wait_for(output / "checkpoint-10" / ".complete", run)
+    signalled = time.monotonic()
+    run.send_signal(signal.SIGTERM)
+    _, stderr = run.communicate(timeout=STOP_TIMEOUT_S + 60)
+    took = time.monotonic() - signalled
+    assert run.returncode == 75, stderr[-3000:]
+    assert took < STOP_TIMEOUT_S, f"{took:.1f} s after the signal, of the {STOP_TIMEOUT_S} s torchrun gives"
+
+    facts = json.loads((output / "run.json").read_text())
+    cut = facts["time_budget"]["cut_short"]
+    at, final_step, decay = cut["checkpoint_step"], cut["final_step"], cut["decay_steps"]
+    assert facts["status"] == "preempted" and cut["signal"] == "SIGTERM" and not cut["whole_plan"], cut
+    assert f"stopped by SIGTERM at step {at}; checkpoint saved as checkpoint-{at}" in stderr, stderr[-3000:]
+    assert f"more steps decayed the learning rate and {output}/final holds that model (step {final_step}" in stderr
+    assert final_step > at and 0 < decay <= cut["steps_after"], cut
+    # No checkpoint of the decay: the newest is the stop's, what a rerun resumes.
+    assert max(int(p.name.split("-")[1]) for p in output.glob("checkpoint-*")) == at
+    steps = {
+        r["step"]: r for r in records(output / "logs" / "train.jsonl") if r.get("event") == "train" and "loss" in r
+    }
+    peak = facts["config"]["learning_rate"]
+    assert steps[at]["learning_rate"] == pytest.approx(peak)  # the stable phase
+    assert steps[final_step]["learning_rate"] == pytest.approx(peak * (1 - math.sqrt((decay - 1) / decay)))
+    assert max(steps) == final_step
+    assert json.loads((output / "all_results.json").read_text())["eval_loss"] > 0
+    assert json.loads((output / "final" / "cut_short.json").read_text()) == cut
+    assert (output / "final" / "model.safetensors").exists()
+
+    planned = entrypoint("plan", env=env, timeout=120)
+    assert planned.returncode == 0, planned.stderr[-3000:]
+    outputs = json.loads(planned.stdout)["output_dir"]
+    assert (outputs["finished_model"], outputs["a run would"]) == (False, f"resume from checkpoint-{at}"), outputs

@@ -53,11 +53,19 @@ RECORD = "import os, sys; open(os.path.join(os.environ['MLM_EXIT_DIR'], 'rank-{r
         (RECORD.format(rank=0, code=2) + "sys.exit(1)", 2),
         (RECORD.format(rank=3, code=3) + "sys.exit(1)", 3),
         ("import sys; sys.exit(1)", 1),  # a crash: no documented code
+        # every rank finished after a stop signal (a budget's plan fitted the window): torchrun says 1, we say 0
+        (RECORD.format(rank=0, code=0) + "sys.exit(1)", 0),
         ("import os, signal; os.kill(os.getpid(), signal.SIGKILL)", 137),
     ],
 )
 def test_exit_codes_are_translated(cpu_plan, script, expected):
     assert torchrun.launch(fake_torchrun(cpu_plan, script), {}, lambda *a: None, 10) == expected
+
+
+def test_a_finish_after_a_stop_needs_every_rank_of_the_node(cpu_plan):
+    two = dataclasses.replace(cpu_plan, nproc_per_node=2)
+    one_finished = fake_torchrun(two, RECORD.format(rank=0, code=0) + "sys.exit(1)")  # the other died unrecorded
+    assert torchrun.launch(one_finished, {}, lambda *a: None, 10) == 1
 
 
 def test_sigterm_is_forwarded_to_torchrun(cpu_plan, tmp_path):

@@ -5,6 +5,7 @@ budgeted run, resumed and re-planned, on two ranks: tests/e2e/test_budget.py."""
 from __future__ import annotations
 
 import math
+import signal
 from types import SimpleNamespace
 from typing import Any
 
@@ -14,7 +15,18 @@ from transformers import TrainerControl, TrainerState, TrainingArguments, get_sc
 
 from train.common.handoff import Handoff
 from train.run import budget as budget_module
-from train.run.budget import WARMUP_STEPS, Costs, TimeBudget, schedule_for, steps_that_fit, warmup_for
+from train.run.budget import (
+    WARMUP_STEPS,
+    Costs,
+    TimeBudget,
+    decay_after,
+    decay_ahead,
+    schedule_for,
+    steps_after_stop,
+    steps_that_fit,
+    warmup_for,
+)
+from train.run.preemption import StopOnSignal
 
 
 def test_the_steps_that_fit_leave_the_final_work_and_the_margin() -> None:
@@ -160,3 +172,71 @@ def test_a_resumed_run_keeps_its_earlier_plan_from_the_first_step(tmp_path: Any)
     callback.on_train_begin(args, state, TrainerControl(), lr_scheduler=scheduler, optimizer=optimizer)
     assert state.max_steps == 40 and callback.plan.cap == 40
     assert scheduler.lr_lambdas[0](40) == 0.0
+
+
+def test_after_a_stop_the_steps_that_fit_run_and_the_last_of_them_decay() -> None:
+    assert steps_after_stop(left=500, fit=30, decay_ahead=100) == (30, 30)  # the window is shorter than the decay
+    assert steps_after_stop(left=500, fit=300, decay_ahead=100) == (300, 100)  # stable, then the plan's decay
+    assert steps_after_stop(left=20, fit=300, decay_ahead=20) == (20, 20)  # the plan's end fits: as planned
+    assert steps_after_stop(left=500, fit=0, decay_ahead=100) == (0, 0)
+
+
+def test_the_decay_after_a_stop_starts_at_the_stops_rate_and_keeps_the_schedules_shape(tmp_path: Any) -> None:
+    optimizer = torch.optim.SGD([torch.zeros(1, requires_grad=True)], lr=1.0)
+    scheduler = get_scheduler("linear", optimizer=optimizer, num_warmup_steps=0, num_training_steps=100)
+    lrs(scheduler, optimizer, 10)  # at step 10 the rate is 0.9
+    decay_after(scheduler, at=10, stable=2, decay=4, kind="linear", kwargs={})
+    assert lrs(scheduler, optimizer, 7) == pytest.approx([0.9, 0.9, 0.675, 0.45, 0.225, 0.0, 0.0])
+    wsd = get_scheduler("warmup_stable_decay", optimizer=optimizer, num_warmup_steps=0, num_training_steps=100,
+                        scheduler_specific_kwargs={"num_decay_steps": 20, "decay_type": "1-sqrt"})  # fmt: skip
+    decay_after(wsd, at=0, stable=0, decay=4, kind="warmup_stable_decay", kwargs={"decay_type": "1-sqrt"})
+    assert [wsd.lr_lambdas[0](step) for step in range(5)] == pytest.approx([1, 1 - 0.5, 1 - 0.5**0.5, 1 - 0.75**0.5, 0])
+    args = arguments(tmp_path, warmup_steps=10, lr_scheduler_type="warmup_stable_decay")
+    assert decay_ahead("warmup_stable_decay", args, total=100, at=30, decay_ratio=0.2) == 20  # the stable phase
+    assert decay_ahead("warmup_stable_decay", args, total=100, at=90, decay_ratio=0.2) == 10  # inside the decay
+    assert decay_ahead("linear", args, total=100, at=30, decay_ratio=0.2) == 70  # it decays all along
+
+
+def test_a_stop_after_the_first_plan_goes_on_for_the_window_then_stops_without_saving(
+    tmp_path: Any, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture
+) -> None:
+    clock = Clock()
+    monkeypatch.setattr(budget_module, "time", clock)
+    handoff = Handoff("fp32", 8, "batch", "1", deadline=clock.now + 3600, deadline_source="MLM_TIME_BUDGET=1h",
+                      budget_s=3600)  # fmt: skip
+    monkeypatch.setattr(signal, "signal", lambda *handler: None)  # the test process keeps its own handlers
+    stopper = StopOnSignal()
+    callback = TimeBudget(handoff, eval_batches=0, checkpoint_mb=1.0, stopper=stopper, stop_timeout_s=60)
+    args = arguments(tmp_path, max_steps=10_000, warmup_steps=5, save_strategy="steps", save_steps=50)
+    state = TrainerState()
+    state.max_steps, state.save_steps = 10_000, 50
+    optimizer = torch.optim.SGD([torch.zeros(1, requires_grad=True)], lr=1.0)
+    scheduler = get_scheduler("linear", optimizer=optimizer, num_warmup_steps=5, num_training_steps=10_000)
+    tools = {"lr_scheduler": scheduler, "optimizer": optimizer}
+    callback.on_train_begin(args, state, TrainerControl(), **tools)
+    for _ in range(WARMUP_STEPS + 3):
+        drive(callback, args, state, clock, 0.5, **tools)
+    planned = callback.plan.total
+    assert planned is not None and planned > 1000
+    # SIGTERM at step 5; the ranks agree at the step's end, save its checkpoint (1 s), and on_save decides.
+    stopper.received, stopper.received_at, stopper.stopped = signal.SIGTERM, clock.now, True
+    control = TrainerControl(should_training_stop=True)
+    clock.now += 1.0
+    callback.on_save(args, state, control, **tools)
+    # 60 s from the signal: 1 s gone, the final write 2/3 of a save, a margin of 10 s: 48.33 s of 0.5 s steps
+    cut = callback.cut
+    assert cut is not None and (cut.at_step, cut.steps, cut.decay_steps, cut.whole_plan) == (5, 96, 96, False)
+    assert not control.should_training_stop and stopper.finishing
+    assert state.max_steps == callback.plan.total == 101
+    assert [scheduler.lr_lambdas[0](step) for step in (5, 53, 101)] == pytest.approx([1.0, 0.5, 0.0])
+    assert "stopped by SIGTERM at step 5, its checkpoint saved (what a rerun resumes): 96 more steps" in (
+        capsys.readouterr().err
+    )
+    assert callback.plan.record()["cut_short"]["final_step"] == 101
+    for _ in range(95):  # no re-plan, no save, no evaluation on the way
+        step_control = TrainerControl(should_save=True, should_evaluate=True)
+        stopper.on_step_end(args, state, step_control)
+        assert not (step_control.should_save or step_control.should_evaluate)
+        assert not drive(callback, args, state, clock, 0.5, **tools).should_training_stop
+    assert drive(callback, args, state, clock, 0.5, **tools).should_training_stop and state.global_step == 101
+    assert callback.plan.total == 101

@@ -352,7 +352,10 @@ def launch(plan: Plan, environ: Mapping[str, str], log: Callable[..., None], rdz
         status, codes = run_torchrun(plan.command, child_env, log, exit_dir, debug_enabled(environ))
     finally:
         shutil.rmtree(exit_dir, ignore_errors=True)
-    code = 0 if status == 0 else documented_exit(codes, status)
+    # Every rank of this node recorded 0: they finished the run after a stop signal (train/run/budget.py), and
+    # torchrun, signalled, exits 1 whatever its ranks did.
+    finished = len(codes) == plan.nproc_per_node and not any(codes)
+    code = 0 if status == 0 or finished else documented_exit(codes, status)
     if code in DOCUMENTED_EXITS:
         log(f"exit {code}, as the ranks reported (see the line above)")
     elif code and EXIT_CRASH in codes:

@@ -13,7 +13,7 @@ from typing import Any
 from train.outputs.base import OutputLocation, Warn
 from train.outputs.checkpoints import decide_resume, resume_choice, write_marker
 from train.outputs.lease import OutputLease
-from train.outputs.runfiles import RunFiles
+from train.outputs.runfiles import CUT_SHORT, RunFiles
 
 
 def publish_final(files: RunFiles, write: Callable[[Path], None]) -> Path:
@@ -60,7 +60,8 @@ class Directory(OutputLocation):
         """Nothing beyond the directory itself (:meth:`check` creates it and writes a probe there)."""
 
     def has_final(self) -> bool:
-        return self.files.final.exists()
+        final = self.files.final
+        return final.exists() and not (final / CUT_SHORT).exists()
 
     def retire_final(self) -> None:
         files = self.files

@@ -4,6 +4,8 @@ which lists the checkpoint directories (their validation and the resume choice a
 
     output_dir/
       final/                the finished model (written as .final.tmp/, renamed into place: train/outputs/local.py)
+      final/cut_short.json  only in the model of a stopped budgeted run (train/run/budget.py): not finished, a
+                            rerun resumes its checkpoint and replaces final/
       final.previous/       a finished model being replaced by a run started over (MLM_OVERWRITE_OUTPUT_DIR)
       checkpoint-N/         the Trainer's checkpoints, each with .complete, mlm_options.json and, for a stream,
                             stream_state.json
@@ -29,6 +31,8 @@ OPTIONS_NAME = "mlm_options.json"  # the resolved options (redacted) of the run 
 STREAM_STATE = "stream_state.json"  # every rank's position in a streamed corpus
 PICKLED_STREAM_STATE = "stream_state.pt"  # the same, as versions before 2026-12 pickled it: never loaded
 TRAINER_STATE = "trainer_state.json"  # the Trainer's: written after the weights, optimizer and RNG states
+# Inside final/:
+CUT_SHORT = "cut_short.json"  # a stopped budgeted run's model (the stop, the steps after it): not a finished one
 
 
 @dataclass(frozen=True)

@@ -38,7 +38,7 @@ from train.common import console
 from train.common.errors import ConfigError, EnvironmentProblem, UserError, first_line
 from train.common.urls import without_credentials
 from train.outputs.checkpoints import problem
-from train.outputs.runfiles import COMPLETE_MARKER, RunFiles, is_checkpoint_name, step_of
+from train.outputs.runfiles import COMPLETE_MARKER, CUT_SHORT, RunFiles, is_checkpoint_name, step_of
 
 LABEL = "MLM_OUTPUT_DIR"
 NAMES = RunFiles(".")  # the names of output_dir, relative: NAMES.final == Path("final")
@@ -248,8 +248,8 @@ class Store:
         self.checkpoint_steps()
 
     def has_final(self) -> bool:
-        """A finished model is in the store (its final/ was published whole)."""
-        return self.exists(NAMES.final / COMPLETE_MARKER)
+        """A finished model is in the store (its final/ was published whole, not by a stopped run)."""
+        return self.exists(NAMES.final / COMPLETE_MARKER) and not self.exists(NAMES.final / CUT_SHORT)
 
     # -- checkpoints --
     def upload_checkpoint(self, local: Path) -> int:

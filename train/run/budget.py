@@ -16,12 +16,20 @@ The rule, stated once:
   plan (warm-up, then the decay ending at the last planned step), so a budgeted run ends decayed as a run of that
   many steps would; a warm-up longer than half the plan becomes a tenth of it. The Trainer stops at
   ``state.max_steps``, which the plan sets.
+- A stop signal (train/run/preemption.py) is the deadline come early. Once the stop's checkpoint is saved (what a
+  rerun resumes: the schedule as planned), the run goes on for the steps that fit before torchrun's stop timeout
+  (``stop_timeout`` from the signal, or the deadline when it is sooner) with the final evaluation and model and a
+  margin of the same rule, and the learning rate decays to zero over the last of them: over as many as the plan's
+  decay had ahead of it, at most; the steps before stay at the rate of the stop. No checkpoint is saved nor any
+  evaluation made in them. When the plan's own remaining steps fit, the run just finishes as planned. A stop
+  before the first plan, or inside an evaluation, stops at once as in any run.
 
 transformers plans by steps or epochs only; nothing in it or accelerate reads a wall-clock limit.
 """
 
 from __future__ import annotations
 
+import functools
 import math
 import statistics
 import time
@@ -30,11 +38,13 @@ from typing import Any
 
 import torch
 import torch.distributed as dist
-from transformers import TrainerCallback
+from transformers import TrainerCallback, get_wsd_schedule
 
 from train.common import distributed, durations
 from train.common.console import say, warn
 from train.common.handoff import Handoff
+from train.common.schedules import WSD, scheduler_kwargs
+from train.run.preemption import StopOnSignal
 from train.run.trainer import lr_scheduler_for
 
 WARMUP_STEPS = 2
@@ -44,6 +54,7 @@ MIN_MARGIN_S = 10.0
 ESTIMATED_WRITE_MB_S = 200.0  # a local disk, until a save has been timed
 FORWARD_SHARE = 1 / 3  # an evaluation batch: a forward pass of a training step's forward + backward
 WARMUP_SHARE = 10  # a warm-up longer than half the plan becomes a tenth of it
+CONSTANT = ("constant", "constant_with_warmup", "inverse_sqrt", "reduce_lr_on_plateau")  # schedules with no decay
 
 
 @dataclass(frozen=True)
@@ -82,6 +93,7 @@ class BudgetPlan:
     cap: int | None = None  # the steps the other options set (or a resumed run's earlier plan)
     total: int | None = None  # the planned max_steps
     plans: list[dict[str, Any]] = field(default_factory=list)
+    cut_short: dict[str, Any] | None = None  # a stop's steps to a final model (CutShort.record)
 
     def record(self) -> dict[str, Any]:
         return {
@@ -91,13 +103,56 @@ class BudgetPlan:
             "steps_set_by_options": self.cap,
             "planned_steps": self.total,
             "plans": self.plans,
+            "cut_short": self.cut_short,
         }
+
+
+@dataclass(frozen=True)
+class CutShort:
+    """A budgeted run's stop: the checkpoint of ``at_step``, then ``steps`` more, the last ``decay_steps`` decaying."""
+
+    signal: str
+    at_step: int
+    steps: int
+    decay_steps: int
+    whole_plan: bool  # the plan's own remaining steps fit: the run finishes as planned
+    window_s: float  # the time the stop left, from the signal
+
+    @property
+    def final_step(self) -> int:
+        return self.at_step + self.steps
+
+    def record(self) -> dict[str, Any]:
+        return {
+            "signal": self.signal,
+            "checkpoint_step": self.at_step,
+            "steps_after": self.steps,
+            "decay_steps": self.decay_steps,
+            "final_step": self.final_step,
+            "whole_plan": self.whole_plan,
+            "window_s": round(self.window_s, 1),
+        }
+
+
+def steps_after_stop(left: int, fit: int, decay_ahead: int) -> tuple[int, int]:
+    """(steps, of which decaying) after a stop: the ``fit`` steps, or the plan's ``left`` when they fit; the decay
+    the last ``decay_ahead`` (the plan's) of them at most. (0, 0): none fits."""
+    steps = max(min(fit, left), 0)
+    return steps, min(steps, decay_ahead)
 
 
 class TimeBudget(TrainerCallback):
     """Times the steps, evaluations and saves, and (re)plans ``state.max_steps`` and the schedule to the deadline."""
 
-    def __init__(self, handoff: Handoff, eval_batches: int, checkpoint_mb: float, decay_ratio: float = 0.2) -> None:
+    def __init__(
+        self,
+        handoff: Handoff,
+        eval_batches: int,
+        checkpoint_mb: float,
+        decay_ratio: float = 0.2,
+        stopper: StopOnSignal | None = None,
+        stop_timeout_s: float = 270.0,
+    ) -> None:
         assert handoff.deadline is not None and handoff.budget_s is not None
         budget = handoff.budget_s
         self.plan = BudgetPlan(handoff.deadline, handoff.deadline_source, budget, margin_for(budget))
@@ -112,6 +167,9 @@ class TimeBudget(TrainerCallback):
         self.per_epoch = math.inf  # steps in an epoch, for epoch-wise evaluations and saves
         self.steps_this_session = 0
         self.replan = False
+        self.stopper = stopper
+        self.stop_timeout_s = stop_timeout_s
+        self.cut: CutShort | None = None  # a stop's steps to the end (after its checkpoint)
 
     # The times: each event's duration runs from the previous event's end (a step's includes its data loading).
     def on_train_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
@@ -129,6 +187,9 @@ class TimeBudget(TrainerCallback):
     def on_save(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
         self.saves.append(self._since_mark())
         self.replan = True
+        stopper = self.stopper
+        if stopper is not None and stopper.stopped and self.cut is None and self.plan.total is not None:
+            self._cut_short(args, state, control, kwargs.get("lr_scheduler"), kwargs.get("optimizer"))
 
     def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
         took = self._since_mark()
@@ -136,7 +197,7 @@ class TimeBudget(TrainerCallback):
         if self.steps_this_session > WARMUP_STEPS:
             self.step_times.append(took)
         first = len(self.step_times) == TIMED_STEPS and self.plan.total is None
-        if first or (self.replan and self.plan.total is not None):
+        if self.cut is None and (first or (self.replan and self.plan.total is not None)):
             self.replan = False
             self._make_plan(args, state, kwargs.get("lr_scheduler"), kwargs.get("optimizer"))
         if self.plan.total is not None and state.global_step >= self.plan.total:
@@ -199,6 +260,43 @@ class TimeBudget(TrainerCallback):
             f"evaluation and save {costs.final:.3g} s and a margin of {self.plan.margin_s:.0f} s before {ends}"
         )
 
+    def _cut_short(self, args: Any, state: Any, control: Any, scheduler: Any, optimizer: Any) -> None:
+        """After the stop's checkpoint: the steps that fit the stop's window, decaying (the module's rule)."""
+        assert self.stopper is not None and self.plan.total is not None
+        kind = str(getattr(args.lr_scheduler_type, "value", args.lr_scheduler_type))
+        inner = getattr(scheduler, "scheduler", scheduler)
+        if kind in CONSTANT or not isinstance(inner, torch.optim.lr_scheduler.LambdaLR) or optimizer is None:
+            return
+        received = self.stopper.received_at or time.time()
+        end = min(self.plan.deadline, received + self.stop_timeout_s)
+        costs = self.costs(args, state)
+        quiet = Costs(costs.step, costs.evaluation, math.inf, costs.save, math.inf, costs.final)  # none of either
+        fit = agreed_minimum(steps_that_fit(time.time(), end, quiet, margin_for(self.stop_timeout_s)), args.device)
+        at, total = state.global_step, self.plan.total
+        steps, decay = steps_after_stop(total - at, fit, decay_ahead(kind, args, total, at, self.decay_ratio))
+        if steps < 1:
+            return
+        whole = steps == total - at
+        self.cut = CutShort(self.stopper.signal_name, at, steps, decay, whole, end - received)
+        self.stopper.finishing = True
+        control.should_training_stop = False
+        if not whole:
+            self.plan.total = state.max_steps = at + steps
+            decay_after(inner, at, steps - decay, decay, kind, args.lr_scheduler_kwargs or {})
+        self.plan.cut_short = self.cut.record()
+        self.plan.plans.append({"at_step": at, "planned_steps": at + steps, "after_a_stop": True})
+        if distributed.is_world_zero():
+            name = self.stopper.signal_name
+            if whole:
+                say(f"stopped by {name} at step {at}, checkpoint saved; the plan's {steps} steps left fit: finishing")
+            else:
+                say(
+                    f"stopped by {name} at step {at}, its checkpoint saved (what a rerun resumes): {steps} more steps "
+                    f"fit the {end - received:.0f} s the stop leaves (MLM_STOP_TIMEOUT, or the deadline), the learning "
+                    f"rate decaying to zero over the last {decay}; then final/ is evaluated and written as a stopped "
+                    "run's model"
+                )
+
 
 def _every(strategy: Any, per_epoch: float, steps: Any) -> float:
     """Steps between evaluations (or saves) under ``strategy``: inf when none come before the end."""
@@ -242,3 +340,37 @@ def schedule_for(total: int, args: Any, scheduler: Any, optimizer: Any, decay_ra
     rebuilt = lr_scheduler_for(args, total, warmup, stand_in, decay_ratio)
     inner.lr_lambdas = list(rebuilt.lr_lambdas)
     return warmup
+
+
+def decay_ahead(kind: str, args: Any, total: int, at: int, decay_ratio: float) -> int:
+    """The steps of the ``total``-step plan's decay still ahead at step ``at``: warmup_stable_decay's decay phase,
+    or every step left for a schedule that decays all along (linear, cosine, polynomial)."""
+    left = total - at
+    if kind != WSD:
+        return left
+    warmup = warmup_for(total, args)
+    kwargs = scheduler_kwargs(kind, args.lr_scheduler_kwargs or {}, total, warmup, decay_ratio)
+    decay = kwargs.get("num_decay_steps")
+    if decay is None:  # the stable phase was given instead
+        decay = total - warmup - int(kwargs["num_stable_steps"])
+    return min(left, max(int(decay), 0))
+
+
+def decay_after(scheduler: Any, at: int, stable: int, decay: int, kind: str, kwargs: dict[str, Any]) -> None:
+    """The scheduler's learning rate from step ``at`` on: the rate of that step for ``stable`` more steps, then
+    down to the schedule's floor over ``decay`` (warmup_stable_decay's decay shape and floor; linearly to zero for
+    the others), through transformers' own WSD function on a stand-in optimizer."""
+    wsd = kind == WSD
+    floor = float(kwargs.get("min_lr_ratio", 0.0)) if wsd else 0.0
+    shape_kwargs = {"decay_type": kwargs.get("decay_type", "cosine"), "num_cycles": kwargs.get("num_cycles", 0.5)}
+    stand_in = torch.optim.SGD([torch.zeros(1, requires_grad=True)], lr=1.0)
+    shape = get_wsd_schedule(
+        stand_in, 0, decay, num_stable_steps=stable, **(shape_kwargs if wsd else {"decay_type": "linear"})
+    ).lr_lambdas[0]
+    scheduler.lr_lambdas = [
+        functools.partial(_from_stop, at=at, level=old(at), floor=floor, shape=shape) for old in scheduler.lr_lambdas
+    ]
+
+
+def _from_stop(step: int, *, at: int, level: float, floor: float, shape: Any) -> float:
+    return floor + (level - floor) * shape(step - at) if level > floor else level

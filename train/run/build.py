@@ -177,7 +177,7 @@ def prepare(config: Config, files: RunFiles, choose_resume: Callable[[], str | N
         warn(f"{len(unreached)} parameter(s) take no part in the masked-LM loss and stay as they are: {shown}")
     evaluating = corpus.validation is not None and training.eval_strategy != "no"
     guard = DivergenceGuard()
-    budget = time_budget(config, model, corpus.validation if evaluating else None)
+    budget = time_budget(config, model, corpus.validation if evaluating else None, stopper)
     trainer_class = MLMTrainer
     sharding, choice, estimate = decide_sharding(config, model, Path(resume) if resume else None)
     if sharding == "fsdp":  # after the head and freezing: their probe forwards are not collectives
@@ -229,7 +229,7 @@ def decide_sharding(config: Config, model: Any, resume: Path | None) -> tuple[st
     return mode, words, estimate
 
 
-def time_budget(config: Config, model: Any, validation: Any) -> TimeBudget | None:
+def time_budget(config: Config, model: Any, validation: Any, stopper: StopOnSignal) -> TimeBudget | None:
     """The budget's planner, when the launcher handed over a deadline: with the evaluation's batches per rank and
     a checkpoint's size (weights and AdamW's two moments), its estimates until an evaluation and a save are timed."""
     handoff = Handoff.from_environ()
@@ -239,7 +239,8 @@ def time_budget(config: Config, model: Any, validation: Any) -> TimeBudget | Non
     per_pass = training.per_device_eval_batch_size * max(training.world_size, 1)
     batches = -(-len(validation) // per_pass) if validation is not None else 0
     weights_mb = sum(p.numel() * p.element_size() for p in model.parameters()) / 1e6
-    return TimeBudget(handoff, batches, 3 * weights_mb, config.job.decay_ratio)
+    job = config.job
+    return TimeBudget(handoff, batches, 3 * weights_mb, job.decay_ratio, stopper, job.stop_timeout)
 
 
 def masking_collator(config: Config, tokenizer: Any, model: Any) -> MaskingCollator:

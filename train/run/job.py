@@ -8,8 +8,11 @@ it shows (``MLM_LAUNCH``, train/common/handoff.py).
 
 from __future__ import annotations
 
+import functools
 import os
 import sys
+from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import torch.distributed as dist
@@ -25,6 +28,7 @@ from train.common.errors import (
     UserError,
     exit_process,
     first_line,
+    record_exit_code,
     run_main,
 )
 from train.common.handoff import Handoff
@@ -36,8 +40,10 @@ from train.outputs.base import OutputLocation
 from train.outputs.checkpoints import newest_resumable, planned_steps
 from train.outputs.location import output_location
 from train.outputs.record import RunRecord, write_json_atomic
+from train.outputs.runfiles import CUT_SHORT
 from train.publish import CARD, publish_run
 from train.run import crash, logs
+from train.run.budget import CutShort
 from train.run.build import Prepared, prepare
 from train.run.callbacks import CheckpointSaved, finite_weights
 from train.run.outcome import divergence_message, evaluation_at, final_metrics, write_report_safely
@@ -115,8 +121,13 @@ def run(config: Config, location: OutputLocation) -> int:
         record = RunRecord(config, files, prepared.facts(), handoff, started, after, live)
         take_stream_position(config, prepared, resume)
         metrics = train(config, prepared, resume)
-        end_if_diverged_or_stopped(config, prepared, record, location)
+        end_if_diverged(config, prepared, record)
+        cut = budget.cut if budget is not None else None  # a budgeted run's stop, and the steps after its checkpoint
+        if prepared.stopper.stopped and not (cut and cut.whole_plan):
+            end_stopped(config, prepared, record, metrics, location, cut)
         finish(config, prepared, record, metrics, location)
+        if prepared.stopper.stopped:  # the plan's end fitted the stop's window: torchrun, signalled, exits 1 anyway
+            record_exit_code(0)
         return 0
     finally:
         if distributed.is_world_zero():
@@ -160,7 +171,8 @@ def train(config: Config, prepared: Prepared, resume: str | None) -> dict[str, A
     try:
         metrics.update(trainer.train(resume_from_checkpoint=resume).metrics)
         evaluating = trainer.eval_dataset is not None and config.training.eval_strategy != "no"  # no means none
-        if evaluating and guard.step is None and not stopper.stopped:
+        # a stop ends without it, unless the budget let the run go on to a final model (train/run/budget.py)
+        if evaluating and guard.step is None and (not stopper.stopped or stopper.finishing):
             step = trainer.state.global_step
             metrics.update(evaluation_at(trainer.state.log_history, step) or trainer.evaluate())
     except EvaluationInterrupted:
@@ -170,8 +182,8 @@ def train(config: Config, prepared: Prepared, resume: str | None) -> dict[str, A
     return metrics
 
 
-def end_if_diverged_or_stopped(config: Config, prepared: Prepared, record: RunRecord, location: OutputLocation) -> None:
-    """A diverged run publishes nothing (exit 2); a stopped one has saved its checkpoint (exit 75)."""
+def end_if_diverged(config: Config, prepared: Prepared, record: RunRecord) -> None:
+    """A diverged run publishes nothing (exit 2)."""
     trainer, guard = prepared.trainer, prepared.guard
     if guard.step is not None or not finite_weights(trainer.model):
         record.write("diverged")
@@ -179,25 +191,52 @@ def end_if_diverged_or_stopped(config: Config, prepared: Prepared, record: RunRe
         step = guard.step if guard.step is not None else trainer.state.global_step
         what = guard.what or "the weights are not finite"
         raise ConfigError(divergence_message(step, what, good.name if good else None, config.training.learning_rate))
-    if prepared.stopper.stopped:
+
+
+def end_stopped(
+    config: Config,
+    prepared: Prepared,
+    record: RunRecord,
+    metrics: dict[str, Any],
+    location: OutputLocation,
+    cut: CutShort | None,
+) -> None:
+    """A stopped run has saved its checkpoint (exit 75); a budgeted one that went on to a decayed model publishes
+    it first, marked as a stopped run's (a rerun resumes the checkpoint and replaces it)."""
+    step = cut.at_step if cut else prepared.trainer.state.global_step
+    saved = f"checkpoint saved as {record.files.checkpoint(step).name} in {location.shown}"
+    if cut is None:
         record.write("preempted")
-        step = trainer.state.global_step
-        raise Preempted(
-            f"stopped by {prepared.stopper.signal_name} at step {step}; checkpoint saved as "
-            f"{record.files.checkpoint(step).name} in {location.shown}; run the same command again to resume"
+    else:
+        finish(config, prepared, record, metrics, location, cut)
+        loss = metrics.get("eval_loss")
+        judged = f", eval_loss {loss:.4f}" if isinstance(loss, float) else ""
+        saved += (
+            f"; {cut.steps} more steps decayed the learning rate and {location.final_shown} holds that model (step "
+            f"{cut.final_step}{judged}), a stopped run's"
         )
+    raise Preempted(
+        f"stopped by {prepared.stopper.signal_name} at step {step}; {saved}; run the same command again to resume"
+    )
 
 
 def finish(
-    config: Config, prepared: Prepared, record: RunRecord, metrics: dict[str, Any], location: OutputLocation
+    config: Config,
+    prepared: Prepared,
+    record: RunRecord,
+    metrics: dict[str, Any],
+    location: OutputLocation,
+    cut: CutShort | None = None,
 ) -> None:
     """World rank 0 publishes final/, then writes all_results.json and run.json, then pushes and logs to the
-    trackers."""
+    trackers; a stopped run's model (``cut``) is marked as such in final/, and is neither pushed nor logged: the
+    stop's window is short, and a rerun finishes the run."""
     files = record.files
     record.facts["sharding"] = prepared.sharding_facts()  # collectives: every rank, before rank 0 goes on alone
     prepared.trainer.gather_for_save()
     if distributed.is_world_zero():
-        location.publish(prepared.write_model)  # final/ whole before run.json says "finished"
+        write = prepared.write_model if cut is None else functools.partial(write_cut_short, prepared.write_model, cut)
+        location.publish(write)  # final/ whole before run.json says "finished"
         trainer, corpus = prepared.trainer, prepared.corpus
         results = final_metrics(
             metrics,
@@ -207,18 +246,25 @@ def finish(
             world_size=config.training.world_size,
         )
         write_json_atomic(files.all_results, results)
-        record.write("finished")
-        say(f"finished: model in {location.final_shown}")
+        record.write("finished" if cut is None else "preempted")
+        if cut is None:
+            say(f"finished: model in {location.final_shown}")
     # The other ranks wait for final/ here, not for the upload: a push of a large model outlasts ddp_timeout, and
     # a rank waiting in a collective that long would time out and fail a finished run.
     distributed.barrier()
-    if distributed.is_world_zero():
+    if distributed.is_world_zero() and cut is None:
         # Once final/ and run.json are written: the hub push and the trackers' final model and facts (exit 3 when
         # one fails, final/ kept).
         try:
             publish_run(config, files, step=prepared.trainer.state.global_step)
         finally:
             location.sync(files.final / CARD)  # the model card the push or MLflow wrote into final/
+
+
+def write_cut_short(write_model: Callable[[Path], None], cut: CutShort, final: Path) -> None:
+    """The model, and the stop it came from (train/outputs/runfiles.py's CUT_SHORT)."""
+    write_model(final)
+    write_json_atomic(final / CUT_SHORT, cut.record())
 
 
 def cleanup() -> None:

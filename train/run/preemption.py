@@ -11,6 +11,10 @@ evaluation step and every save, the ranks agree through one tiny all-reduce and 
 - during a checkpoint save: the save finishes (the signal only sets a flag), then the run stops without another.
 
 A second SIGINT aborts at once (exit 130), as a person pressing Ctrl-C twice expects.
+
+In a run with a time budget, a stop is a deadline come early: once the stop's checkpoint is saved, the budget
+(train/run/budget.py) may let the run go on for the steps that fit before torchrun's stop timeout, decaying the
+learning rate, and end with a final model; the stopper then only keeps those steps from saving or evaluating.
 """
 
 from __future__ import annotations
@@ -18,6 +22,7 @@ from __future__ import annotations
 import functools
 import os
 import signal
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -39,7 +44,9 @@ class StopOnSignal(TrainerCallback):
 
     def __init__(self) -> None:
         self.received: int | None = None  # the first stop signal this rank got
+        self.received_at: float | None = None  # when it came (seconds since the epoch)
         self.stopped = False  # the ranks agreed and stopped: a checkpoint holds the last step
+        self.finishing = False  # stopped, then a cut-short decay (train/run/budget.py): no saves, no evaluations
         for signum in STOP_SIGNALS:
             signal.signal(signum, self._handle)
 
@@ -52,6 +59,7 @@ class StopOnSignal(TrainerCallback):
             os._exit(130)  # the second Ctrl-C: abort now, like a shell
         if self.received is None:
             self.received = signum
+            self.received_at = time.time()
 
     def agreed(self, device: torch.device) -> bool:
         """Whether any rank was asked to stop; every rank must call this at the same point."""
@@ -62,6 +70,9 @@ class StopOnSignal(TrainerCallback):
         return bool(flag.item())
 
     def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        if self.finishing:  # the steps after the stop's checkpoint: none of them is resumed from or judged
+            control.should_save = control.should_evaluate = False
+            return
         if self.agreed(args.device):
             self.stopped = True
             control.should_save = True
@@ -81,7 +92,7 @@ class StopOnSignal(TrainerCallback):
             control.should_training_stop = True
 
     def on_prediction_step(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
-        if self.agreed(args.device):
+        if not self.finishing and self.agreed(args.device):  # finishing: the final evaluation, planned to fit
             raise EvaluationInterrupted
 
 
