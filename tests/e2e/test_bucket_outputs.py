@@ -184,8 +184,9 @@ def test_a_server_failing_mid_upload_is_exit_3_and_the_next_run_uploads_what_was
 def test_two_nodes_with_their_own_staging_resume_from_the_bucket(
     tmp_path: Path, aws: dict[str, str], bucket: str
 ) -> None:
-    """Two nodes sharing no volume (each its own staging directory and cache), as a PyTorchJob's pods: stopped
-    after a checkpoint reached the bucket, then started again on fresh machines, they resume from it together."""
+    """Two nodes sharing no volume (each its own staging directory and cache), as a PyTorchJob's pods, training
+    sharded (MLM_SHARDING=fsdp: each rank writes its own optimizer shard): stopped after a checkpoint reached the
+    bucket, then started again on fresh machines, they resume from it together."""
     url, fs, prefix = f"s3://{bucket}/run", filesystem(aws), f"{bucket}/run"
 
     def nodes(machines: str) -> list[subprocess.Popen]:
@@ -193,7 +194,7 @@ def test_two_nodes_with_their_own_staging_resume_from_the_bucket(
         envs = [node_env(tmp_path / machines, rank, port) for rank in (0, 1)]
         for rank, env in enumerate(envs):
             env.update(aws, MLM_OUTPUT_DIR=url, MLM_STAGING_DIR=str(tmp_path / machines / f"staging{rank}"))
-            env.update({f"MLM_{k.upper()}": v for k, v in RESUMABLE.items()})
+            env.update({f"MLM_{k.upper()}": v for k, v in {**RESUMABLE, "sharding": "fsdp"}.items()})
         return [start("train", env=env, stderr=subprocess.STDOUT) for env in envs]
 
     def ends(started: list[subprocess.Popen]) -> list[tuple[int, str]]:
@@ -213,6 +214,8 @@ def test_two_nodes_with_their_own_staging_resume_from_the_bucket(
     saved = max(complete_steps(aws, prefix))
     rng = {Path(key).name for key in fs.glob(f"{prefix}/checkpoint-{saved}/rng_state_*.pth")}
     assert rng == {"rng_state_0.pth", "rng_state_1.pth"}  # each node uploaded its own rank's
+    shards = {Path(key).name for key in fs.glob(f"{prefix}/checkpoint-{saved}/optimizer_dcp/*")}
+    assert {".metadata", "__0_0.distcp", "__1_0.distcp"} <= shards, shards  # and its optimizer shard
 
     again = ends(nodes("second"))  # fresh machines: empty staging directories and caches
     for code, log in again:
@@ -220,6 +223,8 @@ def test_two_nodes_with_their_own_staging_resume_from_the_bucket(
     assert f"resuming from {tmp_path / 'second' / 'staging0' / f'checkpoint-{saved}'}" in again[0][1]
     assert (tmp_path / "second" / "staging1" / f"checkpoint-{saved}" / "rng_state_1.pth").is_file()
     assert fs.exists(f"{prefix}/final/.complete")
+    facts = json.loads(fs.cat_file(f"{prefix}/run.json"))
+    assert facts["sharding"]["mode"] == "fsdp" and facts["status"] == "finished", facts["sharding"]
 
 
 def test_a_bucket_run_pushes_to_the_hub_and_logs_its_model_to_mlflow(
