@@ -103,3 +103,19 @@ def test_a_stream_of_one_rank_resumes_on_two(tmp_path: Path, corpus: Path) -> No
     env = tiny_env(output, dataset=str(corpus), **{**one, "nproc_per_node": "2"})
     went_on = resumed_elsewhere(alone / "checkpoint-10", output, env, from_ranks=1)
     continues(went_on, logged_losses(alone), steps=[15, 20])
+
+
+def test_a_stream_left_empty_by_its_held_out_examples_is_exit_2_without_a_final_model(
+    tmp_path: Path, corpus: Path
+) -> None:
+    """Every example held out for evaluation (600 lines, the first 1,000 asked for): the Trainer would only warn and
+    end its epoch at step 0, and an untrained model would be published as finished."""
+    output = tmp_path / "out"
+    options = {**STREAMED, "max_eval_samples": "1000", "nproc_per_node": "1", "dataloader_num_workers": "0"}
+    done = entrypoint(env=tiny_env(output, dataset=str(corpus), **options))
+    assert done.returncode == 2, done.stderr[-3000:]
+    errors = [line for line in done.stderr.splitlines() if "error" in line.lower()]
+    assert len(errors) == 1 and "MLM_STREAMING=true: the training stream gave no example: " in errors[0], errors
+    assert "MLM_MAX_EVAL_SAMPLES=1000 holds out the stream's first 1,000 examples" in errors[0]
+    assert not (output / "final").exists()
+    assert json.loads((output / "run.json").read_text())["status"] == "failed"

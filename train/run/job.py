@@ -40,7 +40,7 @@ from train.outputs.base import OutputLocation
 from train.outputs.checkpoints import newest_resumable, planned_steps
 from train.outputs.location import output_location
 from train.outputs.record import RunRecord, write_json_atomic
-from train.outputs.runfiles import CUT_SHORT
+from train.outputs.runfiles import CUT_SHORT, step_of
 from train.publish import CARD, publish_run
 from train.run import crash, logs
 from train.run.budget import CutShort
@@ -122,6 +122,7 @@ def run(config: Config, location: OutputLocation) -> int:
         take_stream_position(config, prepared, resume)
         metrics = train(config, prepared, resume)
         end_if_diverged(config, prepared, record)
+        end_if_nothing_trained(config, prepared, record, resume)
         cut = budget.cut if budget is not None else None  # a budgeted run's stop, and the steps after its checkpoint
         if prepared.stopper.stopped and not (cut and cut.whole_plan):
             end_stopped(config, prepared, record, metrics, location, cut)
@@ -191,6 +192,25 @@ def end_if_diverged(config: Config, prepared: Prepared, record: RunRecord) -> No
         step = guard.step if guard.step is not None else trainer.state.global_step
         what = guard.what or "the weights are not finite"
         raise ConfigError(divergence_message(step, what, good.name if good else None, config.training.learning_rate))
+
+
+def end_if_nothing_trained(config: Config, prepared: Prepared, record: RunRecord, resume: str | None) -> None:
+    """A stream that gave no training example (all held out for evaluation, or empty) is exit 2, not an untrained
+    model published as finished: the Trainer only warns and ends the epoch (transformers 5.24)."""
+    trainer, start = prepared.trainer, step_of(Path(resume)) if resume else 0
+    if not prepared.corpus.streaming or prepared.stopper.stopped or trainer.state.global_step > start:
+        return
+    record.write("failed")
+    job, why = config.job, ""
+    if job.max_eval_samples and not job.validation_file:
+        why = (
+            f": {config.source_of('max_eval_samples')}={job.max_eval_samples} holds out the stream's first "
+            f"{job.max_eval_samples:,} examples, and every other line with the same text, and nothing else was left"
+        )
+    raise ConfigError(
+        f"{config.source_of('streaming')}=true: the training stream gave no example{why}; final/ was not written "
+        "(a smaller max_eval_samples, a validation_file, or more data)"
+    )
 
 
 def end_stopped(
