@@ -14,7 +14,18 @@ import pytest
 import torch
 
 from tests.conftest import tiny_env
-from tests.e2e.runs import RESUMABLE, entrypoint, is_descendant, rank_pids, records, running, start, wait_for
+from tests.e2e.runs import (
+    RESUMABLE,
+    continues,
+    entrypoint,
+    is_descendant,
+    logged_losses,
+    rank_pids,
+    records,
+    running,
+    start,
+    wait_for,
+)
 from tests.helpers import Payload
 from train.outputs.checkpoints import mark_complete
 from train.outputs.runfiles import OPTIONS_NAME
@@ -207,9 +218,12 @@ def test_a_planted_pickle_runs_nothing_and_its_checkpoint_is_set_aside(tmp_path:
 
 def test_a_two_rank_run_resumed_on_one_keeps_its_global_batch(tmp_path: Path) -> None:
     """Capacity changed between the stop and the resume: the global batch (16) is kept by accumulating, said in
-    one line, and the epoch count goes on from where it was."""
+    one line, the epoch count goes on from where it was, and the losses go on as the uninterrupted run's (within
+    2 %: the same weights and optimizer state, the examples in another order)."""
     output = tmp_path / "out"
     options = {**RESUMABLE, "demo_samples": "800", "per_device_train_batch_size": "8", "logging_steps": "5"}
+    straight = entrypoint(env=tiny_env(tmp_path / "straight", nproc_per_node="2", **options))
+    assert straight.returncode == 0, straight.stderr[-3000:]
     process = start(env=tiny_env(output, nproc_per_node="2", **options))
     wait_for(output / "checkpoint-10" / ".complete", process)
     process.send_signal(signal.SIGTERM)
@@ -222,6 +236,14 @@ def test_a_two_rank_run_resumed_on_one_keeps_its_global_batch(tmp_path: Path) ->
     assert [r["global_batch_size"] for r in log if r["event"] == "banner"] == [16, 16]
     epochs = [r["epoch"] for r in log if r["event"] == "train"]
     assert epochs == sorted(epochs) and epochs[-1] == pytest.approx(1.0, abs=0.05), epochs
+    # Each logged loss averages the 5 steps before it: compare those whose steps were all trained after the resume.
+    stop = int(re.findall(r"resuming from \S+/checkpoint-(\d+)", resumed.stderr)[0])
+    second = max(i for i, r in enumerate(log) if r["event"] == "banner")
+    whole = {
+        r["step"]: r["loss"] for r in log[second:] if r["event"] == "train" and "loss" in r and r["step"] - 5 >= stop
+    }
+    uninterrupted = logged_losses(tmp_path / "straight")
+    continues(whole, uninterrupted, [step for step in sorted(uninterrupted) if step - 5 >= stop])
 
 
 def test_a_second_job_on_the_same_output_dir_is_refused_and_the_first_is_unharmed(tmp_path: Path) -> None:
