@@ -105,6 +105,12 @@ class Clock:
     monotonic = time
 
 
+def budget_handoff(now: float, seconds: float, asked: str) -> Handoff:
+    """The launcher's handoff of ``MLM_TIME_BUDGET=asked``: ``seconds`` from ``now``."""
+    return Handoff("fp32", 8, "batch", "1", deadline=now + seconds, deadline_source=f"MLM_TIME_BUDGET={asked}",
+                   budget_s=seconds)  # fmt: skip
+
+
 def drive(callback: TimeBudget, args: Any, state: TrainerState, clock: Clock, seconds: float, **kwargs: Any) -> Any:
     """One step that took ``seconds``."""
     control = TrainerControl()
@@ -119,8 +125,7 @@ def test_the_plan_follows_measured_steps_evaluations_and_saves(
 ) -> None:
     clock = Clock()
     monkeypatch.setattr(budget_module, "time", clock)
-    handoff = Handoff("fp32", 8, "batch", "1", deadline=clock.now + 200, deadline_source="MLM_TIME_BUDGET=200s",
-                      budget_s=200)  # fmt: skip
+    handoff = budget_handoff(clock.now, 200, "200s")
     callback = TimeBudget(handoff, eval_batches=3, checkpoint_mb=20.0)
     args = arguments(tmp_path, max_steps=10_000, warmup_steps=5, eval_strategy="steps", eval_steps=50,
                      save_strategy="steps", save_steps=50)  # fmt: skip
@@ -162,7 +167,7 @@ def test_the_plan_follows_measured_steps_evaluations_and_saves(
 
 
 def test_a_resumed_run_keeps_its_earlier_plan_from_the_first_step(tmp_path: Any) -> None:
-    handoff = Handoff("fp32", 8, "batch", "1", deadline=1e12, deadline_source="MLM_TIME_BUDGET=1h", budget_s=3600)
+    handoff = budget_handoff(1e12 - 3600, 3600, "1h")
     callback = TimeBudget(handoff, eval_batches=0, checkpoint_mb=1.0)
     callback.resumed_total = 40
     args = arguments(tmp_path, max_steps=1000, warmup_steps=0)
@@ -202,8 +207,7 @@ def test_a_stop_after_the_first_plan_goes_on_for_the_window_then_stops_without_s
 ) -> None:
     clock = Clock()
     monkeypatch.setattr(budget_module, "time", clock)
-    handoff = Handoff("fp32", 8, "batch", "1", deadline=clock.now + 3600, deadline_source="MLM_TIME_BUDGET=1h",
-                      budget_s=3600)  # fmt: skip
+    handoff = budget_handoff(clock.now, 3600, "1h")
     monkeypatch.setattr(signal, "signal", lambda *handler: None)  # the test process keeps its own handlers
     stopper = StopOnSignal()
     callback = TimeBudget(handoff, eval_batches=0, checkpoint_mb=1.0, stopper=stopper, stop_timeout_s=60)

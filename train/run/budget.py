@@ -29,6 +29,7 @@ transformers plans by steps or epochs only; nothing in it or accelerate reads a 
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import math
 import statistics
@@ -45,7 +46,7 @@ from train.common.console import say, warn
 from train.common.handoff import Handoff
 from train.common.schedules import WSD, scheduler_kwargs
 from train.run.preemption import StopOnSignal
-from train.run.trainer import lr_scheduler_for
+from train.run.trainer import lr_scheduler_for, schedule_kind, step_schedule
 
 WARMUP_STEPS = 2
 TIMED_STEPS = 3
@@ -82,31 +83,6 @@ def margin_for(budget_s: float) -> float:
     return max(MARGIN_FRACTION * budget_s, MIN_MARGIN_S)
 
 
-@dataclass
-class BudgetPlan:
-    """The plans made so far, as the banner's follow-up lines and run.json show them."""
-
-    deadline: float
-    source: str
-    budget_s: float
-    margin_s: float
-    cap: int | None = None  # the steps the other options set (or a resumed run's earlier plan)
-    total: int | None = None  # the planned max_steps
-    plans: list[dict[str, Any]] = field(default_factory=list)
-    cut_short: dict[str, Any] | None = None  # a stop's steps to a final model (CutShort.record)
-
-    def record(self) -> dict[str, Any]:
-        return {
-            "budget": durations.shown(self.budget_s),
-            "source": self.source,
-            "margin_s": round(self.margin_s, 1),
-            "steps_set_by_options": self.cap,
-            "planned_steps": self.total,
-            "plans": self.plans,
-            "cut_short": self.cut_short,
-        }
-
-
 @dataclass(frozen=True)
 class CutShort:
     """A budgeted run's stop: the checkpoint of ``at_step``, then ``steps`` more, the last ``decay_steps`` decaying."""
@@ -131,6 +107,31 @@ class CutShort:
             "final_step": self.final_step,
             "whole_plan": self.whole_plan,
             "window_s": round(self.window_s, 1),
+        }
+
+
+@dataclass
+class BudgetPlan:
+    """The plans made so far, as the banner's follow-up lines and run.json show them."""
+
+    deadline: float
+    source: str
+    budget_s: float
+    margin_s: float
+    cap: int | None = None  # the steps the other options set (or a resumed run's earlier plan)
+    total: int | None = None  # the planned max_steps
+    plans: list[dict[str, Any]] = field(default_factory=list)
+    cut_short: CutShort | None = None  # a stop's steps to a final model
+
+    def record(self) -> dict[str, Any]:
+        return {
+            "budget": durations.shown(self.budget_s),
+            "source": self.source,
+            "margin_s": round(self.margin_s, 1),
+            "steps_set_by_options": self.cap,
+            "planned_steps": self.total,
+            "plans": self.plans,
+            "cut_short": self.cut_short.record() if self.cut_short is not None else None,
         }
 
 
@@ -169,7 +170,11 @@ class TimeBudget(TrainerCallback):
         self.replan = False
         self.stopper = stopper
         self.stop_timeout_s = stop_timeout_s
-        self.cut: CutShort | None = None  # a stop's steps to the end (after its checkpoint)
+
+    @property
+    def cut(self) -> CutShort | None:
+        """A stop's steps to the end, after its checkpoint (the plan keeps it for run.json)."""
+        return self.plan.cut_short
 
     # The times: each event's duration runs from the previous event's end (a step's includes its data loading).
     def on_train_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
@@ -263,27 +268,25 @@ class TimeBudget(TrainerCallback):
     def _cut_short(self, args: Any, state: Any, control: Any, scheduler: Any, optimizer: Any) -> None:
         """After the stop's checkpoint: the steps that fit the stop's window, decaying (the module's rule)."""
         assert self.stopper is not None and self.plan.total is not None
-        kind = str(getattr(args.lr_scheduler_type, "value", args.lr_scheduler_type))
-        inner = getattr(scheduler, "scheduler", scheduler)
-        if kind in CONSTANT or not isinstance(inner, torch.optim.lr_scheduler.LambdaLR) or optimizer is None:
+        kind, inner = schedule_kind(args), step_schedule(scheduler)
+        if kind in CONSTANT or inner is None or optimizer is None:
             return
         received = self.stopper.received_at or time.time()
         end = min(self.plan.deadline, received + self.stop_timeout_s)
         costs = self.costs(args, state)
-        quiet = Costs(costs.step, costs.evaluation, math.inf, costs.save, math.inf, costs.final)  # none of either
+        quiet = dataclasses.replace(costs, evaluate_every=math.inf, save_every=math.inf)  # none of either
         fit = agreed_minimum(steps_that_fit(time.time(), end, quiet, margin_for(self.stop_timeout_s)), args.device)
         at, total = state.global_step, self.plan.total
         steps, decay = steps_after_stop(total - at, fit, decay_ahead(kind, args, total, at, self.decay_ratio))
         if steps < 1:
             return
         whole = steps == total - at
-        self.cut = CutShort(self.stopper.signal_name, at, steps, decay, whole, end - received)
+        self.plan.cut_short = CutShort(self.stopper.signal_name, at, steps, decay, whole, end - received)
         self.stopper.finishing = True
         control.should_training_stop = False
         if not whole:
             self.plan.total = state.max_steps = at + steps
             decay_after(inner, at, steps - decay, decay, kind, args.lr_scheduler_kwargs or {})
-        self.plan.cut_short = self.cut.record()
         self.plan.plans.append({"at_step": at, "planned_steps": at + steps, "after_a_stop": True})
         if distributed.is_world_zero():
             name = self.stopper.signal_name
@@ -329,8 +332,8 @@ def schedule_for(total: int, args: Any, scheduler: Any, optimizer: Any, decay_ra
     same kind of schedule built for ``total`` steps (on a stand-in optimizer with as many groups, so the real
     one's learning rates are left alone until the next step). Returns the warm-up steps, None where the schedule
     is not a function of the step (reduce_lr_on_plateau) and cannot follow the plan."""
-    inner = getattr(scheduler, "scheduler", scheduler)  # accelerate's wrapper, when there is one
-    if not isinstance(inner, torch.optim.lr_scheduler.LambdaLR) or optimizer is None:
+    inner = step_schedule(scheduler)
+    if inner is None or optimizer is None:
         if distributed.is_world_zero():
             warn(f"time budget: lr_scheduler_type {args.lr_scheduler_type} does not follow the planned steps")
         return None

@@ -105,12 +105,27 @@ class MLMTrainer(Trainer):
 def lr_scheduler_for(args: TrainingArguments, total: int, warmup: int, optimizer: Any, decay_ratio: float) -> Any:
     """transformers' scheduler of ``args.lr_scheduler_type`` for ``total`` steps with ``warmup`` of warm-up (the
     Trainer's, and the time budget's re-plans: one rule for both)."""
-    kind = args.lr_scheduler_type
-    name = getattr(kind, "value", kind)  # TrainingArguments makes it a SchedulerType
-    kwargs = scheduler_kwargs(str(name), args.lr_scheduler_kwargs or {}, total, warmup, decay_ratio)
+    kwargs = scheduler_kwargs(schedule_kind(args), args.lr_scheduler_kwargs or {}, total, warmup, decay_ratio)
     return get_scheduler(
-        kind, optimizer=optimizer, num_warmup_steps=warmup, num_training_steps=total, scheduler_specific_kwargs=kwargs
+        args.lr_scheduler_type,
+        optimizer=optimizer,
+        num_warmup_steps=warmup,
+        num_training_steps=total,
+        scheduler_specific_kwargs=kwargs,
     )
+
+
+def schedule_kind(args: TrainingArguments) -> str:
+    """``lr_scheduler_type``'s name (TrainingArguments makes it a SchedulerType)."""
+    kind = args.lr_scheduler_type
+    return str(getattr(kind, "value", kind))
+
+
+def step_schedule(scheduler: Any) -> torch.optim.lr_scheduler.LambdaLR | None:
+    """The Trainer's scheduler as a function of the step (accelerate's wrapper taken off), whose learning-rate
+    functions the time budget rebuilds (train/run/budget.py); None for one that is not (reduce_lr_on_plateau)."""
+    inner = getattr(scheduler, "scheduler", scheduler)
+    return inner if isinstance(inner, torch.optim.lr_scheduler.LambdaLR) else None
 
 
 def tied_parameter_names(model: torch.nn.Module) -> set[str]:
