@@ -99,6 +99,7 @@ def run_one(settings: MemorySettings, size: str, mode: str, workdir: Path) -> di
         "size": size, "mode": mode, "seconds": round(seconds, 1), "parameters": sharding["ddp_estimate"]["parameters"],
         "state_bytes_per_rank": states, "state_detail_per_rank": sharding["state_bytes_per_rank"],
         "peak_bytes_per_rank": sharding["training_peak_bytes_per_rank"], "choice": sharding.get("choice"),
+        "setup_bytes_per_rank": sharding.get("setup_bytes_per_rank"),
     }  # fmt: skip
 
 
@@ -144,8 +145,12 @@ def memory_report(result: dict[str, Any]) -> str:
         *(["", "On 1 rank fsdp shards nothing: the figures check its code path, not the saving."]
           if settings["ranks"] < 2 else []),
         "",
-        "| size | parameters | ddp state | fsdp state | fsdp / ddp | ddp peak | fsdp peak | fsdp / ddp |",
-        "|---|---|---|---|---|---|---|---|",
+        "Setup: a rank's growth in resident memory while its model was built (or loaded) and sharded; under fsdp "
+        "rank 0 builds the whole model and the others only their shards (train/run/model_setup.py).",
+        "",
+        "| size | parameters | ddp state | fsdp state | fsdp / ddp | ddp peak | fsdp peak | fsdp / ddp | ddp setup "
+        "| fsdp setup, rank 0 / others |",
+        "|---|---|---|---|---|---|---|---|---|---|",
     ]  # fmt: skip
     by = {(r["size"], r["mode"]): r for r in result["runs"]}
     for size in settings["sizes"]:
@@ -156,8 +161,17 @@ def memory_report(result: dict[str, Any]) -> str:
         peak = max(ddp["peak_bytes_per_rank"]), max(fsdp["peak_bytes_per_rank"])
         lines.append(
             f"| {size} | {ddp['parameters'] or 0:,} | {mib(state[0])} | {mib(state[1])} | {state[1] / state[0]:.2f} "
-            f"| {mib(peak[0])} | {mib(peak[1])} | {peak[1] / peak[0]:.2f} |"
+            f"| {mib(peak[0])} | {mib(peak[1])} | {peak[1] / peak[0]:.2f} | {_setup(ddp)} "
+            f"| {_setup(fsdp, 0)} / {_setup(fsdp, 1)} |"
         )
     for failure in result["failures"]:
         lines.append(f"\nFailed: {failure}")
     return "\n".join(lines) + "\n"
+
+
+def _setup(run: dict[str, Any], ranks_from: int | None = None) -> str:
+    """The largest setup growth of the run's ranks (all of them, rank 0 alone with 0, the others with 1)."""
+    setup = run.get("setup_bytes_per_rank") or []
+    chosen = setup if ranks_from is None else setup[:1] if ranks_from == 0 else setup[1:]
+    known = [grown for grown in chosen if grown is not None]
+    return mib(max(known)) if known else "-"

@@ -42,11 +42,15 @@ def hf_home(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return tmp_path_factory.mktemp("hf-home")
 
 
-@pytest.fixture(autouse=True)
-def _offline_cache(monkeypatch: pytest.MonkeyPatch, hf_home: Path) -> None:
-    monkeypatch.setenv("HF_HOME", str(hf_home))
-    monkeypatch.setenv("HF_HUB_OFFLINE", "1")  # the hub is unreachable here; fail fast instead of retrying
-    monkeypatch.setenv("HF_DATASETS_OFFLINE", "1")
+@pytest.fixture(autouse=True, scope="session")
+def _offline_cache(hf_home: Path) -> Iterator[None]:
+    """The session's cache for every run a test starts, module fixtures' runs included (a session fixture is set up
+    before them; a test's own monkeypatch of these is undone after it, back to these)."""
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("HF_HOME", str(hf_home))
+        patch.setenv("HF_HUB_OFFLINE", "1")  # the hub is unreachable here; fail fast instead of retrying
+        patch.setenv("HF_DATASETS_OFFLINE", "1")
+        yield
 
 
 def tiny_env(output_dir: Path, **options: str) -> dict[str, str]:

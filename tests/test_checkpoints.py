@@ -14,6 +14,7 @@ import torch
 from tests.helpers import Payload, checkpoint, flip, truncate
 from train.common.errors import ConfigError
 from train.config import load_config
+from train.config.model_source import SHARDED_WEIGHTS
 from train.outputs.checkpoints import (
     decide_resume,
     kept_global_batch,
@@ -33,6 +34,17 @@ def config(tmp_path: Path, **env: str):
 
 def test_a_whole_checkpoint_is_resumable(tmp_path):
     assert problem(checkpoint(tmp_path, 10)) is None
+
+
+def test_weights_in_shards_are_model_weights(tmp_path):
+    sharded = checkpoint(tmp_path, 10, marked=False)  # as MLM_SHARDING=fsdp writes it: each rank's shard
+    (sharded / "model.safetensors").unlink()
+    (sharded / SHARDED_WEIGHTS).mkdir()
+    (sharded / SHARDED_WEIGHTS / "__0_0.distcp").write_bytes(b"shard")
+    mark_complete(sharded)
+    assert problem(sharded) is None
+    (sharded / SHARDED_WEIGHTS / "__0_0.distcp").write_bytes(b"shart")  # a shard as damaged as a whole file
+    assert "__0_0.distcp" in (problem(sharded) or "")
 
 
 @pytest.mark.parametrize(

@@ -10,7 +10,7 @@ import pytest
 
 from train.common.errors import ConfigError
 from train.config import load_config
-from train.config.model_source import model_source
+from train.config.model_source import SHARDED_WEIGHTS, model_source
 from train.doctor.sources import check_model
 from train.model.load import scratch_config
 from train.publish.card import model_card
@@ -109,3 +109,14 @@ def test_a_missing_local_model_or_a_config_without_a_type_fails_in_the_loader_an
             scratch_config(config)
         row = check_model(config, {})
         assert row.status == "FAIL" and said in row.detail
+
+
+def test_a_sharded_checkpoint_is_not_an_architecture_and_the_loader_says_what_it_is(tmp_path: Path) -> None:
+    """An fsdp checkpoint holds a config.json and its weights as shards (model_dcp/): trained from scratch, it
+    would silently drop the weights."""
+    checkpoint = architecture(tmp_path / "checkpoint-10")
+    (checkpoint / SHARDED_WEIGHTS).mkdir()
+    assert model_source(str(checkpoint)).kind == "local"
+    config = load_config([], {"MLM_MODEL_NAME_OR_PATH": str(checkpoint)})
+    with pytest.raises(ConfigError, match=r"MLM_MODEL_NAME_OR_PATH=.*checkpoint-10.*not a model; resume it"):
+        scratch_config(config)

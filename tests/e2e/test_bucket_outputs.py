@@ -214,8 +214,9 @@ def test_two_nodes_with_their_own_staging_resume_from_the_bucket(
     saved = max(complete_steps(aws, prefix))
     rng = {Path(key).name for key in fs.glob(f"{prefix}/checkpoint-{saved}/rng_state_*.pth")}
     assert rng == {"rng_state_0.pth", "rng_state_1.pth"}  # each node uploaded its own rank's
-    shards = {Path(key).name for key in fs.glob(f"{prefix}/checkpoint-{saved}/optimizer_dcp/*")}
-    assert {".metadata", "__0_0.distcp", "__1_0.distcp"} <= shards, shards  # and its optimizer shard
+    for state in ("model_dcp", "optimizer_dcp"):  # and its shard of the weights and of the optimizer
+        shards = {Path(key).name for key in fs.glob(f"{prefix}/checkpoint-{saved}/{state}/*")}
+        assert {".metadata", "__0_0.distcp", "__1_0.distcp"} <= shards, (state, shards)
 
     again = ends(nodes("second"))  # fresh machines: empty staging directories and caches
     for code, log in again:

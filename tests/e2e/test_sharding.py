@@ -3,13 +3,14 @@ same seed gives the same losses step by step, each rank measures about half of d
 state, and final/ is a consolidated model that loads and fills a mask; a run stopped by SIGTERM resumes from its
 sharded checkpoint and ends with the uninterrupted run's weights bit for bit, and a checkpoint resumed on one rank
 from two and on two from one goes on as the uninterrupted run did, within 2 % (the optimizer's shards resharded by
-torch.distributed.checkpoint); the model matrix trains sharded, BERT's run streamed and evaluated."""
+torch.distributed.checkpoint; a ddp checkpoint of one rank too); the model matrix trains sharded, BERT's run streamed
+and evaluated. A pretrained model is loaded by rank 0 alone: the other ranks build it on the meta device and hold
+only their shards."""
 
 from __future__ import annotations
 
 import json
 import math
-import os
 import signal
 from pathlib import Path
 from typing import Any
@@ -36,8 +37,8 @@ def sharded_env(output_dir: Path, sharding: str, ranks: int = 2, **options: str)
         "per_device_train_batch_size": "8", "max_steps": str(STEPS), "eval_strategy": "no", "logging_steps": "1",
         "log_format": "json", "save_strategy": "no",
     }  # fmt: skip
-    env = tiny_env(output_dir, sharding=sharding, nproc_per_node=str(ranks), **{**defaults, **options})
-    env["HF_HOME"] = os.environ["HF_HOME"]  # as the tests' autouse fixture set it (module fixtures run before)
+    # every rank's lines: a rank that fails shows why in the assertion's output (a C++ abort leaves no traceback)
+    env = tiny_env(output_dir, sharding=sharding, nproc_per_node=str(ranks), log_ranks="all", **{**defaults, **options})
     return env
 
 
@@ -53,12 +54,10 @@ def trained(output_dir: Path, sharding: str, ranks: int = 2, **options: str) -> 
 
 
 @pytest.fixture(scope="module")
-def whole(tmp_path_factory: pytest.TempPathFactory, hf_home: Path) -> Path:
+def whole(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """An uninterrupted fsdp run on two ranks, saving at steps 10 and 20: its output directory."""
     output = tmp_path_factory.mktemp("whole") / "out"
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setenv("HF_HOME", str(hf_home))
-        trained(output, "fsdp", **SAVING)
+    trained(output, "fsdp", **SAVING)
     return output
 
 
@@ -88,11 +87,67 @@ def test_fsdp_trains_as_ddp_does_on_half_the_state_per_rank(tmp_path: Path) -> N
     fills_a_mask(tmp_path / "fsdp" / "final")
 
 
+BERT_19M = {"hidden_size": 512, "num_hidden_layers": 6, "num_attention_heads": 8, "intermediate_size": 2048}
+
+
+def pretrained_bert(directory: Path, sizes: dict[str, int] = BERT_19M) -> int:
+    """A pretrained BERT of about 19M parameters (77 MB), saved with a word-level tokenizer of the demo's words:
+    large enough that holding it or not shows in a rank's resident memory. Its weights' bytes."""
+    from transformers import BertConfig, BertForMaskedLM, BertTokenizerFast
+
+    from train.data.sources import DEMO_SENTENCE
+
+    directory.mkdir(parents=True)
+    words = sorted({word.strip(".,").lower() for word in DEMO_SENTENCE.split()})
+    (directory / "vocab.txt").write_text("\n".join(["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", *words]))
+    tokenizer = BertTokenizerFast(vocab_file=str(directory / "vocab.txt"))
+    model = BertForMaskedLM(BertConfig(vocab_size=len(tokenizer), **sizes))
+    model.save_pretrained(directory)
+    tokenizer.save_pretrained(directory)
+    return sum(p.numel() * p.element_size() for p in model.parameters())
+
+
+def test_no_rank_but_rank_0_holds_a_pretrained_model_under_fsdp_and_it_trains_as_ddp_does(tmp_path: Path) -> None:
+    """Rank 0 loads the weights; rank 1 builds the model on the meta device and receives only its shard of rank 0's
+    weights: its growth in resident memory while the model is set up is below the model's size, where a DDP rank
+    loads all of it; the losses are DDP's from the same pretrained weights."""
+    weights = pretrained_bert(tmp_path / "bert")
+    options = {"model_name_or_path": str(tmp_path / "bert"), "max_steps": "5", "demo_samples": "200"}
+    ddp, fsdp = trained(tmp_path / "ddp", "ddp", **options), trained(tmp_path / "fsdp", "fsdp", **options)
+
+    assert sorted(fsdp["losses"]) == sorted(ddp["losses"]) == [1, 2, 3, 4, 5]
+    for step, loss in ddp["losses"].items():
+        assert fsdp["losses"][step] == pytest.approx(loss, rel=0.005), step
+    ddp_setup, fsdp_setup = ddp["sharding"]["setup_bytes_per_rank"], fsdp["sharding"]["setup_bytes_per_rank"]
+    assert all(grown >= weights for grown in ddp_setup)  # each DDP rank loads the whole model
+    assert fsdp_setup[0] >= weights  # rank 0 loads it, and sends each rank its shard
+    assert fsdp_setup[1] < 0.8 * weights and fsdp_setup[1] < ddp_setup[1] / 2  # half of it, and one tensor at a time
+    fills_a_mask(tmp_path / "fsdp" / "final")
+
+
+def test_weights_rank_0_cannot_load_end_every_rank_with_its_words(tmp_path: Path) -> None:
+    """The other ranks wait for rank 0's model under fsdp: when rank 0 cannot load it, they end with the same
+    one-line error at once (exit 2, the options' code), not at the process group's timeout. A damaged weights
+    file is bad input, named, as for a DDP run."""
+    pretrained_bert(tmp_path / "bert", {"hidden_size": 16, "num_hidden_layers": 1, "num_attention_heads": 2})
+    (tmp_path / "bert" / "model.safetensors").write_bytes(b"not safetensors")
+    done = entrypoint(env=sharded_env(tmp_path / "out", "fsdp", model_name_or_path=str(tmp_path / "bert")))
+    assert done.returncode == 2, done.stderr[-3000:]
+    said = [line for line in done.stderr.splitlines() if "cannot load the model" in line]
+    assert said and all("MLM_MODEL_NAME_OR_PATH" in line for line in said), done.stderr[-3000:]
+    assert not any((tmp_path / "out").iterdir())  # bad input: the output directory as it was
+
+
 def test_fsdp_stopped_by_sigterm_resumes_bit_identically(tmp_path: Path, whole: Path) -> None:
     checkpoint = whole / "checkpoint-10"
     listed = json.loads((checkpoint / ".complete").read_text())["files"]
-    assert {"optimizer_dcp/__0_0.distcp", "optimizer_dcp/__1_0.distcp", "optimizer_dcp/.metadata.pt"} <= set(listed)
-    assert not (checkpoint / "optimizer.pt").exists()  # no rank's shard passed off as the whole state
+    for state in ("model_dcp", "optimizer_dcp"):  # each rank's shard, listed in the marker with its digest
+        assert {f"{state}/__0_0.distcp", f"{state}/__1_0.distcp", f"{state}/.metadata.pt"} <= set(listed)
+    # no rank's shard passed off as the whole state, and no rank gathered the whole model to save it
+    assert not (checkpoint / "optimizer.pt").exists() and not (checkpoint / "model.safetensors").exists()
+    assert {"config.json", "tokenizer.json", "trainer_state.json"} <= set(listed)
+    refused = entrypoint(env=sharded_env(tmp_path / "other", "fsdp", model_name_or_path=str(checkpoint)))
+    assert refused.returncode == 2 and "not a model; resume it (MLM_RESUME=" in refused.stderr, refused.stderr[-3000:]
 
     output = tmp_path / "stopped"
     env = sharded_env(output, "fsdp", **SAVING)
@@ -121,25 +176,30 @@ def test_fsdp_of_two_ranks_resumes_on_one(tmp_path: Path, whole: Path) -> None:
     continues(went_on["losses"], logged_losses(whole), RESUMED_STEPS)
 
 
-def test_fsdp_of_one_rank_resumes_on_two(tmp_path: Path) -> None:
+@pytest.mark.parametrize("sharding", ["ddp", "fsdp"])
+def test_a_checkpoint_of_one_rank_resumes_on_two(tmp_path: Path, sharding: str) -> None:
+    """Both modes (ddp's 2 -> 1 is tests/e2e/test_reliability.py's): the weights and the optimizer state of one rank
+    go on on two, the global batch kept."""
     alone = tmp_path / "alone"  # the global batch of the two-rank runs: 1 rank x 8 x 2 accumulation steps
-    uninterrupted = trained(alone, "fsdp", ranks=1, gradient_accumulation_steps="2", **SAVING)["losses"]
-    went_on = trained(tmp_path / "two", "fsdp", resume=str(alone / "checkpoint-10"))
-    assert went_on["resumed_from_ranks"] == 1
+    uninterrupted = trained(alone, sharding, ranks=1, gradient_accumulation_steps="2", **SAVING)["losses"]
+    went_on = trained(tmp_path / "two", sharding, resume=str(alone / "checkpoint-10"))
+    assert went_on["resumed_from_ranks"] == 1 and went_on["sharding"]["mode"] == sharding
     continues(went_on["losses"], uninterrupted, RESUMED_STEPS)
 
 
 # The types the issue names beyond DistilBERT: BERT and RoBERTa's layers, DeBERTa-v2's shared relative embeddings
 # (read by every layer from the root unit), ModernBERT's alternating attention, ESM's head tied to its embeddings.
 MATRIX = ["bert", "roberta", "deberta-v2", "modernbert", "esm"]
+# Documents kept apart in packed rows (each document's own 4D mask, positions restarting) and in padding-free rows.
+LAYOUT = {"roberta": "packed", "deberta-v2": "packed", "modernbert": "packed", "esm": "padding_free"}
 
 
 @pytest.mark.parametrize("model_type", MATRIX)
 def test_the_model_matrix_trains_sharded(tmp_path: Path, model_type: str) -> None:
     """Each type, from scratch with the masked-only head, on two fsdp ranks: its layers each a unit, finite losses,
     an evaluation, and a consolidated final/ that fills a mask. BERT's run is streamed with DataLoader workers, so
-    a stream and its held-out evaluation are sharded too."""
-    streamed = {}
+    a stream and its held-out evaluation are sharded too; the others keep documents apart (LAYOUT)."""
+    streamed = {"padding": LAYOUT.get(model_type, "dynamic")}
     if model_type == "bert":  # distinct lines: the demo's repeat its held-out ones, which a stream leaves out
         write_shards(tmp_path / "corpus", shards=4, per_shard=100)
         streamed = {"streaming": "true", "dataloader_num_workers": "2", "dataset": str(tmp_path / "corpus")}
@@ -148,6 +208,7 @@ def test_the_model_matrix_trains_sharded(tmp_path: Path, model_type: str) -> Non
         demo_samples="200", max_steps="4", max_eval_samples="16", eval_strategy="steps", eval_steps="4", **streamed,
     )  # fmt: skip
     assert run["status"] == "finished" and run["model"]["head"] == "masked-only"
+    assert run["packing"]["padding"] == LAYOUT.get(model_type, "dynamic")
     assert sorted(run["losses"]) == [1, 2, 3, 4] and all(math.isfinite(loss) for loss in run["losses"].values())
     assert math.isfinite(json.loads((tmp_path / "out" / "all_results.json").read_text())["eval_loss"])
     for share in per_rank(run):

@@ -43,11 +43,10 @@ def corpus(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.fixture(scope="module")
-def straight(corpus: Path, hf_home: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+def straight(corpus: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The uninterrupted run on two ranks: its output directory (checkpoints 20 and 30 kept)."""
     output = tmp_path_factory.mktemp("straight") / "out"
     env = tiny_env(output, dataset=str(corpus), **STREAMED)
-    env["HF_HOME"] = str(hf_home)  # the tests' cache: a module's fixture is set up before the autouse one sets it
     done = entrypoint(env=env)
     assert done.returncode == 0, done.stderr[-3000:]
     return output

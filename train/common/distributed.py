@@ -21,6 +21,11 @@ def world_rank() -> int:
     return dist.get_rank() if initialized() else int(os.environ.get("RANK", "0"))
 
 
+def several_ranks() -> bool:
+    """Whether a process group with more than one rank is running (a collective has someone to talk to)."""
+    return initialized() and dist.get_world_size() > 1
+
+
 def is_world_zero() -> bool:
     """Whether this is world rank 0: the process that writes the run's files and speaks for all."""
     return world_rank() == 0

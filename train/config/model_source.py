@@ -8,7 +8,8 @@ config/ because the configuration is the lowest of those four (it reads names an
 - ``scratch:<model_type>``: a new architecture of that type, no weights (``config_overrides`` shape it);
 - a local ``.json`` file, or a local directory holding a ``config.json`` and no weights: that architecture, built
   from scratch (``config_overrides`` apply too);
-- any other local path: a pretrained model in a directory (it may be missing: the loader and doctor say so);
+- any other local path: a pretrained model in a directory (it may be missing, or be a sharded checkpoint, which is
+  not a model: the loader and doctor say so);
 - anything else: a hub id.
 
 Whether a name is local is :func:`train.common.hf.looks_local` (``/``, ``.``, ``~``, a data-file suffix, or an
@@ -34,6 +35,10 @@ WEIGHT_FILES = (
     "pytorch_model.bin",
     "pytorch_model.bin.index.json",
 )
+
+# A checkpoint written under MLM_SHARDING=fsdp holds its weights as each rank's shard in this directory
+# (train/run/sharding.py), beside a config.json: weights, but not a model transformers loads.
+SHARDED_WEIGHTS = "model_dcp"
 
 Kind = Literal["scratch", "local", "hub"]
 
@@ -96,7 +101,7 @@ def architecture_file(path: Path) -> Path | None:
     config.json when it is a directory without weights; None for a model with weights or a missing path."""
     if path.is_file() and path.suffix == ".json":
         return path
-    holds_weights = any((path / name).exists() for name in WEIGHT_FILES)
+    holds_weights = any((path / name).exists() for name in (*WEIGHT_FILES, SHARDED_WEIGHTS))
     if path.is_dir() and (path / "config.json").is_file() and not holds_weights:
         return path / "config.json"
     return None

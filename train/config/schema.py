@@ -187,9 +187,10 @@ class JobArguments:
         "ddp",
         "ddp: each rank holds the whole model, its gradients and optimizer state. fsdp: FSDP2 (fully_shard), each "
         "rank holds its share of them (about 1/N on N ranks): for a model whose training state does not fit one "
-        "device. fsdp takes no fp16; its checkpoints resume on any number of ranks, the optimizer's shards "
-        "resharded. auto: fsdp when DDP's memory estimate (weights, gradients, AdamW state, activations at the "
-        "batch) does not fit 85 % of the smallest visible GPU, else ddp (train/run/sharding.py).",
+        "device; only rank 0 ever holds the whole model. fsdp takes no fp16; its checkpoints hold each rank's shard "
+        "of the weights and optimizer state and resume on any number of ranks, resharded. auto: fsdp when DDP's "
+        "memory estimate (weights, gradients, AdamW state, activations at the batch) does not fit 85 % of the "
+        "smallest visible GPU, else ddp (train/run/sharding.py).",
     )
     attn_implementation: Literal["auto", "eager", "sdpa", "flash_attention_2", "flex_attention"] = option(
         "auto",

@@ -41,9 +41,10 @@ def _cut_to(selected: torch.Tensor) -> Any:
     return hook
 
 
-def use_masked_only_head(model: Any) -> None:
+def use_masked_only_head(model: Any, probe: bool = True) -> None:
     """Train ``model`` with its head applied at masked positions only; ConfigError when its forward does not fit
-    the rule (checked now, on a four-token probe, not at the first step)."""
+    the rule (checked now, on a four-token probe, not at the first step). ``probe=False`` for a model without
+    storage (train/run/model_setup.py: rank 0 probed the same architecture)."""
     encoder = getattr(model, "base_model", None)
     if encoder is None or encoder is model:
         raise ConfigError(f"masked_only_head: not supported for {type(model).__name__}: it has no base_model")
@@ -65,7 +66,8 @@ def use_masked_only_head(model: Any) -> None:
         return MaskedLMOutput(loss=loss, logits=None)
 
     model.forward = types.MethodType(forward, model)
-    _probe(model)
+    if probe:
+        _probe(model)
 
 
 def probe_batch(model: Any) -> dict[str, torch.Tensor]:
@@ -92,10 +94,16 @@ def freeze_what_the_loss_never_reaches(model: Any) -> list[str]:
     finally:
         model.zero_grad(set_to_none=True)
         model.train(was_training)
-    for name, parameter in model.named_parameters():
-        if name in unreached:
-            parameter.requires_grad_(False)
+    freeze(model, unreached)
     return unreached
+
+
+def freeze(model: Any, names: list[str]) -> None:
+    """Stop training the parameters ``names`` (a model without storage takes rank 0's names: its probe cannot run)."""
+    frozen = set(names)
+    for name, parameter in model.named_parameters():
+        if name in frozen:
+            parameter.requires_grad_(False)
 
 
 def _probe(model: Any) -> None:

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from safetensors import SafetensorError
 from transformers import AutoConfig, AutoModelForMaskedLM, AutoTokenizer
 from transformers.models.auto.modeling_auto import MODEL_FOR_MASKED_LM_MAPPING
 from transformers.utils import logging as hf_logging
@@ -29,7 +30,7 @@ from train.common.errors import ConfigError, first_line
 from train.common.hf import looks_local, offline_hint
 from train.common.untrusted import SAFE_LOAD_REFUSED, safe_load_problem
 from train.config import Config
-from train.config.model_source import model_source
+from train.config.model_source import SHARDED_WEIGHTS, model_source
 from train.data import RawData
 from train.model.tokenizer_training import checkpoint_tokenizer, tokenizer_kind, train_tokenizer
 from train.model.weights import encoder_missing, head_state
@@ -44,6 +45,11 @@ def scratch_config(config: Config) -> Any | None:
     if source.pretrained:
         if source.path is not None and not source.path.exists():
             raise ConfigError(f"{label}={name!r}: no such local model directory")
+        if source.path is not None and (source.path / SHARDED_WEIGHTS).is_dir():
+            raise ConfigError(
+                f"{label}={name!r}: a checkpoint written under MLM_SHARDING=fsdp, its weights in shards "
+                f"({SHARDED_WEIGHTS}/), not a model; resume it (MLM_RESUME={name}) or start from the run's final/"
+            )
         return None
     values = source.config_values(label)
     arch = _build(values, label, name)
@@ -200,7 +206,7 @@ def load_model(
                 raise ConfigError(
                     f"{source}={name!r}: the safe loader refuses its weights ({first_line(exc)}); {CONVERT}"
                 ) from None
-            if not isinstance(exc, (OSError, ValueError)):
+            if not isinstance(exc, (OSError, ValueError, SafetensorError)):  # SafetensorError: a damaged file
                 raise
             if Path(name).expanduser().exists():
                 raise ConfigError(f"{source}={name!r}: cannot load the model ({first_line(exc)})") from None

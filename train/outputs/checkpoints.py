@@ -32,6 +32,7 @@ from train.common.errors import ConfigError
 from train.common.handoff import global_batch
 from train.common.untrusted import safe_load_problem
 from train.config import Config
+from train.config.model_source import SHARDED_WEIGHTS
 from train.outputs.runfiles import COMPLETE_MARKER, OPTIONS_NAME, TRAINER_STATE, RunFiles, is_checkpoint_name, step_of
 
 KEEP_ASIDE = 2  # the newest checkpoints moved aside are kept for a post-mortem; older ones are removed
@@ -296,7 +297,8 @@ def problem(checkpoint: Path) -> str | None:
                 return found
     except OSError as exc:
         return f"unreadable ({exc.strerror or exc})"
-    if not any(checkpoint.glob("*.safetensors")) and not any(checkpoint.glob("pytorch_model*.bin")):
+    whole = any(checkpoint.glob("*.safetensors")) or any(checkpoint.glob("pytorch_model*.bin"))
+    if not whole and not (checkpoint / SHARDED_WEIGHTS).is_dir():  # the marker lists each rank's shard of them
         return "no model weights"
     try:
         return manifest_problem(checkpoint)

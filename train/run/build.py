@@ -21,7 +21,7 @@ import torch.distributed as dist
 from transformers import TrainingArguments
 
 from train.common import distributed
-from train.common.console import first_few, say, warn
+from train.common.console import say, warn
 from train.common.errors import ConfigError
 from train.common.handoff import Handoff
 from train.common.hf import cache_root
@@ -30,26 +30,24 @@ from train.data import Corpus, Padding, StreamPosition, build_corpus, load_raw, 
 from train.model import packing
 from train.model.collator import MaskingCollator
 from train.model.companions import companion_directory, keep_sentence_transformers
-from train.model.head import freeze_what_the_loss_never_reaches, use_masked_only_head
 from train.model.load import (
     attention_implementation,
     check_before_data,
-    load_model,
     load_tokenizer,
     scratch_config,
     settle_tokenizer,
     tokenizer_label,
     trains_its_tokenizer,
 )
-from train.model.memory import choose_sharding, ddp_estimate
 from train.model.tokenizer_training import agree_on_tokenizer
 from train.model.words import word_starts
 from train.outputs.checkpoints import kept_global_batch, resumed_options, saved_world_size
 from train.outputs.runfiles import RunFiles
 from train.run.budget import TimeBudget
 from train.run.callbacks import CheckpointCompleteMarker, DivergenceGuard, EpochForCollator
+from train.run.model_setup import set_up_model, shard_for_training
 from train.run.preemption import StopOnSignal
-from train.run.sharding import ShardedTrainer, StateBytes, check_sharding, resumed_mode, shard_model, sharding_facts
+from train.run.sharding import ShardedTrainer, StateBytes, check_sharding, resumed_mode, sharding_facts
 from train.run.trainer import MLMTrainer, losses_are_batch_means
 
 
@@ -73,6 +71,7 @@ class Prepared:
     sharding_choice: str = ""  # the mode and why, with DDP's memory estimate
     ddp_estimate: dict[str, int] | None = None  # that estimate (train/model/memory.py), as plan shows it
     state_bytes: StateBytes | None = None  # this rank's measured parameters, gradients and optimizer state
+    setup_bytes: int | None = None  # its growth in resident memory while its model was set up (model_setup.py)
 
     def write_model(self, directory: Path) -> None:
         """The trained model and its tokenizer, as AutoModelForMaskedLM / AutoTokenizer load them, and a
@@ -108,7 +107,7 @@ class Prepared:
     def sharding_facts(self) -> dict[str, Any]:
         """The mode and every rank's measured bytes (a collective: every rank calls it, at the end)."""
         return {
-            **sharding_facts(self.sharding, self.state_bytes or StateBytes()),
+            **sharding_facts(self.sharding, self.state_bytes or StateBytes(), self.setup_bytes),
             "choice": self.sharding_choice,
             "ddp_estimate": self.ddp_estimate,
         }
@@ -160,28 +159,13 @@ def prepare(config: Config, files: RunFiles, choose_resume: Callable[[], str | N
         tokenizer = agree_on_tokenizer(tokenizer)
     with training.main_process_first(local=not shared, desc="tokenizing"):
         corpus = build_corpus(config, raw, tokenizer, training.process_index, training.world_size)
-    model, new_head = load_model(config, arch, tokenizer, model_config)
-    head = "dense"
-    if job.masked_only_head:
-        try:
-            use_masked_only_head(model)
-            head = "masked-only"
-        except ConfigError as exc:
-            if "masked_only_head" in config.sources:  # asked for explicitly: say it cannot be done
-                raise
-            warn(f"{exc}; training with the dense head")
-    collator = masking_collator(config, tokenizer, model)  # prepares the model when documents are kept apart
-    unreached = freeze_what_the_loss_never_reaches(model)
-    if unreached:
-        shown = first_few(unreached)
-        warn(f"{len(unreached)} parameter(s) take no part in the masked-LM loss and stay as they are: {shown}")
+    built = set_up_model(config, arch, tokenizer, model_config, Path(resume) if resume else None)
+    collator = masking_collator(config, tokenizer, built.model)  # prepares the model when documents are kept apart
     evaluating = corpus.validation is not None and training.eval_strategy != "no"
     guard = DivergenceGuard()
-    budget = time_budget(config, model, corpus.validation if evaluating else None, stopper)
-    trainer_class = MLMTrainer
-    sharding, choice, estimate = decide_sharding(config, model, Path(resume) if resume else None)
-    if sharding == "fsdp":  # after the head and freezing: their probe forwards are not collectives
-        model, trainer_class = shard_model(model, training.device.type, bool(training.bf16)), ShardedTrainer
+    budget = time_budget(config, built.model, corpus.validation if evaluating else None, stopper)
+    model = shard_for_training(built, training)
+    trainer_class = ShardedTrainer if built.sharding == "fsdp" else MLMTrainer
     state_bytes = StateBytes()
     trainer = trainer_class(
         model=model,
@@ -205,28 +189,12 @@ def prepare(config: Config, files: RunFiles, choose_resume: Callable[[], str | N
     losses_are_batch_means(trainer)
     masking, packing_facts = batch_facts(config, collator, corpus)
     return Prepared(
-        trainer=trainer, tokenizer=tokenizer, corpus=corpus, stopper=stopper, guard=guard, head=head,
-        head_weights=new_head, masking=masking, packing=packing_facts, resume=resume, budget=budget,
-        sharding=sharding, sharding_choice=choice, ddp_estimate=estimate, state_bytes=state_bytes,
+        trainer=trainer, tokenizer=tokenizer, corpus=corpus, stopper=stopper, guard=guard, head=built.head,
+        head_weights=built.head_weights, masking=masking, packing=packing_facts, resume=resume, budget=budget,
+        sharding=built.sharding, sharding_choice=built.choice, ddp_estimate=built.estimate, state_bytes=state_bytes,
+        setup_bytes=built.setup_bytes,
         companions=None if arch is not None else companion_directory(job.model_name_or_path),
     )  # fmt: skip
-
-
-def decide_sharding(config: Config, model: Any, resume: Path | None) -> tuple[str, str, dict[str, int]]:
-    """The mode this run trains with (MLM_SHARDING; ``auto`` from DDP's estimate for the built model against the
-    smallest GPU the launcher handed over, or a resumed checkpoint's own mode), checked for what fsdp refuses, the
-    words that say why, and DDP's estimate. Every rank reaches the same answer: the same model, options, handoff
-    and checkpoint."""
-    handoff = Handoff.from_environ()
-    gpu_memory = handoff.gpu_memory_bytes if handoff is not None else None
-    estimate = ddp_estimate(model, config)
-    requested = config.job.sharding
-    mode, words = choose_sharding(
-        requested, estimate, gpu_memory, config.training.world_size, resumed_mode(config, resume)
-    )
-    if requested == "auto":
-        check_sharding(config, mode)
-    return mode, words, estimate
 
 
 def time_budget(config: Config, model: Any, validation: Any, stopper: StopOnSignal) -> TimeBudget | None:

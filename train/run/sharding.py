@@ -6,11 +6,12 @@ accelerator distributed types (``accelerate/state.py``: MULTI_CPU is left out), 
 silently train DDP on CPU ranks, and transformers' load-time sharding refuses to resume. So the job shards the model
 itself, as torchtitan does, and hands the Trainer a model it does not wrap again (:class:`ShardedTrainer`).
 
-Checkpoints keep the weights as the Trainer writes them (full safetensors, gathered) and the optimizer as each
-rank's shard through torch.distributed.checkpoint, read back without unpickling (train/common/safe_dcp.py). A
-resume on the world size that wrote them is bit-identical; on another world size (one rank included: fsdp on a
-mesh of one shards nothing but runs the same code, so a sharded checkpoint resumes there) DCP reshards the
-optimizer at load, and the run goes on as the uninterrupted one did (tests/e2e/test_sharding.py).
+A checkpoint keeps the weights and the optimizer as each rank's shard through torch.distributed.checkpoint
+(``model_dcp/``, ``optimizer_dcp/``): no rank gathers the whole state to save it. They are read back without
+unpickling (train/common/safe_dcp.py). A resume on the world size that wrote them is bit-identical; on another world
+size (one rank included: fsdp on a mesh of one shards nothing but runs the same code, so a sharded checkpoint
+resumes there) DCP reshards both at load, and the run goes on as the uninterrupted one did
+(tests/e2e/test_sharding.py). ``final/`` alone is consolidated: full safetensors that AutoModelForMaskedLM loads.
 """
 
 from __future__ import annotations
@@ -40,13 +41,16 @@ from transformers import TrainerCallback
 from transformers.modeling_layers import GradientCheckpointingLayer
 from transformers.trainer import OPTIMIZER_NAME, SAFE_WEIGHTS_NAME, SCHEDULER_NAME
 
+from train.common import distributed
 from train.common.errors import ConfigError
 from train.common.safe_dcp import SafeFileSystemReader, SafeFileSystemWriter, SafeLoadPlanner
 from train.config import Config
+from train.config.model_source import SHARDED_WEIGHTS
 from train.run.trainer import MLMTrainer
 
 FULL = StateDictOptions(full_state_dict=True, cpu_offload=True)  # gathered on rank 0, plain CPU tensors
 OPTIMIZER_DIR = "optimizer_dcp"  # in a checkpoint: .metadata, .metadata.pt and each rank's __<rank>_0.distcp
+MODEL_DIR = SHARDED_WEIGHTS  # the same for the weights (checkpoints written before it hold a full model.safetensors)
 
 
 def check_sharding(config: Config, mode: str | None = None) -> None:
@@ -128,13 +132,14 @@ class ShardedTrainer(MLMTrainer):
     * ``no_sync``: the Trainer's gradient accumulation asks the model for it (accelerator.py:1173): FSDP2 then skips
       the reduce-scatter of all but the last micro-batch.
     * ``create_optimizer`` reshards first: an evaluation leaves the root unit's parameters unsharded.
-    * ``_save`` writes the full weights every rank gathered (:meth:`gather_for_save`, a collective) with
-      save_pretrained, which cannot save DTensors ("invalid python storage"); a checkpoint's save gathers them
-      on every rank (the Trainer calls ``save_model`` on every rank there).
+    * ``save_model``: a checkpoint's weights as each rank's shard through torch.distributed.checkpoint (the Trainer
+      calls ``save_model`` on every rank there); final/'s with save_pretrained, from the full weights every rank
+      gathered (:meth:`gather_for_save`, a collective): save_pretrained cannot save DTensors ("invalid python
+      storage").
     * the optimizer: each rank's shard through torch.distributed.checkpoint (the Trainer torch.save-s rank 0's
       shard as if it were the whole state), loaded with the pickle-free reader.
-    * ``_load_from_checkpoint``: the full safetensors into the shards (the Trainer's ``load_state_dict`` fails:
-      "aten.copy_.default got mixed torch.Tensor and DTensor").
+    * ``_load_from_checkpoint``: each rank's shard of the weights through torch.distributed.checkpoint (the
+      Trainer's ``load_state_dict`` fails: "aten.copy_.default got mixed torch.Tensor and DTensor").
     """
 
     def __init__(self, model: torch.nn.Module, *args: Any, **kwargs: Any) -> None:
@@ -166,9 +171,15 @@ class ShardedTrainer(MLMTrainer):
         self._gathered = full
 
     def save_model(self, output_dir: str | None = None, _internal_call: bool = False) -> None:
-        if _internal_call:  # a checkpoint: every rank is here
-            self.gather_for_save()
-        super().save_model(output_dir, _internal_call)
+        """final/ (``gather_for_save`` ran on every rank): the consolidated model. A checkpoint (every rank is here):
+        each rank writes its shard of the weights, and rank 0 the config, tokenizer and arguments beside them."""
+        if not _internal_call:
+            super().save_model(output_dir, _internal_call)
+            return
+        directory = Path(output_dir or self.args.output_dir)
+        state = {"model": get_model_state_dict(self.model)}
+        dcp.save(state, storage_writer=SafeFileSystemWriter(directory / MODEL_DIR))
+        super()._save(str(directory), state_dict={})  # the config, tokenizer and arguments (rank 0 writes them)
 
     def _inner_optimizer(self) -> torch.optim.Optimizer:
         return getattr(self.optimizer, "optimizer", self.optimizer)  # accelerate's AcceleratedOptimizer wraps it
@@ -191,10 +202,19 @@ class ShardedTrainer(MLMTrainer):
         self.lr_scheduler.load_state_dict(scheduler)
 
     def _load_from_checkpoint(self, resume_from_checkpoint: str, model: torch.nn.Module | None = None) -> None:
+        model = model or self.model
+        sharded = Path(resume_from_checkpoint) / MODEL_DIR
+        if sharded.is_dir():  # each rank reads its shard, resharded when the checkpoint had another world size
+            state = {"model": get_model_state_dict(model)}
+            dcp.load(state, storage_reader=SafeFileSystemReader(sharded), planner=SafeLoadPlanner())
+            set_model_state_dict(model, state["model"])
+            return
+        # Written before model_dcp/: rank 0 reads the full weights and each rank gets its shard of them, one tensor
+        # at a time (train/run/model_setup.py). strict=False: a tied decoder is stored once, under the embeddings'.
         weights = os.path.join(resume_from_checkpoint, SAFE_WEIGHTS_NAME)
-        loaded = safetensors.torch.load_file(weights, device="cpu")
-        # strict=False: the tied decoder is stored once, under the embeddings' name
-        set_model_state_dict(model or self.model, loaded, options=StateDictOptions(full_state_dict=True, strict=False))
+        loaded = safetensors.torch.load_file(weights, device="cpu") if distributed.is_world_zero() else {}
+        options = StateDictOptions(full_state_dict=True, broadcast_from_rank0=True, strict=False)
+        set_model_state_dict(model, loaded, options=options)
 
     def _save(self, output_dir: str | None = None, state_dict: dict | None = None) -> None:
         if self._gathered is None:
@@ -250,20 +270,22 @@ def _bytes(tensor: torch.Tensor) -> int:
     return local.numel() * local.element_size()
 
 
-def sharding_facts(mode: str, measured: StateBytes) -> dict[str, Any]:
-    """run.json's ``sharding``: the mode, each rank's measured bytes of training state and its peak memory (a
-    collective: every rank calls it)."""
-    mine = (measured.measured or {}, measured.training_peak)
+def sharding_facts(mode: str, measured: StateBytes, setup_bytes: int | None = None) -> dict[str, Any]:
+    """run.json's ``sharding``: the mode, each rank's measured bytes of training state, its peak memory while
+    training and its growth in resident memory while its model was set up (train/run/model_setup.py); a
+    collective: every rank calls it."""
+    mine = (measured.measured or {}, measured.training_peak, setup_bytes)
     ranks: list[Any] = [mine]
-    if dist.is_available() and dist.is_initialized():
+    if distributed.initialized():
         ranks = [None] * dist.get_world_size()
         dist.all_gather_object(ranks, mine)
-    totals = [sum(state.values()) for state, _ in ranks]
+    totals = [sum(state.values()) for state, _, _ in ranks]
     return {
         "mode": mode,
-        "state_bytes_per_rank": [state for state, _ in ranks],
+        "state_bytes_per_rank": [state for state, _, _ in ranks],
         "state_bytes_total": sum(totals),
-        "training_peak_bytes_per_rank": [peak for _, peak in ranks],
+        "training_peak_bytes_per_rank": [peak for _, peak, _ in ranks],
+        "setup_bytes_per_rank": [setup for _, _, setup in ranks],
     }
 
 
@@ -283,8 +305,15 @@ def peak_memory_bytes(device_type: str) -> int:
     resident set's high-water mark on CPU (the interpreter and libraries included, about the same for every mode)."""
     if device_type == "cuda" and torch.cuda.is_available():
         return int(torch.cuda.max_memory_allocated())
+    peak = resident_bytes("VmHWM")
+    return peak if peak is not None else resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # kB on Linux
+
+
+def resident_bytes(field: str = "VmRSS") -> int | None:
+    """This process's resident set in host memory now (``VmRSS``) or its high-water mark since
+    :func:`reset_peak_memory` (``VmHWM``), from /proc/self/status; None where the kernel does not say."""
     with contextlib.suppress(OSError, ValueError):
         for line in Path("/proc/self/status").read_text().splitlines():
-            if line.startswith("VmHWM:"):
+            if line.startswith(f"{field}:"):
                 return int(line.split()[1]) * 1024  # kB
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # kB on Linux
+    return None
