@@ -8,7 +8,17 @@ import pytest
 from datasets import IterableDataset
 
 from tests.data.helpers import config_for, jsonl, write_shards
-from train.data import Corpus, IndexedExamples, build_corpus, load_raw, real_token_count, truncation
+from train.common.errors import ConfigError
+from train.data import (
+    Corpus,
+    IndexedExamples,
+    build_corpus,
+    check_stream_parts,
+    load_raw,
+    no_training_example,
+    real_token_count,
+    truncation,
+)
 from train.model.tokenizer_training import train_tokenizer
 
 LONG = ["one two three four five six seven eight nine ten eleven twelve", "short one", "a b c d e f g h i j k"]
@@ -66,3 +76,25 @@ def test_a_stream_without_evaluation_has_none(tmp_path: Path) -> None:
     write_shards(tmp_path / "corpus", shards=1, per_shard=10)
     corpus = built(config_for(str(tmp_path / "corpus"), streaming="true", max_steps="3", eval_strategy="no"))
     assert corpus.validation is None and corpus.eval_samples == 0
+
+
+def test_a_stream_with_examples_for_this_rank_passes_the_check(tmp_path: Path) -> None:
+    write_shards(tmp_path / "corpus", shards=1, per_shard=10)
+    config = config_for(str(tmp_path / "corpus"), streaming="true", max_steps="3", eval_strategy="no")
+    check_stream_parts(config, built(config))  # no process group: this rank is the world
+
+
+def test_a_stream_all_held_out_is_refused_before_training(tmp_path: Path) -> None:
+    write_shards(tmp_path / "corpus", shards=1, per_shard=10)
+    config = config_for(str(tmp_path / "corpus"), streaming="true", max_steps="3", max_eval_samples="20")
+    with pytest.raises(ConfigError) as refused:
+        check_stream_parts(config, built(config))
+    said = str(refused.value)
+    assert said.startswith("MLM_STREAMING=true: the training stream gave no example: MLM_MAX_EVAL_SAMPLES=20 holds")
+    assert "ranks" not in said
+
+
+def test_the_error_names_the_ranks_left_without_examples(tmp_path: Path) -> None:
+    config = config_for(str(tmp_path), streaming="true", max_steps="3", validation_file="held.txt")
+    said = str(no_training_example(config, [1, 3], 4))
+    assert "gives rank(s) 1, 3 of 4 no example" in said and "holds out" not in said and "or fewer ranks)" in said

@@ -1,7 +1,7 @@
 """A streamed corpus through the real front door: two ranks with DataLoader workers, preempted and resumed on as many
 ranks (the same weights, bit for bit), and resumed on one rank from two and on two from one (the old ranks'
 positions redistributed, train/data/stream_resume.py: the losses go on as the uninterrupted run's, within 2 %).
-About 45 s, 25 s and 35 s."""
+About 45 s, 25 s and 35 s; the two refusals about 10 s each."""
 
 from __future__ import annotations
 
@@ -108,7 +108,7 @@ def test_a_stream_left_empty_by_its_held_out_examples_is_exit_2_without_a_final_
     tmp_path: Path, corpus: Path
 ) -> None:
     """Every example held out for evaluation (600 lines, the first 1,000 asked for): the Trainer would only warn and
-    end its epoch at step 0, and an untrained model would be published as finished."""
+    end its epoch at step 0, and an untrained model would be published as finished. Refused before training."""
     output = tmp_path / "out"
     options = {**STREAMED, "max_eval_samples": "1000", "nproc_per_node": "1", "dataloader_num_workers": "0"}
     done = entrypoint(env=tiny_env(output, dataset=str(corpus), **options))
@@ -116,5 +116,18 @@ def test_a_stream_left_empty_by_its_held_out_examples_is_exit_2_without_a_final_
     errors = [line for line in done.stderr.splitlines() if "error" in line.lower()]
     assert len(errors) == 1 and "MLM_STREAMING=true: the training stream gave no example: " in errors[0], errors
     assert "MLM_MAX_EVAL_SAMPLES=1000 holds out the stream's first 1,000 examples" in errors[0]
-    assert not (output / "final").exists()
-    assert json.loads((output / "run.json").read_text())["status"] == "failed"
+    assert not (output / "final").exists() and not list(output.glob("checkpoint-*"))
+
+
+def test_a_stream_that_leaves_a_rank_nothing_is_exit_2_on_every_rank_at_once(tmp_path: Path) -> None:
+    """One line on two ranks: rank 1's part is empty. It would stop at once while rank 0 waited for it in the
+    gradient all-reduce until ddp_timeout (60 s here), then crashed with "connection closed by peer" (exit 1)."""
+    (tmp_path / "one.txt").write_text("the only line of training text in this corpus\n")
+    (tmp_path / "held.txt").write_text("a held-out line of text\n")
+    options = {**STREAMED, "validation_file": str(tmp_path / "held.txt"), "ddp_timeout": "60", "log_ranks": "all"}
+    options["dataloader_num_workers"] = "0"
+    done = entrypoint(env=tiny_env(tmp_path / "out", dataset=str(tmp_path / "one.txt"), **options), timeout=50)
+    assert done.returncode == 2, done.stderr[-3000:]
+    errors = [line for line in done.stderr.splitlines() if "error:" in line]
+    assert errors and all("the training stream gives rank(s) 1 of 2 no example" in line for line in errors), errors
+    assert "or fewer ranks)" in errors[0] and "crashed" not in done.stderr

@@ -5,6 +5,7 @@ their rules (padding: :class:`Padding`). A job calls::
 
     raw = load_raw(config)                                   # either mode: RawData (raw.stream set for a stream)
     corpus = build_corpus(config, raw, tokenizer, rank, world_size)
+    check_stream_parts(config, corpus)                       # every rank, after main_process_first
 
 and, for ``corpus.streaming``, applies :func:`stream_training_overrides` to its TrainingArguments and adds the
 :class:`StreamPosition` callback.
@@ -12,7 +13,7 @@ and, for ``corpus.streaming``, applies :func:`stream_training_overrides` to its 
 
 from __future__ import annotations
 
-from train.data.corpus import Corpus, build_corpus
+from train.data.corpus import Corpus, build_corpus, check_stream_parts, no_training_example
 from train.data.load import load_raw
 from train.data.padding import Padding
 from train.data.raw import RawData, TextStream
@@ -59,10 +60,12 @@ __all__ = [
     "StreamPosition",
     "TextStream",
     "build_corpus",
+    "check_stream_parts",
     "content_index",
     "data_format",
     "is_remote",
     "load_raw",
+    "no_training_example",
     "own_loader_state",
     "real_token_count",
     "resolve",

@@ -9,10 +9,12 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+import torch.distributed as dist
 from datasets import DatasetDict, IterableDataset
 
 from train.common.console import warn
-from train.common.distributed import is_world_zero
+from train.common.distributed import initialized, is_world_zero
+from train.common.errors import ConfigError
 from train.config import Config
 from train.data.raw import RawData
 from train.data.stream import tokenized_stream
@@ -89,4 +91,48 @@ def warn_truncation(corpus: Corpus, max_seq_length: int) -> None:
         f"{cut['examples_cut']:,} of {corpus.train_samples:,} training examples are longer than "
         f"max_seq_length={max_seq_length} and were cut, dropping {cut['tokens_cut']:,} tokens ({share:.1f} % "
         "of the text): use padding packed, or a larger max_seq_length, to train on all of it"
+    )
+
+
+def check_stream_parts(config: Config, corpus: Corpus) -> None:
+    """Refuse, on every rank at once and before the model is built, a stream that leaves some rank nothing to
+    train on: all of it held out or without text, or fewer examples than ranks (each of N ranks reads every N-th
+    example, or whole files when their number divides by N). Alone, the Trainer would only warn and end its epoch
+    at step 0; beside others, that rank would stop while they wait for it in their gradient all-reduce until
+    ddp_timeout, then crash with "connection closed by peer". Each rank reads its part's first example (the
+    stream's own first was read when it was opened); a collective: every rank calls it, outside
+    main_process_first."""
+    if not corpus.streaming:
+        return
+    mine = next(iter(corpus.train), None) is not None
+    ranks: list[Any] = [mine]
+    if initialized():
+        ranks = [None] * dist.get_world_size()
+        dist.all_gather_object(ranks, mine)
+    empty = [rank for rank, has in enumerate(ranks) if not has]
+    if empty:
+        raise no_training_example(config, empty, len(ranks))
+
+
+def no_training_example(config: Config, empty: list[int], world_size: int) -> ConfigError:
+    """The one-line error for a stream that gives ranks ``empty`` of ``world_size`` nothing to train on."""
+    job = config.job
+    if world_size == 1:
+        what = "the training stream gave no example"
+    else:
+        ranks = ", ".join(str(rank) for rank in empty)
+        what = (
+            f"the training stream gives rank(s) {ranks} of {world_size} no example (each of N ranks reads every "
+            "N-th example, or whole files when their number divides by N)"
+        )
+    why = ""
+    if job.max_eval_samples and not job.validation_file:
+        why = (
+            f": {config.source_of('max_eval_samples')}={job.max_eval_samples} holds out the stream's first "
+            f"{job.max_eval_samples:,} examples, and every other line with the same text"
+        )
+    fewer = ", or fewer ranks" if world_size > 1 else ""
+    return ConfigError(
+        f"{config.source_of('streaming')}=true: {what}{why}; final/ was not written (a smaller max_eval_samples, "
+        f"a validation_file, or more data{fewer})"
     )

@@ -26,7 +26,15 @@ from train.common.errors import ConfigError
 from train.common.handoff import Handoff
 from train.common.hf import cache_root
 from train.config import Config
-from train.data import Corpus, Padding, StreamPosition, build_corpus, load_raw, stream_training_overrides
+from train.data import (
+    Corpus,
+    Padding,
+    StreamPosition,
+    build_corpus,
+    check_stream_parts,
+    load_raw,
+    stream_training_overrides,
+)
 from train.model import packing
 from train.model.collator import MaskingCollator
 from train.model.companions import companion_directory, keep_sentence_transformers
@@ -159,6 +167,7 @@ def prepare(config: Config, files: RunFiles, choose_resume: Callable[[], str | N
         tokenizer = agree_on_tokenizer(tokenizer)
     with training.main_process_first(local=not shared, desc="tokenizing"):
         corpus = build_corpus(config, raw, tokenizer, training.process_index, training.world_size)
+    check_stream_parts(config, corpus)  # a collective: after main_process_first, where every rank has its part
     built = set_up_model(config, arch, tokenizer, model_config, Path(resume) if resume else None)
     collator = masking_collator(config, tokenizer, built.model)  # prepares the model when documents are kept apart
     evaluating = corpus.validation is not None and training.eval_strategy != "no"

@@ -35,7 +35,7 @@ from train.common.handoff import Handoff
 from train.common.lifetime import end_children
 from train.common.writable import check_cache_dir, disk_full
 from train.config import Config, load_config, move_hub_token_to_env
-from train.data import StreamPosition
+from train.data import StreamPosition, no_training_example
 from train.outputs.base import OutputLocation
 from train.outputs.checkpoints import newest_resumable, planned_steps
 from train.outputs.location import output_location
@@ -195,22 +195,15 @@ def end_if_diverged(config: Config, prepared: Prepared, record: RunRecord) -> No
 
 
 def end_if_nothing_trained(config: Config, prepared: Prepared, record: RunRecord, resume: str | None) -> None:
-    """A stream that gave no training example (all held out for evaluation, or empty) is exit 2, not an untrained
-    model published as finished: the Trainer only warns and ends the epoch (transformers 5.24)."""
+    """A stream that gave no training example is exit 2, not an untrained model published as finished: the
+    Trainer only warns and ends the epoch (transformers 5.24). check_stream_parts refuses a stream that has
+    nothing for some rank before training, reading each part from its start; this stays for a resumed run, which
+    reads on from where its checkpoint's stream stopped."""
     trainer, start = prepared.trainer, step_of(Path(resume)) if resume else 0
     if not prepared.corpus.streaming or prepared.stopper.stopped or trainer.state.global_step > start:
         return
     record.write("failed")
-    job, why = config.job, ""
-    if job.max_eval_samples and not job.validation_file:
-        why = (
-            f": {config.source_of('max_eval_samples')}={job.max_eval_samples} holds out the stream's first "
-            f"{job.max_eval_samples:,} examples, and every other line with the same text, and nothing else was left"
-        )
-    raise ConfigError(
-        f"{config.source_of('streaming')}=true: the training stream gave no example{why}; final/ was not written "
-        "(a smaller max_eval_samples, a validation_file, or more data)"
-    )
+    raise no_training_example(config, [0], 1)
 
 
 def end_stopped(
