@@ -161,7 +161,9 @@ def test_a_job_with_a_time_limit_and_the_slurm_budget_ends_decayed_with_final_be
         "finished",
         f"MLM_TIME_BUDGET=slurm: the Slurm job {job_id}'s end time",
     )
-    assert re.fullmatch(r"1m|[3-5]\ds", budget["budget"]), budget  # the minute, less the launch
+    # The minute, less the launch; up to 2 s more: the controller's times are whole seconds, and the launcher's start
+    # (psutil: the kernel's boot time in whole seconds plus the start ticks) may be a second off.
+    assert re.fullmatch(r"1m([12]s)?|[3-5]\ds", budget["budget"]), budget
     total = budget["planned_steps"]
     assert budget["steps_set_by_options"] > total > 10, budget  # set by the time, not by the epochs
     trained = [r for r in records(output / "logs" / "train.jsonl") if r.get("event") == "train" and "loss" in r]
