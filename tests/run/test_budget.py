@@ -160,9 +160,12 @@ def test_the_plan_follows_measured_steps_evaluations_and_saves(
     assert plan.plans[-1]["evaluation_s"] == 20 and plan.plans[-1]["save_s"] == 10
     assert "re-planned at step 6" in capsys.readouterr().err
 
-    # The planned step stops the run, whoever else would go on.
-    state.global_step = plan.total - 1
+    # The planned step stops the run, whoever else would go on; a save just before it, with time to spare, does
+    # not draw a longer plan there (the Trainer has stopped at the planned step already).
+    callback.on_save(args, state, TrainerControl())
+    state.global_step = last = plan.total - 1
     assert drive(callback, args, state, clock, 0.5, **tools).should_training_stop
+    assert plan.total == last + 1 and len(plan.plans) == 2, plan.plans
     assert plan.record()["planned_steps"] == plan.total and plan.record()["steps_set_by_options"] == 10_000
 
 

@@ -202,7 +202,11 @@ class TimeBudget(TrainerCallback):
         if self.steps_this_session > WARMUP_STEPS:
             self.step_times.append(took)
         first = len(self.step_times) == TIMED_STEPS and self.plan.total is None
-        if self.cut is None and (first or (self.replan and self.plan.total is not None)):
+        # The planned last step ends the run however much time is left: the Trainer's own flow callback, which runs
+        # first, has stopped it there already, with the schedule decayed to its end (a re-plan at that step drew a
+        # longer plan that was never trained, its last steps missing from run.json's account).
+        reached = self.plan.total is not None and state.global_step >= self.plan.total
+        if self.cut is None and not reached and (first or (self.replan and self.plan.total is not None)):
             self.replan = False
             self._make_plan(args, state, kwargs.get("lr_scheduler"), kwargs.get("optimizer"))
         if self.plan.total is not None and state.global_step >= self.plan.total:
