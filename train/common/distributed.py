@@ -8,6 +8,7 @@ the only process: rank 0 of a world of one.
 from __future__ import annotations
 
 import os
+from typing import Any
 
 import torch.distributed as dist
 
@@ -29,6 +30,16 @@ def several_ranks() -> bool:
 def is_world_zero() -> bool:
     """Whether this is world rank 0: the process that writes the run's files and speaks for all."""
     return world_rank() == 0
+
+
+def gather_from_every_rank(mine: Any) -> list[Any]:
+    """Every rank's ``mine``, in rank order (a collective: every rank calls it); ``[mine]`` without a process group.
+    The values travel pickled between the run's own processes, never from a file."""
+    if not initialized():
+        return [mine]
+    everyone: list[Any] = [None] * dist.get_world_size()
+    dist.all_gather_object(everyone, mine)
+    return everyone
 
 
 def barrier() -> None:

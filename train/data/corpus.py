@@ -9,11 +9,10 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-import torch.distributed as dist
 from datasets import DatasetDict, IterableDataset
 
 from train.common.console import warn
-from train.common.distributed import initialized, is_world_zero
+from train.common.distributed import gather_from_every_rank, is_world_zero
 from train.common.errors import ConfigError
 from train.config import Config
 from train.data.raw import RawData
@@ -104,11 +103,7 @@ def check_stream_parts(config: Config, corpus: Corpus) -> None:
     main_process_first."""
     if not corpus.streaming:
         return
-    mine = next(iter(corpus.train), None) is not None
-    ranks: list[Any] = [mine]
-    if initialized():
-        ranks = [None] * dist.get_world_size()
-        dist.all_gather_object(ranks, mine)
+    ranks = gather_from_every_rank(next(iter(corpus.train), None) is not None)
     empty = [rank for rank, has in enumerate(ranks) if not has]
     if empty:
         raise no_training_example(config, empty, len(ranks))

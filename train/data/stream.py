@@ -32,13 +32,12 @@ from typing import Any
 import datasets
 import numpy as np
 import torch
-import torch.distributed as dist
 from datasets import DatasetDict, IterableDataset
 from datasets.distributed import split_dataset_by_node
 from torchdata.stateful_dataloader import StatefulDataLoader
 from transformers import TrainerCallback
 
-from train.common.distributed import initialized, is_world_zero
+from train.common.distributed import gather_from_every_rank, is_world_zero
 from train.common.errors import ConfigError, first_line
 from train.common.hf import cache_key, offline_hint
 from train.config import Config, JobArguments
@@ -225,10 +224,7 @@ class StreamPosition(TrainerCallback):
             loader = getattr(train_dataloader, "base_dataloader", train_dataloader)
             batch, workers = getattr(loader, "batch_size", None), getattr(loader, "num_workers", 0)
             position = rank_position(position, args.process_index, args.world_size, batch, workers)
-        positions = [position]
-        if initialized():
-            positions = [None] * dist.get_world_size()
-            dist.all_gather_object(positions, position)
+        positions = gather_from_every_rank(position)
         if is_world_zero():
             checkpoint = RunFiles(args.output_dir).checkpoint(state.global_step)
             if checkpoint.is_dir():

@@ -56,10 +56,7 @@ class CheckpointCompleteMarker(TrainerCallback):
         saved = time.monotonic()
         checkpoint, rank = self.files.checkpoint(state.global_step), distributed.world_rank()
         mine = digests_written_by(checkpoint, rank) if rank and checkpoint.is_dir() else {}
-        everyone = [mine]
-        if distributed.initialized():
-            everyone = [{}] * dist.get_world_size()
-            dist.all_gather_object(everyone, mine)
+        everyone = distributed.gather_from_every_rank(mine)
         if state.is_world_process_zero and checkpoint.is_dir():
             listed = mark_complete(checkpoint, self.options, {n: d for found in everyone for n, d in found.items()})
             append_record(

@@ -274,11 +274,7 @@ def sharding_facts(mode: str, measured: StateBytes, setup_bytes: int | None = No
     """run.json's ``sharding``: the mode, each rank's measured bytes of training state, its peak memory while
     training and its growth in resident memory while its model was set up (train/run/model_setup.py); a
     collective: every rank calls it."""
-    mine = (measured.measured or {}, measured.training_peak, setup_bytes)
-    ranks: list[Any] = [mine]
-    if distributed.initialized():
-        ranks = [None] * dist.get_world_size()
-        dist.all_gather_object(ranks, mine)
+    ranks = distributed.gather_from_every_rank((measured.measured or {}, measured.training_peak, setup_bytes))
     totals = [sum(state.values()) for state, _, _ in ranks]
     return {
         "mode": mode,
