@@ -15,6 +15,7 @@ PYTEST_ARGS ?=
 AUDIT_ARGS ?=
 BENCH_ARGS ?=
 BENCH_DATA_ARGS ?=
+UPGRADE_ARGS ?=
 
 BIN := $(VENV)/bin
 export PATH := $(CURDIR)/$(BIN):$(PATH)
@@ -23,11 +24,13 @@ export PATH := $(CURDIR)/$(BIN):$(PATH)
 help: ## Show this help
 	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z_-]+:.*## / {printf "  \033[36m%-12s\033[0m %s\n", $$1, $$2}' $(MAKEFILE_LIST)
 
-$(BIN)/.installed: requirements.lock requirements-dev.lock docker/torch-cpu.txt
+$(BIN)/.installed: requirements.lock requirements-dev.lock
 	$(PYTHON) -m venv $(VENV)
-	# The CPU constraint picks the CPU build of the pinned torch; the image's CUDA build takes PyPI's.
-	$(BIN)/pip install --quiet --require-hashes -r requirements.lock -c docker/torch-cpu.txt
-	$(BIN)/pip install --quiet --require-hashes -r requirements-dev.lock -c docker/torch-cpu.txt
+	# PyPI's torch, as in the image: its CUDA build runs on the CPU too (about 3 GB of wheels, 5.6 GB installed).
+	# PyTorch's CPU-only wheels live on another index whose files the lock cannot hash from PyPI (docs/image.md).
+	@echo "venv: installing the locked stack (torch $$(sed -n 's/^torch==\([^ ]*\).*/\1/p' requirements.lock), PyPI's build) into $(VENV)"
+	$(BIN)/pip install --quiet --require-hashes -r requirements.lock
+	$(BIN)/pip install --quiet --require-hashes -r requirements-dev.lock
 	touch $@
 
 .PHONY: venv
@@ -80,19 +83,23 @@ LOCK_NOTE_3 := \# what only 3.12 needs goes to requirements-cuda.lock, and the i
 LOCK_NOTE := $(LOCK_NOTE_1)\n$(LOCK_NOTE_2)\n$(LOCK_NOTE_3)
 LOCK_NOTE_DEV := \# Resolved with Python 3.11 (Debian 12, the development and CI machines), where these tools run; not in the image.
 
+LOCK_ENV := env -u PIP_FIND_LINKS -u PIP_EXTRA_INDEX_URL -u PIP_INDEX_URL PIP_CONFIG_FILE=/dev/null
+
 .PHONY: lock
 lock: ## Re-resolve requirements.in into requirements.lock (exact versions + hashes)
-	# The CPU constraint keeps CUDA's wheels out of requirements.lock (docker/lock_cuda.py writes them apart).
-	$(BIN)/pip-compile --quiet --generate-hashes --allow-unsafe --strip-extras --no-emit-find-links \
-	  --no-emit-index-url -c docker/torch-cpu.txt -o requirements.lock requirements.in
-	$(BIN)/python docker/lock_torch.py requirements.lock
-	$(BIN)/python docker/lock_cuda.py
-	# The dev lock takes torch and transformers in through sentence-transformers (a test's loader): the same CPU
-	# constraint keeps CUDA's wheels out of it.
-	$(BIN)/pip-compile --quiet --generate-hashes --allow-unsafe --strip-extras --no-emit-find-links \
-	  --no-emit-index-url -c docker/torch-cpu.txt -o requirements-dev.lock requirements-dev.in
+	# Against PyPI alone (PIP_CONFIG_FILE=/dev/null): a machine's own pip settings (local wheel folders, extra
+	# indexes) must not decide what the lock pins or which files' hashes it lists.
+	$(LOCK_ENV) $(BIN)/pip-compile --quiet --generate-hashes --allow-unsafe --strip-extras --no-emit-find-links \
+	  --no-emit-index-url -o requirements.lock requirements.in
+	$(LOCK_ENV) $(BIN)/python docker/lock_cuda.py
+	$(LOCK_ENV) $(BIN)/pip-compile --quiet --generate-hashes --allow-unsafe --strip-extras --no-emit-find-links \
+	  --no-emit-index-url -o requirements-dev.lock requirements-dev.in
 	sed -i '1i $(LOCK_NOTE)' requirements.lock
 	sed -i '1i $(LOCK_NOTE_DEV)' requirements-dev.lock
+
+.PHONY: upgrade-check
+upgrade-check: venv ## What the newest torch/transformers/datasets/accelerate... would break: a scratch venv, canaries by touch, fast tests, a short run
+	$(BIN)/python -m tools.upgrade_check $(UPGRADE_ARGS)
 
 .PHONY: pin
 pin: ## Re-resolve the CUDA base image digest (needs a registry: docker buildx or crane)

@@ -7,7 +7,6 @@
 # Settings (environment, all optional):
 #   ENGINE=docker|podman   default: docker when it reaches an engine, else podman
 #   BASE_IMAGE=REF         another base than the Dockerfile's pinned nvidia/cuda one
-#   TORCH_VARIANT=cuda|cpu default cuda (PyPI's torch + requirements-cuda.lock); cpu needs a WHEELHOUSE with it
 #   WHEELHOUSE=DIR         install the Python packages from DIR only (an offline build: no index, no network)
 #   PIP_CA=FILE            CA bundle of a TLS-intercepting proxy, handed to pip as a build secret (never stored)
 #   SOURCE=URL             the org.opencontainers.image.source label (default: origin when it is a URL, else
@@ -74,7 +73,7 @@ write_sbom() {
 	mkdir -p "$(dirname "$file")"
 	"$engine" run --rm -i --network none --entrypoint /opt/venv/bin/python "$image" - \
 		--image "$image" --image-id "$(image_id "$engine" "$image")" --base-image "$base" --base-image-id "$base_id" \
-		--revision "$5" --created "$6" --torch-variant "${TORCH_VARIANT:-cuda}" <tools/sbom.py >"$file.tmp" ||
+		--revision "$5" --created "$6" <tools/sbom.py >"$file.tmp" ||
 		{
 			rm -f "$file.tmp"
 			_die "the SBOM of $image could not be written (tools/sbom.py inside the image failed)"
@@ -144,7 +143,6 @@ _main() {
 		--build-arg "DATASETS_VERSION=$(pinned_version datasets)"
 		--build-arg "ACCELERATE_VERSION=$(pinned_version accelerate)"
 	)
-	[[ -n "${TORCH_VARIANT:-}" ]] && args+=(--build-arg "TORCH_VARIANT=$TORCH_VARIANT")
 	if [[ -n "${WHEELHOUSE:-}" ]]; then
 		[[ -d "$WHEELHOUSE" ]] || _die "WHEELHOUSE=$WHEELHOUSE is not a directory"
 		args+=(--build-context "wheelhouse=$(readlink -f "$WHEELHOUSE")")

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Build docker/Dockerfile where there is no Docker engine and no registry (podman, a Debian 12 base made with
-# debootstrap, the CPU build of torch from a wheelhouse) and run it as `docker run` would, checking what the image
+# debootstrap, the locked wheels from a wheelhouse) and run it as `docker run` would, checking what the image
 # promises: the demo trains as an arbitrary --user on a read-only root filesystem, final/ loads back, files on the
 # bind mount belong to the caller, `plan` reports CPU mode, the installed packages are exactly the lock and the
 # SBOM build.sh wrote lists them, any other UID can write HOME/HF_HOME//output, `docker stop` mid-training ends
@@ -13,7 +13,7 @@
 #   IMAGE_TEST_DIR=DIR   podman storage, the cached base image, the wheelhouse, logs (default build/podman)
 #   IMAGE_TEST_IMAGE=REF the tag built and tested (default localhost/mlm-trainer:image-test)
 #   IMAGE_TEST_REPRODUCIBLE=0  skip the second build (about 3 minutes here) that compares the image IDs
-# Only BASE_IMAGE and TORCH_VARIANT differ from the real build (docker/build.sh does both).
+# Only BASE_IMAGE differs from the real build (docker/build.sh does both).
 set -Eeuo pipefail
 
 REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -115,12 +115,12 @@ make_base() {
 	rm -rf "$rootfs"
 }
 
-# Every wheel of the lock for this machine's Python (3.11, as Debian 12's), the torch one being the CPU build:
-# the build then installs with no index at all. pip skips the wheels already there.
+# Every wheel of the locks for this machine's Python (3.11, as Debian 12's), PyPI's torch among them: the build
+# then installs with no index at all. pip skips the wheels already there.
 make_wheelhouse() {
 	mkdir -p "$WORK/wheelhouse"
 	"$PYTHON" -m pip download --quiet --require-hashes --only-binary :all: -r "$REPO/requirements.lock" \
-		-c "$REPO/docker/torch-cpu.txt" -d "$WORK/wheelhouse" >"$WORK/logs/wheelhouse.log" 2>&1 ||
+		-r "$REPO/requirements-cuda.lock" -d "$WORK/wheelhouse" >"$WORK/logs/wheelhouse.log" 2>&1 ||
 		{
 			show_log "$WORK/logs/wheelhouse.log"
 			fail "pip download"
@@ -130,7 +130,7 @@ make_wheelhouse() {
 
 build_image() {
 	rm -f "$WORK/sbom.cdx.json"
-	ENGINE=podman BASE_IMAGE="$BASE" TORCH_VARIANT=cpu WHEELHOUSE="$WORK/wheelhouse" SBOM="$WORK/sbom.cdx.json" \
+	ENGINE=podman BASE_IMAGE="$BASE" WHEELHOUSE="$WORK/wheelhouse" SBOM="$WORK/sbom.cdx.json" \
 		bash "$REPO/docker/build.sh" "$IMAGE" >"$WORK/logs/build.log" 2>&1 ||
 		{
 			show_log "$WORK/logs/build.log"
@@ -277,7 +277,7 @@ check_sbom() {
 # in them, so that the step that varies can be found.
 check_reproducible() {
 	local again="$IMAGE-again" first second
-	ENGINE=podman BASE_IMAGE="$BASE" TORCH_VARIANT=cpu WHEELHOUSE="$WORK/wheelhouse" SBOM="$WORK/sbom-again.cdx.json" \
+	ENGINE=podman BASE_IMAGE="$BASE" WHEELHOUSE="$WORK/wheelhouse" SBOM="$WORK/sbom-again.cdx.json" \
 		bash "$REPO/docker/build.sh" "$again" --no-cache >"$WORK/logs/build-again.log" 2>&1 ||
 		{
 			show_log "$WORK/logs/build-again.log"

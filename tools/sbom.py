@@ -95,7 +95,6 @@ def sbom(args: argparse.Namespace) -> dict:
         "image.id": args.image_id,
         "revision": args.revision,
         "base-image": args.base_image,
-        "torch-variant": args.torch_variant,
         "python": platform.python_version(),
         "python.executable": sys.executable,
     }
@@ -127,7 +126,6 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--base-image-id", default="", help="the local base's ID, when the reference has no digest")
     parser.add_argument("--revision", default="", help="the source revision")
     parser.add_argument("--created", default="", help="the build time (ISO 8601, UTC)")
-    parser.add_argument("--torch-variant", default="", help="cuda or cpu")
     json.dump(sbom(parser.parse_args(argv)), sys.stdout, indent=2)
     sys.stdout.write("\n")
 
