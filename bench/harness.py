@@ -35,8 +35,9 @@ def install_probe(path: Path) -> None:
             "masked_only_head": prepared.head == "masked-only",  # the head that ran, not the one asked for
             "mlm_probability": config.job.mlm_probability,
         }
-        trainer = prepared.trainer
-        trainer.add_callback(StepProbe(path, prepared.facts(), trainer.model, settings, STARTED, IMPORTED))
+        trainer, facts = prepared.trainer, prepared.facts()
+        counted = {"train_samples": facts.train_samples, "train_real_tokens": facts.train_real_tokens}
+        trainer.add_callback(StepProbe(path, counted, trainer.model, settings, STARTED, IMPORTED))
         return prepared
 
     job.prepare = prepare_with_probe

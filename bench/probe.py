@@ -11,7 +11,6 @@ from __future__ import annotations
 import json
 import os
 import resource
-import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -20,6 +19,7 @@ import torch
 from transformers import TrainerCallback
 
 from bench.stats import warmup_steps
+from train.borrowed.torch_dynamo import compile_counters
 
 PROBE_FILE_ENV = "BENCH_PROBE_FILE"
 
@@ -45,11 +45,7 @@ def model_shape(model: Any) -> dict[str, Any]:
 
 def dynamo_counters() -> dict[str, dict[str, int]] | None:
     """What torch.compile did in this process (frames compiled, graphs, recompiles); None when it never ran."""
-    if "torch._dynamo" not in sys.modules:
-        return None
-    from torch._dynamo.utils import counters
-
-    return {group: dict(counters[group]) for group in ("frames", "stats", "recompiles") if counters.get(group)}
+    return compile_counters()
 
 
 class StepProbe(TrainerCallback):

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 from pathlib import Path, PurePosixPath
 
 import pytest
@@ -22,7 +21,7 @@ from train.outputs.checkpoints import (
     problem,
     resume_choice,
     resumed_options,
-    tidy_aside,
+    surplus_asides,
     writer_of,
 )
 from train.outputs.runfiles import ASIDE_PREFIX, COMPLETE_MARKER, OPTIONS_NAME, RunFiles
@@ -111,16 +110,9 @@ def test_explicit_resume_path_must_be_a_resumable_checkpoint(tmp_path):
     )
 
 
-def test_moved_aside_checkpoints_are_bounded(tmp_path):
-    for n in range(5):
-        aside = tmp_path / f"{ASIDE_PREFIX}checkpoint-{n}-1"
-        aside.mkdir()
-        os.utime(aside, (1000 + n, 1000 + n))
-    tidy_aside(RunFiles(tmp_path), keep=2)
-    assert sorted(p.name for p in tmp_path.iterdir()) == [
-        f"{ASIDE_PREFIX}checkpoint-3-1",
-        f"{ASIDE_PREFIX}checkpoint-4-1",
-    ]
+def test_moved_aside_checkpoints_are_bounded_by_step_in_a_directory_and_a_store_alike():
+    names = [f"{ASIDE_PREFIX}checkpoint-{n}-{pid}" for n, pid in ((9, 1), (30, 7), (12, 3), (100, 2), (4, 5))]
+    assert surplus_asides(names, keep=2) == [f"{ASIDE_PREFIX}checkpoint-{n}" for n in ("12-3", "9-1", "4-5")]
 
 
 def test_resuming_with_changed_options_names_what_is_kept_and_what_reorders(tmp_path):

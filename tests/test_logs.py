@@ -7,6 +7,8 @@ import io
 import json
 import sys
 import time
+from dataclasses import replace
+from importlib import metadata
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -21,10 +23,11 @@ from tests.fakes import h100s, install, uuid_of
 from train.common import console
 from train.common.handoff import Handoff
 from train.config import load_config
+from train.outputs.facts import Masking, RunFacts
 from train.outputs.location import output_location
 from train.outputs.runfiles import RunFiles
 from train.run import logs
-from train.run.banner import banner
+from train.run.banner import TrainStart, banner
 
 TRAIN_KEYS = {
     "event",
@@ -91,7 +94,7 @@ def samples(count: int) -> list[dict[str, torch.Tensor]]:
     return [{"x": torch.randn(4, generator=generator), "labels": torch.tensor(float(i % 3))} for i in range(count)]
 
 
-def train_tiny(config, facts: dict) -> Trainer:
+def train_tiny(config, facts: RunFacts) -> Trainer:
     torch.manual_seed(0)
     trainer = Trainer(model=TinyRegression(), args=config.training, train_dataset=samples(32), eval_dataset=samples(8))
     logs.attach(trainer, config, facts)
@@ -100,7 +103,7 @@ def train_tiny(config, facts: dict) -> Trainer:
     return trainer
 
 
-FACTS = {"train_samples": 32, "eval_samples": 8, "train_real_tokens": 320}
+FACTS = RunFacts(dataset_fingerprint="fp", train_samples=32, eval_samples=8, train_real_tokens=320)
 
 
 def test_json_mode_with_a_real_trainer(tmp_path, capsys):
@@ -186,7 +189,7 @@ EIGHT_H100S = Handoff(
 
 
 def test_banner_json_and_text(tmp_path):
-    facts = {**FACTS, "max_steps": 100, "world_size": 16}
+    start = TrainStart(max_steps=100, world_size=16)
     config = config_for(
         tmp_path,
         "--log_format",
@@ -198,38 +201,46 @@ def test_banner_json_and_text(tmp_path):
         "--image_revision",
         "abc",
     )
-    record = strict_json(banner(config, facts, EIGHT_H100S))
+    record = strict_json(banner(config, FACTS, EIGHT_H100S, start))
     assert record["event"] == "banner" and record["image_revision"] == "abc"
     # the precision the launcher decided, handed over; not re-derived from the flags
     assert record["global_batch_size"] == 4 * 16 * 2 and record["precision"] == "bf16 + tf32"
-    assert record["versions"]["torch"] == torch.__version__
+    # the installed release as its metadata names it (PyPI's wheel: 2.15.0; torch.__version__ adds "+cu132")
+    assert record["versions"]["torch"] == metadata.version("torch") == torch.__version__.split("+")[0]
     text_config = config_for(tmp_path, "--log_format", "text", "--image_revision", "abc")
-    facts["outputs"] = output_location(text_config).summary()  # as train/run/job.py hands it over
-    text = banner(text_config, facts, EIGHT_H100S)
+    facts = replace(FACTS, outputs=output_location(text_config).summary())  # as train/run/job.py hands it over
+    text = banner(text_config, facts, EIGHT_H100S, start)
     assert "image abc" in text and "8 GPU(s) on this node (NVIDIA H100 80GB HBM3), 2 node(s)" in text
-    unlaunched = banner(config_for(tmp_path, "--log_format", "text"), facts)
+    unlaunched = banner(config_for(tmp_path, "--log_format", "text"), facts, start=start)
     assert "started without the launcher" in unlaunched and "precision  fp32" in unlaunched
     assert "steps      100" in text and str(tmp_path / "out" / "report.html") in text
 
 
 def test_the_banner_says_the_masking_and_its_realised_rate(tmp_path):
-    masking = {"mlm_probability": 0.3, "eval_mlm_probability": 0.15, "whole_word_mask": True}
-    text = banner(
-        config_for(tmp_path, "--log_format", "text"),
-        {**FACTS, "masking": {**masking, "realised": 0.2712, "realised_on_samples": 256}},
+    masking = Masking(
+        mlm_probability=0.3, eval_mlm_probability=0.15, whole_word_mask=True, realised=0.2712, realised_on_samples=256
     )
+    text = banner(config_for(tmp_path, "--log_format", "text"), replace(FACTS, masking=masking))
     assert "masking    30% of words (15% for evaluation); realised 27.1% of real tokens on 256 samples" in text
-    record = strict_json(banner(config_for(tmp_path, "--log_format", "json"), {**FACTS, "masking": masking}))
-    assert record["masking"] == masking
-    stream = banner(config_for(tmp_path, "--log_format", "text"), {**FACTS, "masking": {**masking, "realised": None}})
+    record = strict_json(banner(config_for(tmp_path, "--log_format", "json"), replace(FACTS, masking=masking)))
+    assert record["masking"] == {
+        "mlm_probability": 0.3,
+        "eval_mlm_probability": 0.15,
+        "whole_word_mask": True,
+        "realised": 0.2712,
+        "realised_on_samples": 256,
+    }
+    unmeasured = replace(FACTS, masking=replace(masking, realised=None))
+    stream = banner(config_for(tmp_path, "--log_format", "text"), unmeasured)
     assert "masking    30% of words (15% for evaluation)\n" in stream
 
 
 def test_the_banner_says_a_resume_on_another_number_of_ranks(tmp_path):
     config = config_for(tmp_path, "--log_format", "text")
-    elsewhere = banner(config, {**FACTS, "start_step": 20, "world_size": 1, "resumed_from_ranks": 2})
+    resumed = replace(FACTS, resumed_from_ranks=2)
+    elsewhere = banner(config, resumed, start=TrainStart(world_size=1, start_step=20))
     assert "resuming at step 20 (resumed from 2 ranks on 1)" in elsewhere
-    same = banner(config, {**FACTS, "start_step": 20, "world_size": 2, "resumed_from_ranks": 2})
+    same = banner(config, resumed, start=TrainStart(world_size=2, start_step=20))
     assert "resuming at step 20\n" in same + "\n" and "resumed from" not in same
 
 
@@ -261,7 +272,8 @@ def test_gpu_metrics_from_nvml(tmp_path, monkeypatch):
     stream = io.StringIO()
     # the launcher chose GPUs 0 and 1 of the three and handed them over by UUID
     handoff = Handoff("bf16", 16, "batch", "1", ["H100"] * 2, [uuid_of(0), uuid_of(1)], [])
-    callback = logs.TrainingLog(tmp_path, "json", tokens_per_sample=100.0, stream=stream, handoff=handoff)
+    facts = RunFacts(dataset_fingerprint="fp", train_samples=1, train_real_tokens=100)  # 100 tokens a sample
+    callback = logs.TrainingLog(tmp_path, "json", facts=facts, stream=stream, handoff=handoff)
     drive(callback)
     record = strict_json(stream.getvalue().splitlines()[-1])
     assert record["gpus"] == [
@@ -304,7 +316,8 @@ def test_other_ranks_write_nothing(tmp_path):
 def test_exact_token_count_wins_over_the_estimate(tmp_path, monkeypatch):
     monkeypatch.setattr(pynvml, "nvmlInit", lambda: (_ for _ in ()).throw(pynvml.NVMLError(1)))
     stream = io.StringIO()
-    callback = logs.TrainingLog(tmp_path, "json", tokens_per_sample=1000.0, stream=stream)
+    facts = RunFacts(dataset_fingerprint="fp", train_samples=1, train_real_tokens=1000)  # 1000 tokens a sample
+    callback = logs.TrainingLog(tmp_path, "json", facts=facts, stream=stream)
     callback.on_train_begin(ARGS, fake_state(0), None)
     callback.on_step_end(ARGS, fake_state(1), None)
     callback._busy = 2.0  # two seconds of training, set directly: no timing in tests
@@ -370,9 +383,9 @@ def test_progress_bars_only_in_text_on_a_terminal(tmp_path, monkeypatch):
 def test_the_banner_counts_blocks_and_the_rows_they_came_from(tmp_path):
     """MLM_MAX_EVAL_SAMPLES counts rows of text; packing cuts them into blocks: the banner says both."""
     config = config_for(tmp_path, "--log_format", "text")
-    packed = {**FACTS, "train_samples": 30, "eval_samples": 2859, "train_documents": 400, "eval_documents": 64}
+    packed = replace(FACTS, train_samples=30, eval_samples=2859, train_documents=400, eval_documents=64)
     assert "30 train / 2,859 eval blocks (from 400 / 64 rows of text), 320 real tokens" in banner(config, packed)
-    same = {**FACTS, "train_documents": 32, "eval_documents": 8}
+    same = replace(FACTS, train_documents=32, eval_documents=8)
     assert "32 train / 8 eval samples, 320 real tokens" in banner(config, same)
 
 

@@ -160,3 +160,7 @@ def test_a_flipped_byte_in_the_stores_copy_is_set_aside_and_the_older_checkpoint
     assert mirror.choose_resume(said.append) == str(mirror.files.checkpoint(10))
     assert "cannot resume from checkpoint-20 (optimizer.pt: its SHA-256 differs" in said[0]
     assert "resuming from checkpoint-10 instead" in said[0]
+    # the same words and the same name as a directory's resume (train/outputs/checkpoints.py, set_aside)
+    assert (
+        said[0].startswith(f"{mirror.where}: cannot resume") and "; it was moved to .invalid-checkpoint-20-" in said[0]
+    )

@@ -89,7 +89,7 @@ def test_the_loader_doctor_and_card_agree(tmp_path: Path, weights: bool) -> None
     config = load_config([], {"MLM_MODEL_NAME_OR_PATH": str(directory), "MLM_OUTPUT_DIR": str(tmp_path / "out")})
     built = scratch_config(config)
     row = check_model(config, {"HF_HOME": str(tmp_path / "hf")})
-    card = model_card(config, {}, {}, step=1, repo_id=None)
+    card = model_card(config, {}, {}, step=1)
     assert row.status == "OK"
     if weights:
         assert built is None

@@ -15,9 +15,10 @@ import yaml
 from tests.hub_server import USER, HubServer
 from train.common.errors import EXIT_CONFIG, EXIT_ENVIRONMENT, ConfigError, EnvironmentProblem
 from train.config import Config, load_config
+from train.outputs.facts import RunFacts
 from train.outputs.record import run_facts
 from train.outputs.runfiles import RunFiles
-from train.publish import final_metrics, model_card, publish_run, push_final, tracker_params
+from train.publish import CardTarget, final_metrics, model_card, publish_run, push_final, tracker_params
 
 TOKEN = "hf_canary_unit_789"
 RESULTS = {
@@ -63,9 +64,8 @@ def fake_final(output_dir: Path) -> Path:
 
 
 def facts(config: Config) -> dict:
-    run = run_facts(
-        config, world_size=1, dataset_fingerprint="fp-0123abcd", started="t0", status="finished", handoff=None
-    )
+    recorded = RunFacts(dataset_fingerprint="fp-0123abcd")
+    run = run_facts(config, recorded, started="t0", status="finished", handoff=None)
     return json.loads(json.dumps(run, default=str))  # as run.json holds it
 
 
@@ -191,7 +191,9 @@ def card_parts(text: str) -> tuple[dict, str]:
 
 def test_the_card_carries_the_run_facts(tmp_path: Path) -> None:
     config = push_config(tmp_path, image_revision="rev-42", model_name_or_path="scratch:distilbert")
-    metadata, body = card_parts(model_card(config, facts(config), RESULTS, step=25, repo_id="tester/mlm-unit"))
+    metadata, body = card_parts(
+        model_card(config, facts(config), RESULTS, step=25, target=CardTarget("tester/mlm-unit"))
+    )
     assert metadata["library_name"] == "transformers" and metadata["pipeline_tag"] == "fill-mask"
     assert "base_model" not in metadata and "datasets" not in metadata  # from scratch, on the demo data
     for fact in ("fp-0123abcd", "rev-42", "| evaluation loss | 2.3456 |", "| perplexity | 10.44 |", "25 (global batch"):
@@ -210,7 +212,7 @@ def test_the_card_names_a_hub_base_model_and_dataset_and_no_secret(tmp_path: Pat
             "MLM_OUTPUT_DIR": str(tmp_path),
         },
     )
-    text = model_card(config, facts(config), RESULTS, step=1, repo_id=None)
+    text = model_card(config, facts(config), RESULTS, step=1)
     metadata, body = card_parts(text)
     assert metadata["base_model"] == "distilbert-base-uncased" and metadata["datasets"] == ["wikitext"]
     assert TOKEN not in text and "hub_token" not in body
@@ -221,7 +223,7 @@ def test_the_card_is_its_template_filled(tmp_path: Path) -> None:
     placeholder is filled and every fixed line is kept."""
     template = resources.files("train.publish").joinpath("card.md").read_text(encoding="utf-8")
     config = push_config(tmp_path, dataset_config_name="wikitext-2-raw-v1", dataset="wikitext")
-    text = model_card(config, facts(config), RESULTS, step=3, repo_id="me/m", mask="<mask>")
+    text = model_card(config, facts(config), RESULTS, step=3, target=CardTarget("me/m", mask="<mask>"))
     assert "${" in template and "$" not in text
     assert [line for line in template.splitlines() if "$" not in line] == [
         line for line in text.splitlines() if line in template.splitlines()

@@ -13,6 +13,7 @@ import typing
 from typing import Any
 
 from tools.generated import Section, cell
+from train.borrowed.transformers_models import attn_implementation
 from train.common.errors import ConfigError
 from train.config import load_config
 from train.config.schema import JobArguments
@@ -74,7 +75,7 @@ def full_row(model_type: str) -> tuple[str, str, str, str]:
     offered = typing.get_args(typing.get_type_hints(JobArguments)["attn_implementation"])
     possible = [a for a in SUPPORTED.get(model_type, ()) if a in offered and unsupported_reason(arch, a) is None]
     apart = ", ".join(possible) or "no"
-    return model.config._attn_implementation, head, tokenizer_kind(config, model_type).name, apart
+    return attn_implementation(model.config), head, tokenizer_kind(config, model_type).name, apart
 
 
 KIND_NAMES = {"wordpiece": "WordPiece", "bpe": "byte-level BPE", "unigram": "Unigram"}

@@ -91,7 +91,9 @@ def installed(venv: Path) -> dict[str, str]:
 
 
 def moved(locked: dict[str, str], now: dict[str, str]) -> list[str]:
-    return [f"{name} {locked[name]} -> {now[name]}" for name in STACK if name in locked and locked[name] != now.get(name)]
+    return [
+        f"{name} {locked[name]} -> {now[name]}" for name in STACK if name in locked and locked[name] != now.get(name)
+    ]
 
 
 def failures(junit: Path, stage: str) -> list[Broken]:
@@ -112,8 +114,8 @@ def failures(junit: Path, stage: str) -> list[Broken]:
 def pytest(venv: Path, stage: str, args: list[str]) -> list[Broken]:
     with tempfile.TemporaryDirectory() as tmp:
         junit = Path(tmp) / "junit.xml"
-        command = [str(venv / "bin" / "python"), "-m", "pytest", "-q", "-p", "no:cacheprovider", f"--junitxml={junit}"]
-        run(command + args)
+        python = str(venv / "bin" / "python")
+        run([python, "-m", "pytest", "-q", "-p", "no:cacheprovider", f"--junitxml={junit}", *args])
         return failures(junit, stage)
 
 

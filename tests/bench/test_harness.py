@@ -8,6 +8,7 @@ from types import SimpleNamespace
 
 import pytest
 
+from train.outputs.facts import RunFacts
 from train.outputs.runfiles import RunFiles
 
 
@@ -22,7 +23,8 @@ def test_the_probe_wraps_the_jobs_prepare(tmp_path: Path, monkeypatch: pytest.Mo
         BertConfig(vocab_size=50, hidden_size=16, num_hidden_layers=1, num_attention_heads=2, intermediate_size=32)
     )
     trainer = SimpleNamespace(model=model, add_callback=added.append)
-    prepared = SimpleNamespace(trainer=trainer, head="masked-only", facts=lambda: {"train_samples": 1})
+    facts = RunFacts(dataset_fingerprint="fp", train_samples=1, train_real_tokens=10)
+    prepared = SimpleNamespace(trainer=trainer, head="masked-only", facts=lambda: facts)
     monkeypatch.setattr(job, "prepare", lambda config, files, choose_resume: prepared)  # as train/run/job.py calls it
     harness.install_probe(tmp_path / "probe.json")
     options = SimpleNamespace(padding="packed", max_seq_length=128, masked_only_head=False, mlm_probability=0.15)

@@ -22,7 +22,7 @@ from train.data import (
     tokenized_stream,
 )
 from train.model.tokenizer_training import train_tokenizer
-from train.outputs.runfiles import PICKLED_STREAM_STATE, STREAM_STATE, RunFiles
+from train.outputs.runfiles import STREAM_STATE, RunFiles
 
 
 def prepared(source: Path, **env: str):
@@ -125,20 +125,18 @@ def test_the_position_is_saved_into_the_checkpoint_and_read_back(tmp_path: Path)
     assert not files.checkpoint(20).exists()  # no checkpoint at that step: nothing is created
     files.checkpoint(30).mkdir()
     assert StreamPosition.load(str(files.checkpoint(30)), 0, 1, "MLM_STREAMING") is None  # saved before streaming
-    (files.checkpoint(30) / STREAM_STATE).write_text('{"world_size": 1, "ranks": [{"read": 7}]}')  # an older form
-    assert StreamPosition.load(str(files.checkpoint(30)), 0, 1, "MLM_STREAMING") == {"read": 7}
-    with pytest.raises(ConfigError, match=r"MLM_STREAMING=true: checkpoint-30 holds the stream positions of 1 rank"):
-        StreamPosition.load(str(files.checkpoint(30)), 0, 2, "MLM_STREAMING")
+    (files.checkpoint(30) / STREAM_STATE).write_text('{"world_size": 1, "ranks": [{"read": 7}]}')  # whose is it?
+    with pytest.raises(ConfigError, match=r"MLM_STREAMING=true: checkpoint-30/stream_state.json is damaged"):
+        StreamPosition.load(str(files.checkpoint(30)), 0, 1, "MLM_STREAMING")
 
 
 def test_a_planted_pickle_never_runs_and_a_damaged_position_is_named(tmp_path: Path) -> None:
     files, marker = RunFiles(tmp_path), tmp_path / "ran"
     checkpoint = files.checkpoint(10)
     checkpoint.mkdir()
-    with (checkpoint / PICKLED_STREAM_STATE).open("wb") as handle:
+    with (checkpoint / "stream_state.pt").open("wb") as handle:  # a pickle beside the position: never read
         pickle.dump({"world_size": 1, "ranks": [Payload(marker)]}, handle)
-    with pytest.raises(ConfigError, match=r"checkpoint-10 holds its stream position as a pickle .* never loaded"):
-        StreamPosition.load(str(checkpoint), 0, 1, "MLM_STREAMING")
+    assert StreamPosition.load(str(checkpoint), 0, 1, "MLM_STREAMING") is None
     (checkpoint / STREAM_STATE).write_text('{"world_size": 1, "ranks": [')  # cut off
     with pytest.raises(ConfigError, match=r"checkpoint-10/stream_state.json is damaged"):
         StreamPosition.load(str(checkpoint), 0, 1, "MLM_STREAMING")

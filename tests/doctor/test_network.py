@@ -11,7 +11,7 @@ import torch
 from train.common.errors import UserError
 from train.doctor import network
 from train.doctor.machine import TorchView
-from train.launch.rendezvous import wait_for_address
+from train.launch.rendezvous import Lookup, wait_for_address
 
 # ---- NCCL ----------------------------------------------------------------------------------------------------------
 
@@ -101,7 +101,7 @@ def test_an_unresolvable_master_gets_the_launchers_hint_for_where_its_name_came_
     assert found.status == "FAIL" and found.fix.startswith(fix)
     with pytest.raises(UserError) as caught:  # what the launcher says when it gives up waiting for the same name
         wait_for_address(
-            found.data["host"], found.data["source"], 0, lambda m: None, unresolvable, lambda s: None, environ=environ
+            found.data["host"], found.data["source"], 0, lambda m: None, Lookup(unresolvable, lambda s: None), environ
         )
     assert found.fix in str(caught.value)
 

@@ -16,6 +16,7 @@ from train.config import load_config
 from train.launch import __main__ as launcher
 from train.launch import decide, torchrun
 from train.launch import plan as planning
+from train.launch.inputs import Host
 from train.machine import gpus
 
 
@@ -226,7 +227,7 @@ def test_secret_flags_leave_the_command_for_the_ranks_environment(monkeypatch, c
     assert job_flags(document)[:2] == ["--seed", "7"]  # the token is no flag of torchrun or a rank
     assert document["config"]["hub_token"] == "***"
     config = load_config(["--hub_token=hf_canary_2"], base_env)
-    plan = planning.make_plan(config, gpus.detect({}), {}, ["--hub_token=hf_canary_2"])
+    plan = planning.make_plan(config, Host(gpus.detect({})), {}, ["--hub_token=hf_canary_2"])
     assert plan.secret_env == {"MLM_HUB_TOKEN": "hf_canary_2"} and "hf_canary_2" not in repr(plan)
     env = torchrun._child_env({}, plan, "/x")
     assert env["MLM_HUB_TOKEN"] == "hf_canary_2" and not any("hf_canary" in arg for arg in plan.command)
@@ -269,7 +270,7 @@ def test_shm_warning(shm, workers, warns):
 
 def test_small_shm_reaches_the_plan_warnings(no_nvml):
     config = load_config([], {"MLM_DATALOADER_NUM_WORKERS": "2"})
-    plan = planning.make_plan(config, gpus.detect({}), {}, [], shm_bytes=64 * 2**20)
+    plan = planning.make_plan(config, Host(gpus.detect({}), shm_bytes=64 * 2**20), {}, [])
     assert any("/dev/shm is only 64 MiB" in w for w in plan.warnings)
 
 

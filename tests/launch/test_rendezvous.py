@@ -21,7 +21,9 @@ def test_wait_for_address_retries_then_resolves():
         if answer:
             raise answer
 
-    failures = rendezvous.wait_for_address("mlm-master-0", "MASTER_ADDR", 60, logged.append, resolve, slept.append)
+    failures = rendezvous.wait_for_address(
+        "mlm-master-0", "MASTER_ADDR", 60, logged.append, rendezvous.Lookup(resolve, slept.append)
+    )
     assert failures == 2 and slept == [1.0, 2.0]
     assert "waiting for MASTER_ADDR=mlm-master-0 to resolve (attempt 1" in logged[0]
     assert "resolves now" in logged[-1]
@@ -29,7 +31,7 @@ def test_wait_for_address_retries_then_resolves():
 
 def test_a_name_that_resolves_at_once_is_not_logged():
     logged = []
-    assert rendezvous.wait_for_address("m", "MASTER_ADDR", 60, logged.append, lambda host: None) == 0
+    assert rendezvous.wait_for_address("m", "MASTER_ADDR", 60, logged.append, rendezvous.Lookup(lambda host: None)) == 0
     assert logged == []
 
 
@@ -43,7 +45,7 @@ def test_wait_for_address_is_bounded():
 
     with pytest.raises(UserError, match=r"MASTER_ADDR='nowhere' did not resolve within 30s") as caught:
         rendezvous.wait_for_address(
-            "nowhere", "MASTER_ADDR", 30, lambda m: None, unresolvable, sleep, lambda: now[0], environ={}
+            "nowhere", "MASTER_ADDR", 30, lambda m: None, rendezvous.Lookup(unresolvable, sleep, lambda: now[0]), {}
         )
     assert caught.value.exit_code == 1  # retried by the Job controller, unlike exit 3
     assert now[0] == 30
@@ -52,8 +54,9 @@ def test_wait_for_address_is_bounded():
 
 
 def test_the_wait_for_slurms_master_names_the_fix():
+    never = rendezvous.Lookup(unresolvable, lambda s: None)
     with pytest.raises(UserError, match="Slurm's name for node 0 must resolve on every node") as caught:
-        rendezvous.wait_for_address("gpu07", "SLURM_STEP_NODELIST", 0, lambda m: None, unresolvable, lambda s: None)
+        rendezvous.wait_for_address("gpu07", "SLURM_STEP_NODELIST", 0, lambda m: None, never)
     assert caught.value.exit_code == 1
 
 

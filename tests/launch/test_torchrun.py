@@ -22,13 +22,14 @@ from tests.launch.common import PYTORCHJOB
 from train.config import load_config
 from train.launch import plan as planning
 from train.launch import torchrun
+from train.launch.inputs import Host
 from train.machine import gpus
 
 
 @pytest.fixture
 def cpu_plan(no_nvml, tmp_path) -> planning.Plan:
     config = load_config([], {"MLM_OUTPUT_DIR": str(tmp_path / "out")})
-    return planning.make_plan(config, gpus.detect({}), {}, [])
+    return planning.make_plan(config, Host(gpus.detect({})), {}, [])
 
 
 def fake_torchrun(plan: planning.Plan, script: str) -> planning.Plan:

@@ -9,7 +9,9 @@ from tools import upgrade_check
 
 def test_the_stack_pins_are_lifted_and_the_other_pins_stay(tmp_path: Path):
     wanted = tmp_path / "requirements.in"
-    wanted.write_text("-c requirements.lock\ntorch==2.15.0\nTransformers==5.25.0\ns3fs==2026.9.0  # lockstep\npyarrow<26\n")
+    wanted.write_text(
+        "-c requirements.lock\ntorch==2.15.0\nTransformers==5.25.0\ns3fs==2026.9.0  # lockstep\npyarrow<26\n"
+    )
     assert upgrade_check.unpinned_requirements(wanted).splitlines() == [
         "torch",
         "Transformers",

@@ -12,9 +12,11 @@ import contextlib
 import hashlib
 import json
 import os
-import sys
 from collections.abc import Iterator, Mapping
 from pathlib import Path
+
+from train.borrowed.datasets import hub_offline_lifted
+from train.borrowed.transformers_integrations import kubeflow_check_answered_by
 
 # huggingface_hub.constants.ENV_VARS_TRUE_VALUES
 TRUE_VALUES = {"1", "ON", "YES", "TRUE"}
@@ -106,9 +108,6 @@ def kubeflow_trainer_progress(environ: Mapping[str, str] | None = None) -> bool:
     return env.get("KUBEFLOW_TRAINER_SERVER_URL") is not None
 
 
-_INTEGRATIONS = "transformers.integrations"
-
-
 @contextlib.contextmanager
 def arguments_without_models() -> Iterator[None]:
     """Build TrainingArguments without importing transformers' model code.
@@ -116,20 +115,12 @@ def arguments_without_models() -> Iterator[None]:
     TrainingArguments.__post_init__ asks ``transformers.integrations.is_kubeflow_available()``, a question about
     two environment variables, and importing it loads integration_utils and with it modeling_utils and every
     model-loading integration: 1.6 s of the launcher's 3.5 s here, in a process that never builds a model. Inside
-    this block the lazy module answers with :func:`kubeflow_trainer_progress` instead; where integration_utils is
-    loaded already (a rank) nothing changes. The answer is the library's, read from the environment each time.
+    this block the lazy module answers with :func:`kubeflow_trainer_progress` instead (the patch:
+    train/borrowed/transformers_integrations.py); where integration_utils is loaded already (a rank) nothing
+    changes. The answer is the library's, read from the environment each time.
     """
-    if f"{_INTEGRATIONS}.integration_utils" in sys.modules:
+    with kubeflow_check_answered_by(kubeflow_trainer_progress):
         yield
-        return
-    import transformers.integrations as integrations
-
-    integrations.is_kubeflow_available = kubeflow_trainer_progress  # type: ignore[attr-defined]
-    try:
-        yield
-    finally:
-        # Later imports resolve through the lazy module again (the real function, once something loads it).
-        vars(integrations).pop("is_kubeflow_available", None)
 
 
 @contextlib.contextmanager
@@ -138,12 +129,7 @@ def stores_other_than_the_hub_online() -> Iterator[None]:
 
     datasets 4.x refuses every remote URL in offline mode ("Offline mode is enabled. Tried to reach s3://...",
     ``file_utils._raise_if_offline_mode_is_enabled``), though its streaming path reads the same files; offline
-    here means the hub only. Its flag is ``datasets.config.HF_HUB_OFFLINE``, read at each request."""
-    import datasets.config
-
-    was = datasets.config.HF_HUB_OFFLINE
-    datasets.config.HF_HUB_OFFLINE = False
-    try:
+    here means the hub only. Its flag is ``datasets.config.HF_HUB_OFFLINE``, read at each request, lifted inside
+    this block (the patch: train/borrowed/datasets.py)."""
+    with hub_offline_lifted():
         yield
-    finally:
-        datasets.config.HF_HUB_OFFLINE = was

@@ -20,10 +20,7 @@ from typing import Any
 
 import torch
 from torch.distributed.checkpoint import DefaultLoadPlanner, FileSystemReader, FileSystemWriter
-from torch.distributed.checkpoint._traverse import set_element  # as default_planner.py:21 (private)
-from torch.distributed.checkpoint.filesystem import _StorageInfo
 from torch.distributed.checkpoint.metadata import (
-    _MEM_FORMAT_ENCODING,
     BytesStorageMetadata,
     ChunkStorageMetadata,
     Metadata,
@@ -36,10 +33,12 @@ from torch.distributed.checkpoint.planner import ReadItem
 from torch.distributed.checkpoint.storage import WriteResult
 from torch.serialization import safe_globals
 
+from train.borrowed.torch_distributed import metadata_private_classes, set_element
+
 # What a .metadata written by torch 2.13's FileSystemWriter holds (listed from the files it wrote).
 METADATA_CLASSES = [
     Metadata, MetadataIndex, StorageMeta, TensorProperties, TensorStorageMetadata, ChunkStorageMetadata,
-    BytesStorageMetadata, _StorageInfo, _MEM_FORMAT_ENCODING,
+    BytesStorageMetadata, *metadata_private_classes(),
 ]  # fmt: skip
 
 

@@ -15,6 +15,8 @@ from typing import Any
 from transformers import HfArgumentParser, TrainingArguments
 from transformers.hf_argparser import string_to_bool
 
+from train.borrowed.stdlib import argparse_actions
+from train.borrowed.transformers_args import FieldHookParser
 from train.common.errors import ConfigError
 from train.config.bounds import SHOWN_CHARS, help_with
 from train.config.schema import BOUND, PROJECT_DEFAULTS, TRAINING_BOUNDS, JobArguments
@@ -22,7 +24,7 @@ from train.config.schema import BOUND, PROJECT_DEFAULTS, TRAINING_BOUNDS, JobArg
 TOKENS_SEEN_MODES = ("all", "non_padding", "no")
 
 
-class _SchemaParser(HfArgumentParser):
+class _SchemaParser(FieldHookParser):
     """HfArgumentParser that raises instead of exiting, and reads our fields' bounds out of their metadata."""
 
     def error(self, message: str) -> None:  # type: ignore[override]
@@ -30,13 +32,13 @@ class _SchemaParser(HfArgumentParser):
         raise ConfigError(message if len(message) <= 4 * SHOWN_CHARS else message[: 4 * SHOWN_CHARS] + "…")
 
     @staticmethod
-    def _parse_dataclass_field(parser: argparse.ArgumentParser, field: dataclasses.Field[Any]) -> None:
+    def argparse_field(field: dataclasses.Field[Any]) -> dataclasses.Field[Any]:
         # transformers 5.24 passes every metadata key to add_argument, which refuses a "bound": hand it a copy of
         # the field without one (the class keeps its own, for validation).
         if BOUND in field.metadata:
             field = copy.copy(field)
             field.metadata = MappingProxyType({k: v for k, v in field.metadata.items() if k != BOUND})
-        HfArgumentParser._parse_dataclass_field(parser, field)
+        return field
 
 
 def tokens_seen_mode(value: str) -> str:
@@ -55,7 +57,7 @@ def tokens_seen_mode(value: str) -> str:
 def build_parser() -> HfArgumentParser:
     """The parser of every option, our defaults set, each TrainingArguments bound said in its help."""
     parser = _SchemaParser((JobArguments, TrainingArguments), allow_abbrev=False)
-    for action in parser._actions:
+    for action in argparse_actions(parser):
         if action.dest == "include_num_input_tokens_seen":
             action.type, action.const, action.choices = tokens_seen_mode, "all", TOKENS_SEEN_MODES
         if action.dest in TRAINING_BOUNDS and action.help:
@@ -67,7 +69,7 @@ def build_parser() -> HfArgumentParser:
 def option_actions(parser: argparse.ArgumentParser) -> dict[str, argparse.Action]:
     """Every option by field name (the ``--no_*`` negations argparse adds for bools are left out)."""
     actions = {}
-    for action in parser._actions:
+    for action in argparse_actions(parser):
         if action.dest == "help" or not action.option_strings:
             continue
         if any(s.startswith("--no_") for s in action.option_strings) and action.dest in actions:

@@ -17,6 +17,7 @@ from dataclasses import replace
 import datasets
 from datasets import Dataset, DatasetDict
 
+from train.borrowed.datasets import fingerprint as fingerprint_of
 from train.common.console import warn
 from train.common.distributed import is_world_zero
 from train.common.errors import ConfigError
@@ -45,7 +46,7 @@ def _in_memory(config: Config) -> RawData:
         fingerprint = f"demo-{job.demo_samples}"
     elif source.kind == "hub":
         hub = load_hub(source, job.text_column)
-        fingerprint = cache_key(job.dataset, job.dataset_config_name, {k: v._fingerprint for k, v in hub.items()})
+        fingerprint = cache_key(job.dataset, job.dataset_config_name, {k: fingerprint_of(v) for k, v in hub.items()})
         splits = (
             DatasetDict({"train": hub["train"], "validation": hub["validation"]})
             if "validation" in hub and not job.validation_file
@@ -53,11 +54,11 @@ def _in_memory(config: Config) -> RawData:
         )
     else:
         train = load_files(source, job.text_column)
-        fingerprint = train._fingerprint
+        fingerprint = fingerprint_of(train)
         splits = DatasetDict({"train": train}) if job.validation_file else split_off(train, holdout)
     if job.validation_file:
         splits["validation"] = load_local(job.validation_file, config.source_of("validation_file"), job.text_column)
-        fingerprint += "-" + splits["validation"]._fingerprint
+        fingerprint += "-" + fingerprint_of(splits["validation"])
     if job.max_train_samples:
         splits["train"] = splits["train"].select(range(min(job.max_train_samples, len(splits["train"]))))
     if job.max_eval_samples and "validation" in splits:
@@ -85,7 +86,7 @@ def _streamed(config: Config) -> RawData:
         if job.max_eval_samples:
             evaluation = evaluation.select(range(min(job.max_eval_samples, len(evaluation))))
         splits["validation"] = evaluation
-        fingerprint += "-" + evaluation._fingerprint
+        fingerprint += "-" + fingerprint_of(evaluation)
     elif job.max_eval_samples:
         # The first examples of the stream are held out. Training leaves them out by their text: skip(n) would be
         # split among the ranks' shards, skipping other examples on every rank but the first.
@@ -192,7 +193,7 @@ def text_rows(dataset: Dataset, source: str, column: str) -> Dataset:
             return dataset
     cache_dir = cache_root() / "filtered"
     cache_dir.mkdir(parents=True, exist_ok=True)
-    fingerprint = cache_key(CACHE_VERSION, dataset._fingerprint, column)
+    fingerprint = cache_key(CACHE_VERSION, fingerprint_of(dataset), column)
     kept = dataset.filter(
         lambda texts: [isinstance(t, str) for t in texts],
         input_columns=[column],

@@ -37,6 +37,7 @@ from datasets.distributed import split_dataset_by_node
 from torchdata.stateful_dataloader import StatefulDataLoader
 from transformers import TrainerCallback
 
+from train.borrowed.datasets import fingerprint as fingerprint_of
 from train.common.distributed import gather_from_every_rank, is_world_zero
 from train.common.errors import ConfigError, first_line
 from train.common.hf import cache_key, offline_hint
@@ -46,7 +47,7 @@ from train.data.raw import TextStream
 from train.data.sources import Source, demo_dataset, read_error, shown_url
 from train.data.stream_resume import rank_position, redistribute
 from train.data.tokenization import SAMPLE_INDEX, encode_texts, group_texts
-from train.outputs.runfiles import PICKLED_STREAM_STATE, STREAM_STATE, RunFiles
+from train.outputs.runfiles import STREAM_STATE, RunFiles
 
 DEMO_SHARDS = 4  # the demo stream's files, so that it splits across ranks by whole shards
 SAVED_SHARDS = 16  # a save_to_disk dataset streamed: shards to split across ranks and DataLoader workers
@@ -79,7 +80,7 @@ def open_stream(source: Source, job: JobArguments) -> tuple[IterableDataset, str
             raise read_error(source.label, source.name, exc) from None
         saved = loaded["train"] if isinstance(loaded, DatasetDict) else loaded
         stream = saved.to_iterable_dataset(num_shards=max(1, min(SAVED_SHARDS, len(saved))))
-        fingerprint = saved._fingerprint
+        fingerprint = fingerprint_of(saved)
     else:
         try:
             stream = datasets.load_dataset(source.name, source.config_name, split="train", streaming=True)
@@ -238,22 +239,12 @@ class StreamPosition(TrainerCallback):
         (train/data/stream_resume.py); None when it holds none (saved before streaming)."""
         path, name = Path(checkpoint) / STREAM_STATE, Path(checkpoint).name
         if not path.exists():
-            if (Path(checkpoint) / PICKLED_STREAM_STATE).exists():
-                raise ConfigError(
-                    f"{option}=true: {name} holds its stream position as a pickle ({PICKLED_STREAM_STATE}, written "
-                    "by an earlier version), which is never loaded: it could run code; resume it with the image that "
-                    "wrote it, or start over with MLM_RESUME=never"
-                )
             return None
         try:
             saved = json.loads(path.read_text(encoding="utf-8"))
-            count, ranks = int(saved["world_size"]), saved["ranks"]
+            ranks = saved["ranks"]
+            if not ranks or not all(isinstance(position, dict) and "kind" in position for position in ranks):
+                raise ValueError("expected every rank's position, each saying whose it is")
         except (OSError, ValueError, TypeError, KeyError) as exc:
             raise ConfigError(f"{option}=true: {name}/{STREAM_STATE} is damaged ({first_line(exc)})") from None
-        if count != world_size and not all(isinstance(r, dict) and "kind" in r for r in ranks):
-            raise ConfigError(
-                f"{option}=true: {name} holds the stream positions of {count} rank(s) in an earlier version's form, "
-                f"which resumes only on as many; this run has {world_size}: resume with {count}, or start over "
-                "with MLM_RESUME=never"
-            )
         return redistribute(ranks, rank, world_size)

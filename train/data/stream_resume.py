@@ -60,8 +60,6 @@ def redistribute(saved: list[dict[str, Any]], rank: int, world_size: int) -> dic
 def own_loader_state(position: dict[str, Any], rank: int, world_size: int, batch_size: int, workers: int) -> Any:
     """The loader state to load into this rank's own loader when ``position`` is exactly what it saved (same rank,
     world size, batch size and workers, at a batch boundary); None when the position must be rebuilt."""
-    if position.get("kind") is None:  # written before positions said whose they were: the same world size's
-        return position
     if position["kind"] != RANK or position["used"]:
         return None
     whose = (position["rank"], position["world_size"], position["batch_size"], position["workers"])

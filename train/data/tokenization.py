@@ -207,8 +207,9 @@ def real_token_count(dataset: Any, pad_token_id: int) -> int:
 
 
 def _table(dataset: Any) -> pa.Table | None:
-    """The Arrow table behind a tokenized split (its rows in order), or None for a stream."""
+    """The Arrow table behind a tokenized split (its rows in order, a selection's included), or None for a
+    stream. Without a selection this is the dataset's own table, sliced whole: no copy."""
     base = dataset.examples if isinstance(dataset, IndexedExamples) else dataset
     if not isinstance(base, Dataset):
         return None
-    return base.with_format("arrow")[:] if base._indices is not None else base.data.table
+    return base.with_format("arrow")[:]

@@ -17,6 +17,7 @@ from train.common.errors import UserError
 from train.config import Config
 from train.doctor.rows import FAIL, OK, SKIP, WARN, Check
 from train.launch.decide import shm_warning
+from train.launch.inputs import Host, Launch
 from train.launch.plan import Plan, make_plan, sharding_plan, torchrun_path
 from train.machine import gpus
 from train.machine.gpus import Inventory, format_cuda_version, torch_cuda_version
@@ -156,17 +157,8 @@ def plan_or_refusal(
 ) -> Plan | Exception:
     """The plan the launcher would make here, with the same inputs; or why it would refuse (or why planning broke)."""
     try:
-        return make_plan(
-            config,
-            inventory,
-            environ,
-            argv,
-            torch_cuda,
-            usable_cpus(),
-            torchrun_path(),
-            resolve_format(config.job.log_format),
-            shm_bytes,
-        )
+        host = Host(inventory, torch_cuda, usable_cpus(), shm_bytes)
+        return make_plan(config, host, environ, argv, Launch(torchrun_path(), resolve_format(config.job.log_format)))
     except Exception as exc:  # a UserError: the launcher's refusal; anything else: a broken check, shown as such
         return exc
 

@@ -15,9 +15,8 @@ from train.common.usage import command_help, usage, wants_help
 from train.common.writable import check_cache_dir
 from train.config import Config, options_text
 from train.launch.deadline import deadline_line
+from train.launch.inputs import EVALUATE_MODULE, JOB_MODULE, Host, Launch
 from train.launch.plan import (
-    EVALUATE_MODULE,
-    JOB_MODULE,
     Plan,
     launcher_config,
     make_plan,
@@ -85,18 +84,8 @@ def main(argv: Sequence[str] | None = None, environ: Mapping[str, str] | None = 
 
 def plan_for(config: Config, environ: Mapping[str, str], args: Sequence[str], log_format: str, module: str) -> Plan:
     """Every launch decision for this machine (train/launch/plan.py make_plan)."""
-    return make_plan(
-        config,
-        detect(environ),
-        environ,
-        args,
-        torch_cuda_version(),
-        usable_cpus(),
-        torchrun_path(),
-        log_format,
-        shm_size(),
-        module,
-    )
+    host = Host(detect(environ), torch_cuda_version(), usable_cpus(), shm_size())
+    return make_plan(config, host, environ, args, Launch(torchrun_path(), log_format, module))
 
 
 def start(config: Config, plan: Plan, environ: Mapping[str, str], log: Console) -> int:

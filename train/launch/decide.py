@@ -162,17 +162,22 @@ def plural(count: int, word: str) -> str:
     return f"{count} {word}{'es' if word.endswith('s') and count != 1 else 's' if count != 1 else ''}"
 
 
-def decide_batch(
-    per_device: int,
-    accumulation: int,
-    accumulation_source: str | None,
-    global_batch_size: int | None,
-    global_source: str,
-    processes: int,
-    topology: Topology,
-    unit: str,
-) -> Batch:
-    """Derive gradient accumulation from the global batch (samples per optimizer step across all ranks)."""
+@dataclass(frozen=True)
+class BatchOptions:
+    """The batch as the options set it, with where: per device, the gradient accumulation and the global batch."""
+
+    per_device: int
+    accumulation: int
+    accumulation_source: str | None  # where the user set the accumulation; None when they did not
+    global_batch_size: int | None  # None: not set (the accumulation stands)
+    global_source: str  # the global batch's option as the user would name it
+
+
+def decide_batch(options: BatchOptions, processes: int, topology: Topology, unit: str) -> Batch:
+    """Derive gradient accumulation from the global batch (samples per optimizer step across all ranks) for
+    ``processes`` per node of ``unit`` (GPU or process)."""
+    per_device, accumulation, global_batch_size = options.per_device, options.accumulation, options.global_batch_size
+    accumulation_source, global_source = options.accumulation_source, options.global_source
     flags: tuple[str, ...] = ()
     if global_batch_size is None:
         total = None if topology.elastic else global_batch(per_device, processes * topology.max_nodes, accumulation)

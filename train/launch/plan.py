@@ -13,7 +13,7 @@ import contextlib
 import os
 import sys
 from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -24,8 +24,8 @@ from train.config import SECRET_FIELDS, Config, env_name, load_config
 from train.config.recipes import recipe_summary
 from train.launch.deadline import Deadline, deadline_document, launched_at, run_deadline
 from train.launch.decide import (
-    MIN_SHM_BYTES,
     Batch,
+    BatchOptions,
     Precision,
     decide_backend,
     decide_batch,
@@ -38,18 +38,17 @@ from train.launch.decide import (
     plural,
     shm_warning,
 )
+from train.launch.inputs import Host, Launch
 from train.launch.topology import Topology, topology_from_env
 from train.machine.gpus import Gpu, Inventory, check_driver
 
-JOB_MODULE = "train.run.job"
-EVALUATE_MODULE = "train.run.evaluate"  # ./entrypoint.sh evaluate: the same launch, scoring instead of training
 # Variables that make accelerate (inside TrainingArguments) believe this process is a rank. The launcher is not
 # one: a PyTorchJob pod carries WORLD_SIZE/RANK for its torchrun, and with them accelerate would start a process
 # group in the launcher and wait for peers that never come.
 RANK_ENV = ("LOCAL_RANK", "RANK", "WORLD_SIZE", "PMI_SIZE", "OMPI_COMM_WORLD_SIZE", "MV2_COMM_WORLD_SIZE")
 
 
-@dataclass
+@dataclass(frozen=True)
 class Plan:
     inventory: Inventory
     topology: Topology
@@ -69,6 +68,11 @@ class Plan:
     secret_env: dict[str, str] = field(default_factory=dict, repr=False)
     deadline: Deadline | None = None  # when the run must be over (time_budget), and what set it
 
+    @property
+    def gpus_used(self) -> list[Gpu]:
+        """The GPUs the ranks of this node use, in order (none in CPU mode)."""
+        return [] if self.cpu_mode else self.inventory.gpus[: self.nproc_per_node]
+
 
 def torchrun_path() -> list[str]:
     """The torchrun of this interpreter's environment (a bare `torchrun` on PATH may belong to another)."""
@@ -79,20 +83,13 @@ def torchrun_path() -> list[str]:
 
 
 def make_plan(
-    config: Config,
-    inventory: Inventory,
-    environ: Mapping[str, str],
-    user_argv: Sequence[str],
-    torch_cuda: str | None = None,
-    cpu_count: int = 1,
-    torchrun: Sequence[str] = ("torchrun",),
-    log_format: str = "json",
-    shm_bytes: int | None = MIN_SHM_BYTES,
-    module: str = JOB_MODULE,
+    config: Config, host: Host, environ: Mapping[str, str], user_argv: Sequence[str], launch: Launch = Launch()
 ) -> Plan:
-    """Every launch decision, from the resolved config, the GPU inventory and the cluster environment, in the
-    order the launcher makes them (a refusal raises from the step that makes it)."""
+    """Every launch decision, from the resolved config, this node (``host``: its GPU inventory, CPUs, /dev/shm)
+    and the cluster environment, in the order the launcher makes them (a refusal raises from the step that makes
+    it); ``launch``: how the ranks are started."""
     job, training, sources = config.job, config.training, config.sources
+    inventory, torch_cuda, cpu_count = host.inventory, host.torch_cuda, host.cpu_count
     topology = topology_from_env(environ)
     cpu_mode, device_warning = decide_device(config, inventory, torch_cuda)
     gpu_count = 0 if cpu_mode else len(inventory.gpus)
@@ -100,13 +97,13 @@ def make_plan(
         job.nproc_per_node, config.source_of("nproc_per_node"), topology.nproc_per_node, gpu_count, cpu_count
     )
     gpus_used = inventory.gpus[:nproc] if not cpu_mode else []
-    log_flags = decide_log_format(job.log_format, log_format)
+    log_flags = decide_log_format(job.log_format, launch.log_format)
     use_cpu_flags, use_cpu_warning = decide_use_cpu(training.use_cpu, sources.get("use_cpu"), cpu_mode)
     backend, backend_flags = decide_backend(training.ddp_backend if "ddp_backend" in sources else None, cpu_mode)
     precision = precision_for(config, gpus_used)
     batch = batch_for(config, nproc, topology, cpu_mode)
     pad_flags = decide_pad_multiple(job.pad_to_multiple_of, sources.get("pad_to_multiple_of"), cpu_mode)
-    shm = shm_warning(shm_bytes, training.dataloader_num_workers)
+    shm = shm_warning(host.shm_bytes, training.dataloader_num_workers)
     max_restarts = decide_max_restarts(job.max_restarts, "max_restarts" in sources, topology)
     started = launched_at()  # once: the deadline counts from it, and the ranks' quality curve too
     deadline = run_deadline(config, environ, started)
@@ -114,12 +111,9 @@ def make_plan(
     # The decision flags go after the user's (highest precedence), in the order decided.
     flags = [*log_flags, *use_cpu_flags, *backend_flags, *precision.flags, *batch.flags, *pad_flags]
     user_flags, secret_env = split_secret_flags(user_argv)
-    command = [*torchrun, *_torchrun_flags(topology, nproc, max_restarts, job), "-m", module, *user_flags, *flags]
-    env = rank_env(environ, gpus_used, nproc, cpu_count)
-    env[HANDOFF_ENV] = handoff(
-        precision, batch, topology, gpus_used, command, list(option_values(flags)), deadline, started
-    ).to_env()
-    return Plan(
+    torchrun_flags = _torchrun_flags(topology, nproc, max_restarts, job)
+    command = [*launch.torchrun, *torchrun_flags, "-m", launch.module, *user_flags, *flags]
+    plan = Plan(
         inventory=inventory,
         topology=topology,
         nproc_per_node=nproc,
@@ -131,12 +125,13 @@ def make_plan(
         max_restarts=max_restarts,
         decision_flags=flags,
         decided=option_values(flags),
-        env=env,
+        env=rank_env(environ, gpus_used, nproc, cpu_count),
         warnings=[warning for warning in (device_warning, use_cpu_warning, shm) if warning],
         command=command,
         secret_env=secret_env,
         deadline=deadline,
     )
+    return replace(plan, env={**plan.env, HANDOFF_ENV: handoff(plan, started).to_env()})
 
 
 def decide_device(config: Config, inventory: Inventory, torch_cuda: str | None) -> tuple[bool, str | None]:
@@ -165,16 +160,14 @@ def precision_for(config: Config, gpus_used: Sequence[Gpu]) -> Precision:
 def batch_for(config: Config, nproc: int, topology: Topology, cpu_mode: bool) -> Batch:
     """The global batch and the gradient accumulation it implies for ``nproc`` processes per node."""
     training = config.training
-    return decide_batch(
-        training.per_device_train_batch_size,
-        training.gradient_accumulation_steps,
-        config.sources.get("gradient_accumulation_steps"),
-        config.job.global_batch_size,
-        config.source_of("global_batch_size"),
-        nproc,
-        topology,
-        "process" if cpu_mode else "GPU",
+    options = BatchOptions(
+        per_device=training.per_device_train_batch_size,
+        accumulation=training.gradient_accumulation_steps,
+        accumulation_source=config.sources.get("gradient_accumulation_steps"),
+        global_batch_size=config.job.global_batch_size,
+        global_source=config.source_of("global_batch_size"),
     )
+    return decide_batch(options, nproc, topology, "process" if cpu_mode else "GPU")
 
 
 def option_values(flags: Sequence[str]) -> dict[str, Any]:
@@ -225,29 +218,22 @@ def smallest_memory(gpus: Sequence[Gpu]) -> int | None:
     return min((g.memory_total_bytes for g in gpus), default=None)
 
 
-def handoff(
-    precision: Precision,
-    batch: Batch,
-    topology: Topology,
-    gpus_used: Sequence[Gpu],
-    command: list[str],
-    decided: list[str] | None = None,
-    deadline: Deadline | None = None,
-    started: float | None = None,
-) -> Handoff:
-    """The facts the ranks show but must not recompute (:class:`~train.common.handoff.Handoff`)."""
+def handoff(plan: Plan, started: float | None = None) -> Handoff:
+    """The facts of the plan the ranks show but must not recompute (:class:`~train.common.handoff.Handoff`);
+    ``started``: when the launcher started."""
+    precision, batch, gpus_used, deadline = plan.precision, plan.batch, plan.gpus_used, plan.deadline
     return Handoff(
         precision=precision.label,
         global_batch_size=batch.global_batch_size,
         batch=batch.banner,
-        nnodes=topology.nnodes,
+        nnodes=plan.topology.nnodes,
         gpus=[g.name for g in gpus_used],
         gpu_uuids=[g.uuid for g in gpus_used],
-        command=command,
+        command=plan.command,
         # The launcher checks this node's output location and cache before it starts torchrun (__main__.py): the
         # ranks need not write probes and ask the store again.
         outputs_checked=True,
-        decided=list(decided or []),
+        decided=list(plan.decided),
         deadline=deadline.at if deadline else None,
         deadline_source=deadline.source if deadline else "",
         budget_s=deadline.budget_s if deadline else None,

@@ -11,6 +11,7 @@ import os
 import socket
 import time
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 
 from train.common.errors import EXIT_CRASH, UserError
 
@@ -29,14 +30,21 @@ def resolve_hint(source: str, environ: Mapping[str, str]) -> str:
     return f"set {source} to node 0's host name or IP address as this node reaches it"
 
 
+@dataclass(frozen=True)
+class Lookup:
+    """How the wait looks a name up and passes the time: the system's, or a test's."""
+
+    resolve: Callable[[str], object] = lambda host: socket.getaddrinfo(host, None)
+    sleep: Callable[[float], None] = time.sleep
+    clock: Callable[[], float] = time.monotonic
+
+
 def wait_for_address(
     host: str,
     source: str,
     timeout_s: float,
     log: Callable[[str], None],
-    resolve: Callable[[str], object] = lambda host: socket.getaddrinfo(host, None),
-    sleep: Callable[[float], None] = time.sleep,
-    clock: Callable[[], float] = time.monotonic,
+    lookup: Lookup = Lookup(),
     environ: Mapping[str, str] = os.environ,
 ) -> int:
     """Wait until ``host`` resolves: a Kubernetes Service name appears some seconds after the pods start.
@@ -45,6 +53,7 @@ def wait_for_address(
     because a master pod still Pending (no GPU free yet) is worth retrying, and the podFailurePolicy fails the Job
     at once on 3.
     """
+    resolve, sleep, clock = lookup.resolve, lookup.sleep, lookup.clock
     deadline = clock() + timeout_s
     delay, failures = 1.0, 0
     while True:

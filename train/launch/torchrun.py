@@ -10,7 +10,6 @@ said in one line what went wrong (held back and dropped, unless MLM_DEBUG=1).
 
 from __future__ import annotations
 
-import atexit
 import contextlib
 import os
 import re
@@ -26,6 +25,8 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import IO, Any, NoReturn
 
+from train.borrowed.stdlib import forget_exit_handlers, run_exit_handlers
+from train.borrowed.torchrun import agent_reports_a_failure, is_agent_signal_exception, rank_killed_by_signal
 from train.common.errors import (
     DOCUMENTED_EXITS,
     EXIT_CRASH,
@@ -120,7 +121,7 @@ class ForkedTorchrun:
             os.environ.update(env)
             # The exit handlers registered so far are the launcher's libraries' (what they clean up is the
             # launcher's: its temporary files, its logging); those the agent registers from here on run below.
-            atexit._clear()
+            forget_exit_handlers()
             sys.argv = ["torchrun", *arguments]
             from torch.distributed.run import main
 
@@ -138,7 +139,7 @@ class ForkedTorchrun:
             traceback.print_exc()
         finally:
             with contextlib.suppress(BaseException):
-                atexit._run_exitfuncs()
+                run_exit_handlers()
                 sys.stdout.flush()
                 sys.stderr.flush()
             if code is None:
@@ -170,11 +171,10 @@ def start_torchrun(command: Sequence[str], env: Mapping[str, str]) -> ForkedTorc
     )
 
 
-# torchrun's agent reports a failed rank with an ERROR log line ("E1130 12:00:00.000 123 .../api.py:1002] failed
-# (exitcode: 2) ...") followed by its own traceback and a summary table; and when it stops on a signal it ends with
-# the traceback of its own SignalException. When the ranks exited with a documented code they have already printed
-# the one line a user needs, so both are held back and dropped.
-_AGENT_REPORT = re.compile(rb"^[EWI]\d{4} \d\d:\d\d:\d\d\.\d+ +\d+ .*torch/distributed/elastic/.*\] failed")
+# torchrun's agent reports a failed rank with an ERROR log line followed by its own traceback and a summary table;
+# and when it stops on a signal it ends with the traceback of its own SignalException (their text:
+# train/borrowed/torchrun.py). When the ranks exited with a documented code they have already printed the one line
+# a user needs, so both are held back and dropped.
 _TRACEBACK = b"Traceback (most recent call last):"
 # c10d warns on every connection whose peer has no reverse DNS name, which is the rule in containers and network
 # namespaces ("W... socket.cpp:...] [c10d] The hostname of the client socket cannot be retrieved. err=-3"): news to
@@ -197,7 +197,7 @@ class _StderrRelay:
     def _line(self, line: bytes) -> None:
         if not self.keep_noise and _NOISE.search(line):
             return
-        if self.reporting or (self.traceback is None and _AGENT_REPORT.match(line)):
+        if self.reporting or (self.traceback is None and agent_reports_a_failure(line)):
             # Only the report holds back what follows it; a held SignalException traceback does not (a second
             # stop signal, e.g. Slurm's to every process of the step, can land while the agent logs: the ranks'
             # own lines after it must still come through).
@@ -207,7 +207,7 @@ class _StderrRelay:
             self.traceback.append(line)
             if not line[:1].isspace() and not line.startswith(_TRACEBACK):  # the exception line ends it
                 block, self.traceback = self.traceback, None
-                if b"torch.distributed.elastic.multiprocessing.api.SignalException" in line:
+                if is_agent_signal_exception(line):
                     self.held += block
                 else:
                     self.sink.write(b"".join(block))
@@ -242,15 +242,14 @@ class _StderrRelay:
 # child the signal the whole process group got, so one Ctrl-C arrives twice within a millisecond or so; a person
 # pressing twice is several times slower than this.
 ONE_PRESS_S = 0.2
-_ROOT_RANK = re.compile(rb"Root Cause.*?rank\s*:\s*([0-9]+).*?exitcode\s*:\s*(-[0-9]+)", re.S)
 
 
 def killed_rank(report: bytes) -> str | None:
     """One line for the agent's report of a rank that died of a signal (its root cause), or None."""
-    found = _ROOT_RANK.search(report)
-    if not found:
+    found = rank_killed_by_signal(report)
+    if found is None:
         return None
-    rank, signum = int(found.group(1)), -int(found.group(2))
+    rank, signum = found
     try:
         name = signal.Signals(signum).name
     except ValueError:

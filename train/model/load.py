@@ -24,6 +24,7 @@ from transformers import AutoConfig, AutoModelForMaskedLM, AutoTokenizer
 from transformers.models.auto.modeling_auto import MODEL_FOR_MASKED_LM_MAPPING
 from transformers.utils import logging as hf_logging
 
+from train.borrowed.transformers_models import supports_flash_attention
 from train.common import distributed
 from train.common.console import first_few, warn
 from train.common.errors import ConfigError, first_line
@@ -277,14 +278,15 @@ def settle_tokenizer(tokenizer: Any) -> None:
 def attention_implementation(config: Config, model_config: Any | None) -> str | None:
     """MLM_ATTN_IMPLEMENTATION when set; else flash_attention_2 where it is installed, a GPU is there and the model
     supports it; else None: transformers' own choice, SDPA where the model has it and eager where not (DeBERTa,
-    MPNet: asking them for SDPA fails). The model's ``config._attn_implementation`` then says which one ran."""
+    MPNet: asking them for SDPA fails). The model's config then says which one ran (read by
+    train/borrowed/transformers_models.py)."""
     requested = config.job.attn_implementation
     if requested != "auto":
         return requested
     if model_config is None or not torch.cuda.is_available() or importlib.util.find_spec("flash_attn") is None:
         return None
     model_class = MODEL_FOR_MASKED_LM_MAPPING.get(type(model_config), None)
-    return "flash_attention_2" if getattr(model_class, "_supports_flash_attn", False) else None
+    return "flash_attention_2" if supports_flash_attention(model_class) else None
 
 
 def pretrained_config(config: Config) -> Any | None:

@@ -7,8 +7,8 @@ of its document within its row (``document_ids``, :data:`PADDING` for padding), 
 - position ids that restart at every document, at the model's own first position (:func:`position_rule`);
 - the attention, block-diagonal per document, in the form the attention implementation takes
   (:func:`isolated_inputs`): a 4D ``[batch, 1, query, key]`` mask for SDPA (bool) and eager (additive float, or bool
-  for DeBERTa), which transformers 5.x's ``create_bidirectional_mask`` hands to the attention as it is
-  (``masking_utils._preprocess_mask_arguments``: "If the mask is already 4D, simply return as-is"); for flash
+  for DeBERTa), which transformers 5.x's ``create_bidirectional_mask`` hands to the attention as it is (its
+  documented contract: "an already prepared 4D mask ... in which case it is returned as-is"); for flash
   attention no mask but the varlen path's ``cu_seq_lens_q/k`` and ``max_length_q/k`` (``FlashAttentionKwargs``),
   which the model passes through ``**kwargs`` to ``_flash_attention_forward`` and which take precedence there over
   inferring boundaries from position ids (that inference only runs for a batch of one row).
@@ -28,6 +28,8 @@ from typing import Any
 import torch
 from transformers.models.auto.modeling_auto import MODEL_FOR_MASKED_LM_MAPPING
 
+from train.borrowed.transformers_models import attn_implementation as attn_implementation_of
+from train.borrowed.transformers_models import supports_sdpa
 from train.common.errors import ConfigError
 
 PADDING = -1  # the document id of padding tokens
@@ -171,11 +173,11 @@ def varlen_kwargs(document_ids: torch.Tensor) -> dict[str, Any]:
 def _implementation(config: Any, attn_implementation: str | None) -> str:
     """The implementation the model runs: the one asked for, else the config's, else transformers' default
     (SDPA where the masked-LM class has it, eager where not)."""
-    chosen = attn_implementation or getattr(config, "_attn_implementation", None)
+    chosen = attn_implementation or attn_implementation_of(config)
     if chosen:
         return chosen
     model_class = MODEL_FOR_MASKED_LM_MAPPING.get(type(config), None)
-    return "sdpa" if getattr(model_class, "_supports_sdpa", False) else "eager"
+    return "sdpa" if supports_sdpa(model_class) else "eager"
 
 
 def unsupported_reason(config: Any, attn_implementation: str | None = None) -> str | None:
@@ -212,12 +214,12 @@ def prepare_model(model: Any) -> None:
     ``[batch, length]`` (ESM, DeBERTa-v2) take a 4D mask away from it: the layer only zeroes padding embeddings
     with it, which no document attends to anyway. The model's weights and forward are unchanged; idempotent."""
     config = model.config
-    reason = unsupported_reason(config, config._attn_implementation)
+    reason = unsupported_reason(config, attn_implementation_of(config))
     if reason is not None:
         raise ConfigError(f"packing without cross-document attention: {reason}")
     keyword = _EMBEDDINGS_READ_THE_MASK.get(config.model_type)
     embeddings = getattr(model.base_model, "embeddings", None)
-    if keyword is None or embeddings is None or getattr(embeddings, "_packing_hook", False):
+    if keyword is None or embeddings is None or getattr(embeddings, "mlm_packing_hook", False):
         return
 
     def no_4d_mask(module: torch.nn.Module, args: tuple, kwargs: dict[str, Any]) -> tuple[tuple, dict[str, Any]]:
@@ -227,7 +229,7 @@ def prepare_model(model: Any) -> None:
         return args, kwargs
 
     embeddings.register_forward_pre_hook(no_4d_mask, with_kwargs=True)
-    embeddings._packing_hook = True
+    embeddings.mlm_packing_hook = True  # our mark: hooked once
 
 
 def mask_form(config: Any, attn_implementation: str | None = None) -> str:

@@ -33,7 +33,15 @@ from train.common.handoff import global_batch
 from train.common.untrusted import safe_load_problem
 from train.config import Config
 from train.config.model_source import SHARDED_WEIGHTS
-from train.outputs.runfiles import COMPLETE_MARKER, OPTIONS_NAME, TRAINER_STATE, RunFiles, is_checkpoint_name, step_of
+from train.outputs.runfiles import (
+    COMPLETE_MARKER,
+    OPTIONS_NAME,
+    TRAINER_STATE,
+    RunFiles,
+    aside_step,
+    is_checkpoint_name,
+    step_of,
+)
 
 KEEP_ASIDE = 2  # the newest checkpoints moved aside are kept for a post-mortem; older ones are removed
 # Options a resumed run takes from the checkpoint, whatever it is given now: the optimizer's state carries them.
@@ -346,14 +354,15 @@ def decide_resume(config: Config, files: RunFiles, warn: Callable[[str], None]) 
     renaming the same directories would race.
     """
     chosen, skipped = resume_choice(config, files)
-    for candidate, reason in skipped:
-        # Moved aside, not deleted: the Trainer would otherwise write into it again, or keep it while rotating
-        # away the checkpoint this run resumes from; and a person may want to look at it.
-        aside = files.aside(candidate, os.getpid())
-        os.replace(candidate, aside)
-        fallback = f"resuming from {chosen.name} instead" if chosen else "no resumable checkpoint left: starting over"
-        warn(f"cannot resume from {candidate.name} ({reason}); {fallback}; it was moved to {aside.name}")
-    tidy_aside(files)
+
+    def move(name: str) -> str:
+        aside = files.aside(files.root / name, os.getpid())
+        os.replace(files.root / name, aside)
+        return aside.name
+
+    set_aside([(c.name, reason) for c, reason in skipped], chosen.name if chosen else None, move, warn)
+    for old in surplus_asides([p.name for p in files.asides()]):
+        shutil.rmtree(files.root / old, ignore_errors=True)
     if chosen is None:
         return None
     for note in changed_options(chosen, resumed_options(config)):
@@ -361,7 +370,21 @@ def decide_resume(config: Config, files: RunFiles, warn: Callable[[str], None]) 
     return str(chosen)
 
 
-def tidy_aside(files: RunFiles, keep: int = KEEP_ASIDE) -> None:
-    """Keep only the newest ``keep`` checkpoints moved aside: each can be as large as the model and its optimizer."""
-    for old in files.asides()[keep:]:
-        shutil.rmtree(old, ignore_errors=True)
+def set_aside(
+    skipped: list[tuple[str, str]], chosen: str | None, move: Callable[[str], str | None], warn: Callable[[str], None]
+) -> None:
+    """The one rule for the checkpoints a resume cannot use, in a directory and in a bucket (train/outputs/mirror.py):
+    each is moved aside by ``move`` (which returns its new name, or None when it is gone already) and said in one
+    line. Moved aside, not deleted: the Trainer would otherwise write into it again, or keep it while rotating away
+    the checkpoint this run resumes from; and a person may want to look at it."""
+    fallback = f"resuming from {chosen} instead" if chosen else "no resumable checkpoint left: starting over"
+    for name, reason in skipped:
+        aside = move(name)
+        moved = f"; it was moved to {aside}" if aside else ""
+        warn(f"cannot resume from {name} ({reason}); {fallback}{moved}")
+
+
+def surplus_asides(names: list[str], keep: int = KEEP_ASIDE) -> list[str]:
+    """The checkpoints moved aside beyond the newest ``keep`` (by step), to remove: each can be as large as the model
+    and its optimizer."""
+    return sorted(names, key=aside_step, reverse=True)[keep:]

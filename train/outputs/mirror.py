@@ -24,7 +24,6 @@ Trainer's checkpoint (optimizer, scheduler, RNG and data position) that resume n
 from __future__ import annotations
 
 import os
-import re
 import shutil
 import time
 from collections.abc import Callable
@@ -37,7 +36,7 @@ from train.common.errors import ConfigError
 from train.common.urls import is_store_url
 from train.config import Config
 from train.outputs.base import OutputLocation, Warn
-from train.outputs.checkpoints import KEEP_ASIDE, problem, resume_choice, writer_of
+from train.outputs.checkpoints import problem, resume_choice, set_aside, surplus_asides, writer_of
 from train.outputs.local import publish_final
 from train.outputs.runfiles import ASIDE_PREFIX, TRAINER_STATE, is_checkpoint_name, step_of
 from train.outputs.store import NAMES, VANISHED, Retry, Store
@@ -118,15 +117,17 @@ class Mirror(OutputLocation):
         if config.job.resume != "auto":
             return self.explicit_resume()
         chosen, skipped = store.newest_resumable(self.files.root)
-        fallback = f"resuming from {chosen.name} instead" if chosen else "no resumable checkpoint left: starting over"
-        for step, reason in skipped:
-            name = NAMES.checkpoint(step)
-            if reason == VANISHED:
-                warn(f"{self.where}: cannot resume from {name} ({reason}); {fallback}")
-                continue
+        vanished = {NAMES.checkpoint(step) for step, reason in skipped if reason == VANISHED}
+
+        def move(name: str) -> str | None:
+            if name in vanished:
+                return None
             aside = NAMES.aside(Path(name), os.getpid())
             store.move(name, aside)
-            warn(f"{self.where}: cannot resume from {name} ({reason}); {fallback}; it was moved to {aside}")
+            return aside
+
+        named = [(NAMES.checkpoint(step), reason) for step, reason in skipped]
+        set_aside(named, chosen.name if chosen else None, move, lambda line: warn(f"{self.where}: {line}"))
         self.tidy_asides()
         return str(chosen) if chosen else None
 
@@ -177,12 +178,10 @@ class Mirror(OutputLocation):
             raise ConfigError(f"{label}={resume!r}: {reason}")
         return str(local)
 
-    def tidy_asides(self, keep: int = KEEP_ASIDE) -> None:
-        """As train/outputs/checkpoints.py's tidy_aside: the newest ``keep`` checkpoints moved aside stay in the
-        store."""
+    def tidy_asides(self) -> None:
+        """The newest checkpoints moved aside stay in the store (train/outputs/checkpoints.py, surplus_asides)."""
         asides = {rel.parts[0] for rel in self.store.listing() if rel.parts[0].startswith(ASIDE_PREFIX)}
-        by_step = sorted(asides, key=lambda name: int(re.sub(r"\D+", " ", name).split()[0]), reverse=True)
-        for name in by_step[keep:]:
+        for name in surplus_asides(sorted(asides)):
             self.store.remove(name)
 
     def localize(self, resume: str | None) -> str | None:

@@ -7,6 +7,7 @@ import json
 import os
 import platform
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -16,6 +17,7 @@ from train.common.handoff import Handoff
 from train.common.versions import package_versions
 from train.config import SECRET_FIELDS, Config
 from train.outputs.checkpoints import listed_files
+from train.outputs.facts import RunFacts, as_json
 from train.outputs.runfiles import RunFiles
 
 
@@ -37,20 +39,9 @@ def hardware(world_size: int, handoff: Handoff | None) -> dict[str, Any]:
     return info
 
 
-def run_facts(
-    config: Config,
-    *,
-    world_size: int,
-    dataset_fingerprint: str,
-    truncation: dict[str, int] | None = None,
-    model: dict[str, Any] | None = None,
-    masking: dict[str, Any] | None = None,
-    packing: dict[str, Any] | None = None,
-    started: str,
-    status: str,
-    handoff: Handoff | None,
-) -> dict:
+def run_facts(config: Config, facts: RunFacts, *, started: str, status: str, handoff: Handoff | None) -> dict:
     """What run.json records: enough to tell later exactly what ran, with secrets redacted."""
+    world_size = config.training.world_size
     return {
         "status": status,
         "started": started,
@@ -60,15 +51,15 @@ def run_facts(
         "world_size": world_size,
         "hardware": hardware(world_size, handoff),
         "seed": config.training.seed,
-        "dataset_fingerprint": dataset_fingerprint,
+        "dataset_fingerprint": facts.dataset_fingerprint,
         # Training examples longer than max_seq_length, and the tokens truncation dropped from them.
-        "truncation": truncation,
+        "truncation": facts.truncation,
         # The attention implementation that ran and the head the loss went through (masked-only or dense).
-        "model": model,
+        "model": as_json(facts.model),
         # The masking rates set, and the share of real tokens the first training samples had masked.
-        "masking": masking,
+        "masking": as_json(facts.masking),
         # The padding mode, whether documents were kept apart, and real tokens per position computed.
-        "packing": packing,
+        "packing": as_json(facts.packing),
         "image_revision": config.job.image_revision,
         # The command the launcher ran (secrets never are in it); absent when the job was started without it.
         "command": handoff.command if handoff is not None else None,
@@ -103,48 +94,43 @@ def made(config: Config) -> dict[str, Any]:
     return {name: entry.get("sha256") for name, entry in sorted(files.items()) if name not in NOT_COMPARED}
 
 
+@dataclass(frozen=True)
+class RecordHooks:
+    """What a :class:`RunRecord` calls besides writing run.json."""
+
+    # Run once it is written (the report, and for a bucket the upload of the run's files).
+    after: Sequence[Callable[[], None]] = ()
+    # Entries known only as the run goes (the quality curve, the time budget's plans), asked at each write.
+    live: Sequence[Callable[[], dict[str, Any]]] = ()
+
+
 class RunRecord:
-    """run.json, written by world rank 0 whenever the run ends; ``after`` runs once it is written (the report,
-    and for a bucket the upload of the run's files)."""
+    """run.json, written by world rank 0 whenever the run ends, from the run's facts; ``hooks.after`` run once it
+    is written."""
 
     def __init__(
         self,
         config: Config,
         files: RunFiles,
-        facts: dict[str, Any],
+        facts: RunFacts,
         handoff: Handoff | None,
         started: str,
-        after: Sequence[Callable[[], None]] = (),
-        live: Sequence[Callable[[], dict[str, Any]]] = (),
+        hooks: RecordHooks = RecordHooks(),
     ) -> None:
         self.config, self.files, self.facts, self.handoff, self.started = config, files, facts, handoff, started
-        self.after = list(after)
-        # Entries known only as the run goes (the quality curve, the time budget's plans), asked at each write.
-        self.live = list(live)
+        self.hooks = hooks
+        # run.json's sharding once every rank's bytes are measured, at the end (train/run/sharding.py's
+        # sharding_facts, a collective); until then the facts' mode, choice and estimate.
+        self.measured_sharding: dict[str, Any] | None = None
 
     def write(self, status: str) -> None:
         if not is_world_zero():
             return
         facts = self.facts
-        document = run_facts(
-            self.config,
-            world_size=self.config.training.world_size,
-            dataset_fingerprint=facts["dataset_fingerprint"],
-            truncation=facts["truncation"],
-            model={
-                "attention": facts.get("attention"),
-                "head": facts.get("head"),
-                "head_weights": facts.get("head_weights"),
-            },
-            masking=facts.get("masking"),
-            packing=facts.get("packing"),
-            started=self.started,
-            status=status,
-            handoff=self.handoff,
-        )
-        document["sharding"] = facts.get("sharding")
-        for entries in self.live:
+        document = run_facts(self.config, facts, started=self.started, status=status, handoff=self.handoff)
+        document["sharding"] = self.measured_sharding or as_json(facts.sharding)
+        for entries in self.hooks.live:
             document.update(entries())
         write_json_atomic(self.files.run_json, document)
-        for then in self.after:
+        for then in self.hooks.after:
             then()

@@ -29,7 +29,6 @@ ASIDE_PREFIX = ".invalid-"  # a checkpoint moved aside: .invalid-checkpoint-15-<
 COMPLETE_MARKER = ".complete"  # written once the Trainer's on_save has run
 OPTIONS_NAME = "mlm_options.json"  # the resolved options (redacted) of the run that wrote the checkpoint
 STREAM_STATE = "stream_state.json"  # every rank's position in a streamed corpus
-PICKLED_STREAM_STATE = "stream_state.pt"  # the same, as versions before 2026-12 pickled it: never loaded
 TRAINER_STATE = "trainer_state.json"  # the Trainer's: written after the weights, optimizer and RNG states
 # Inside final/:
 CUT_SHORT = "cut_short.json"  # a stopped budgeted run's model (the stop, the steps after it): not a finished one
@@ -112,7 +111,12 @@ class RunFiles:
     def asides(self) -> list[Path]:
         """The checkpoints moved aside, newest first."""
         found = self.root.glob(f"{ASIDE_PREFIX}{CHECKPOINT_PREFIX}*")
-        return sorted(found, key=lambda p: p.stat().st_mtime, reverse=True)
+        return sorted(found, key=lambda p: aside_step(p.name), reverse=True)
+
+
+def aside_step(name: str) -> int:
+    """The step of a checkpoint moved aside (``.invalid-checkpoint-15-<pid>``: 15), in a directory or a store."""
+    return int(name.removeprefix(ASIDE_PREFIX).removeprefix(CHECKPOINT_PREFIX).split("-")[0])
 
 
 def is_checkpoint_name(name: str) -> bool:

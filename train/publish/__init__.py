@@ -16,12 +16,12 @@ from train.common.errors import EnvironmentProblem
 from train.config import Config
 from train.outputs.checkpoints import weights_digest
 from train.outputs.runfiles import RunFiles
-from train.publish.card import CARD, mask_token, model_card, write_card
+from train.publish.card import CARD, CardTarget, mask_token, model_card, write_card
 from train.publish.common import read_json
 from train.publish.hub import push_final
 from train.publish.trackers import final_metrics, log_to_mlflow, log_to_wandb, tracker_params
 
-__all__ = ["CARD", "final_metrics", "model_card", "publish_run", "push_final", "tracker_params"]
+__all__ = ["CARD", "CardTarget", "final_metrics", "model_card", "publish_run", "push_final", "tracker_params"]
 
 
 def publish_run(config: Config, files: RunFiles, step: int) -> None:
@@ -40,9 +40,7 @@ def publish_run(config: Config, files: RunFiles, step: int) -> None:
         except EnvironmentProblem as exc:
             problems.append(str(exc))
     else:  # every final/ carries its card, pushed or not
-        card = model_card(
-            config, run, results, step, repo_id=None, mask=mask_token(final), weights=weights_digest(final)
-        )
+        card = model_card(config, run, results, step, CardTarget(None, mask_token(final), weights_digest(final)))
         try:
             write_card(final, card)
         except OSError as exc:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
 from string import Template
@@ -27,18 +28,21 @@ TEMPLATE = "card.md"
 NOT_MEASURED = "not measured"
 
 
+@dataclass(frozen=True)
+class CardTarget:
+    """Where the card goes and what it says of final/'s files."""
+
+    repo_id: str | None = None  # where final/ is pushed (None: not pushed)
+    mask: str = "[MASK]"  # the tokenizer's mask token, for the example
+    weights: str | None = None  # the weights' SHA-256 as final/'s marker lists them (checkpoints.weights_digest)
+
+
 def model_card(
-    config: Config,
-    run: dict[str, Any],
-    results: dict[str, Any],
-    step: int,
-    repo_id: str | None,
-    mask: str = "[MASK]",
-    weights: str | None = None,
+    config: Config, run: dict[str, Any], results: dict[str, Any], step: int, target: CardTarget = CardTarget()
 ) -> str:
-    """README.md for final/, from ``run`` (run.json) and ``results`` (all_results.json) after ``step`` steps;
-    ``repo_id`` is where it is pushed (None: not pushed), ``mask`` the tokenizer's mask token for the example,
-    ``weights`` the weights' SHA-256 as final/'s marker lists them (train/outputs/checkpoints.py weights_digest)."""
+    """README.md for final/, from ``run`` (run.json) and ``results`` (all_results.json) after ``step`` steps, for
+    ``target`` (where it is pushed, the mask token, the weights' digest)."""
+    repo_id, mask, weights = target.repo_id, target.mask, target.weights
     values = {
         **header_values(config, repo_id),
         **result_values(config, run, results, step),

@@ -10,7 +10,7 @@ from train.common.console import say
 from train.common.errors import EnvironmentProblem
 from train.config import Config
 from train.outputs.checkpoints import weights_digest
-from train.publish.card import mask_token, model_card, write_card
+from train.publish.card import CardTarget, mask_token, model_card, write_card
 from train.publish.common import why_failed
 
 
@@ -28,9 +28,7 @@ def push_final(config: Config, final: Path, run: dict[str, Any], results: dict[s
         repo_id = repo.repo_id
         write_card(
             final,
-            model_card(
-                config, run, results, step, repo_id=repo_id, mask=mask_token(final), weights=weights_digest(final)
-            ),
+            model_card(config, run, results, step, CardTarget(repo_id, mask_token(final), weights_digest(final))),
         )
         api.upload_folder(
             repo_id=repo_id,

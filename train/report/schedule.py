@@ -13,6 +13,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from train.borrowed.torch_optim import lr_functions
 from train.common.errors import first_line
 from train.common.schedules import scheduler_kwargs
 from train.report.runlog import RunLog, number
@@ -60,7 +61,7 @@ def schedule_factor(kind: str, warmup: int, max_steps: int, kwargs: dict[str, An
         num_training_steps=max_steps,
         scheduler_specific_kwargs=dict(kwargs),
     )
-    lambdas = getattr(scheduler, "lr_lambdas", None)
+    lambdas = lr_functions(scheduler)
     if not lambdas:
         raise TypeError(f"{type(scheduler).__name__} is not a function of the step")
     return lambdas[0]

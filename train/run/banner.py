@@ -4,6 +4,7 @@ record (``logs/train.jsonl``, the JSON console) and as a short block of aligned 
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 from typing import Any
 
 from train.common import durations
@@ -12,20 +13,32 @@ from train.common.handoff import Handoff, global_batch, precision_label, precisi
 from train.common.versions import package_versions
 from train.config import Config
 from train.config.recipes import recipe_summary
+from train.outputs.facts import Masking, ModelFacts, Packing, RunFacts, as_json
 from train.outputs.runfiles import RunFiles
 
 
-def banner_record(config: Config, facts: dict[str, Any], handoff: Handoff | None = None) -> dict[str, Any]:
+@dataclass(frozen=True)
+class TrainStart:
+    """Where training starts, as the Trainer has it when it begins (unknown before: the configuration's)."""
+
+    max_steps: int | None = None  # the steps planned
+    world_size: int | None = None
+    start_step: int = 0  # a resumed run's first step
+
+
+def banner_record(
+    config: Config, facts: RunFacts, handoff: Handoff | None = None, start: TrainStart = TrainStart()
+) -> dict[str, Any]:
     """The launch facts as one record: the launcher's decisions (``handoff``; None when the job was started
-    without the launcher) and what only the running job knows (``facts``: data size, steps)."""
-    training, job = config.training, config.job
-    world_size = int(facts.get("world_size") or training.world_size or 1)
+    without the launcher) and what only the running job knows (``facts``: data size; ``start``: steps)."""
+    training, job, model = config.training, config.job, facts.model
+    world_size = int(start.world_size or training.world_size or 1)
     files = RunFiles(training.output_dir)
     record: dict[str, Any] = {
         "event": "banner",
         "time": now(),
         "image_revision": job.image_revision,
-        "versions": facts.get("versions") or package_versions(),
+        "versions": package_versions(),
         "launched": handoff is not None,
         "gpus": handoff.gpus if handoff else [],
         "nodes": handoff.nnodes if handoff else None,
@@ -41,23 +54,23 @@ def banner_record(config: Config, facts: dict[str, Any], handoff: Handoff | None
         "gradient_accumulation_steps": int(training.gradient_accumulation_steps),
         "model": job.model_name_or_path,
         "recipe": recipe_summary(job.recipe, job.model_name_or_path, training, job.decay_ratio),
-        "attention": facts.get("attention"),
-        "head": facts.get("head"),
-        "head_weights": facts.get("head_weights"),
-        "masking": facts.get("masking"),
-        "packing": facts.get("packing"),
-        "sharding": facts.get("sharding"),
+        "attention": model.attention,
+        "head": model.head,
+        "head_weights": model.head_weights,
+        "masking": as_json(facts.masking),
+        "packing": as_json(facts.packing),
+        "sharding": as_json(facts.sharding),
         "dataset": job.dataset,
-        "train_samples": facts.get("train_samples"),
-        "eval_samples": facts.get("eval_samples"),
-        "train_documents": facts.get("train_documents"),
-        "eval_documents": facts.get("eval_documents"),
-        "train_real_tokens": facts.get("train_real_tokens"),
-        "truncation": facts.get("truncation"),
-        "max_steps": facts.get("max_steps") or (training.max_steps if training.max_steps > 0 else None),
+        "train_samples": facts.train_samples,
+        "eval_samples": facts.eval_samples,
+        "train_documents": facts.train_documents,
+        "eval_documents": facts.eval_documents,
+        "train_real_tokens": facts.train_real_tokens,
+        "truncation": facts.truncation,
+        "max_steps": start.max_steps or (training.max_steps if training.max_steps > 0 else None),
         "num_train_epochs": training.num_train_epochs,
-        "start_step": facts.get("start_step", 0),
-        "resumed_from_ranks": facts.get("resumed_from_ranks"),
+        "start_step": start.start_step,
+        "resumed_from_ranks": facts.resumed_from_ranks,
         "deadline": durations.utc_clock(handoff.deadline) if handoff and handoff.deadline else None,
         "output_dir": str(files.root),
         "logs": str(files.logs),
@@ -68,16 +81,16 @@ def banner_record(config: Config, facts: dict[str, Any], handoff: Handoff | None
 
 
 def _cut_text(cut: dict[str, int] | None) -> str:
-    if not cut or not cut.get("examples_cut"):
+    if not cut or not cut["examples_cut"]:
         return ""
     return f" ({cut['examples_cut']:,} examples cut to max_seq_length, {cut['tokens_cut']:,} tokens dropped)"
 
 
-def _unit_text(record: dict[str, Any]) -> str:
+def _unit_text(facts: RunFacts) -> str:
     """``samples``, or, when packing made blocks of other numbers, the blocks and the rows they came from (what
     max_train_samples and max_eval_samples count)."""
-    documents = (record.get("train_documents"), record.get("eval_documents"))
-    if documents[0] is None or documents == (record["train_samples"], record["eval_samples"]):
+    documents = (facts.train_documents, facts.eval_documents)
+    if documents[0] is None or documents == (facts.train_samples, facts.eval_samples):
         return "samples"
     return f"blocks (from {_count(documents[0])} / {_count(documents[1])} rows of text)"
 
@@ -86,35 +99,36 @@ def _count(value: Any) -> str:
     return f"{value:,}" if isinstance(value, int) else "?"
 
 
-def _model_text(record: dict[str, Any]) -> str:
-    said = [f"{record['attention']} attention" if record.get("attention") else ""]
-    said.append(f"{record['head']} head" if record.get("head") else "")
+def _model_text(model: ModelFacts) -> str:
+    said = [f"{model.attention} attention" if model.attention else ""]
+    said.append(f"{model.head} head" if model.head else "")
     return f" ({', '.join(s for s in said if s)})" if any(said) else ""
 
 
-def _masking_text(masking: dict[str, Any] | None) -> str | None:
+def _masking_text(masking: Masking | None) -> str | None:
     if not masking:
         return None
-    unit = "words" if masking.get("whole_word_mask") else "tokens"
-    rates = f"{masking['mlm_probability']:.0%} of {unit}"
-    if masking.get("eval_mlm_probability") != masking["mlm_probability"]:
-        rates += f" ({masking['eval_mlm_probability']:.0%} for evaluation)"
-    realised = masking.get("realised")
-    if realised is None:
+    unit = "words" if masking.whole_word_mask else "tokens"
+    rates = f"{masking.mlm_probability:.0%} of {unit}"
+    if masking.eval_mlm_probability != masking.mlm_probability:
+        rates += f" ({masking.eval_mlm_probability:.0%} for evaluation)"
+    if masking.realised is None:
         return f"  masking    {rates}"
-    return f"  masking    {rates}; realised {realised:.1%} of real tokens on {masking['realised_on_samples']} samples"
+    return (
+        f"  masking    {rates}; realised {masking.realised:.1%} of real tokens on {masking.realised_on_samples} samples"
+    )
 
 
-def _packing_text(packing: dict[str, Any] | None) -> str:
-    if not packing or packing.get("efficiency") is None:
+def _packing_text(packing: Packing | None) -> str:
+    if not packing or packing.efficiency is None:
         return ""
-    apart = ", documents apart" if packing.get("documents_apart") else ""
-    return f"; padding {packing['padding']}{apart}: {packing['efficiency']:.1%} of positions are real tokens"
+    apart = ", documents apart" if packing.documents_apart else ""
+    return f"; padding {packing.padding}{apart}: {packing.efficiency:.1%} of positions are real tokens"
 
 
-def banner(config: Config, facts: dict[str, Any], handoff: Handoff | None = None) -> str:
+def banner(config: Config, facts: RunFacts, handoff: Handoff | None = None, start: TrainStart = TrainStart()) -> str:
     """The launch banner: one JSON line in json format, a short block of aligned lines in text format."""
-    record = banner_record(config, facts, handoff)
+    record = banner_record(config, facts, handoff, start)
     files = RunFiles(config.training.output_dir)
     if resolve_format(config.job.log_format) == "json":
         return json.dumps(jsonable(record))
@@ -136,28 +150,29 @@ def banner(config: Config, facts: dict[str, Any], handoff: Handoff | None = None
     resumed = f", resuming at step {record['start_step']}" if record["start_step"] else ""
     if resumed and record["resumed_from_ranks"] not in (None, record["world_size"]):
         resumed += f" (resumed from {record['resumed_from_ranks']} ranks on {record['world_size']})"
-    if record.get("deadline"):  # the time budget plans within this bound (train/run/budget.py)
+    if record["deadline"]:  # the time budget plans within this bound (train/run/budget.py)
         resumed += f"; at most: a time budget ends the run by {record['deadline']}, planned after a few steps"
+    sharding = facts.sharding
     lines = [
         f"mlm-trainer  image {record['image_revision'] or 'unknown'} · {version_text}",
         f"  hardware   {hardware}, world size {record['world_size']}",
         f"  precision  {record['precision']}",
         f"  batch      global {record['global_batch_size']} = {record['world_size']} rank(s) × "
         f"{record['per_device_train_batch_size']} per device × {record['gradient_accumulation_steps']} accumulation",
-        f"  model      {record['model']}" + _model_text(record),
-        *([f"  MLM head   {record['head_weights']}"] if record.get("head_weights") else []),
+        f"  model      {record['model']}" + _model_text(facts.model),
+        *([f"  MLM head   {facts.model.head_weights}"] if facts.model.head_weights else []),
         f"  recipe     {record['recipe']}",
-        *([f"  sharding   {record['sharding']['choice']}"] if (record.get("sharding") or {}).get("choice") else []),
-        *filter(None, [_masking_text(record.get("masking"))]),
+        *([f"  sharding   {sharding.choice}"] if sharding and sharding.choice else []),
+        *filter(None, [_masking_text(facts.masking)]),
         (
-            f"  data       {record['dataset']}: {_count(record['train_samples'])} train / "
-            f"{_count(record['eval_samples'])} eval {_unit_text(record)}, {_count(record['train_real_tokens'])} "
-            "real tokens" + _cut_text(record.get("truncation")) + _packing_text(record.get("packing"))
-            if record["train_samples"] is not None
+            f"  data       {record['dataset']}: {_count(facts.train_samples)} train / "
+            f"{_count(facts.eval_samples)} eval {_unit_text(facts)}, {_count(facts.train_real_tokens)} "
+            "real tokens" + _cut_text(facts.truncation) + _packing_text(facts.packing)
+            if facts.train_samples is not None
             else f"  data       {record['dataset']}: streamed (size unknown until read) / "
-            f"{_count(record['eval_samples'])} eval samples"
+            f"{_count(facts.eval_samples)} eval samples"
         ),
         f"  steps      {_count(steps)} ({span}){resumed}",
-        f"  outputs    {facts.get('outputs') or files.root}",  # the output location's summary, from the job
+        f"  outputs    {facts.outputs or files.root}",  # the output location's summary, from the job
     ]
     return "\n".join(lines)

@@ -41,6 +41,7 @@ import torch
 import torch.distributed as dist
 from transformers import TrainerCallback, get_wsd_schedule
 
+from train.borrowed.torch_optim import lr_functions, replace_lr_functions
 from train.common import distributed, durations
 from train.common.console import say, warn
 from train.common.handoff import Handoff
@@ -345,7 +346,7 @@ def schedule_for(total: int, args: Any, scheduler: Any, optimizer: Any, decay_ra
     stand_in = torch.optim.SGD([{"params": [torch.zeros(1, requires_grad=True)]} for _ in range(groups)], lr=1.0)
     warmup = warmup_for(total, args)
     rebuilt = lr_scheduler_for(args, total, warmup, stand_in, decay_ratio)
-    inner.lr_lambdas = list(rebuilt.lr_lambdas)
+    replace_lr_functions(inner, lr_functions(rebuilt))
     return warmup
 
 
@@ -371,12 +372,18 @@ def decay_after(scheduler: Any, at: int, stable: int, decay: int, kind: str, kwa
     floor = float(kwargs.get("min_lr_ratio", 0.0)) if wsd else 0.0
     shape_kwargs = {"decay_type": kwargs.get("decay_type", "cosine"), "num_cycles": kwargs.get("num_cycles", 0.5)}
     stand_in = torch.optim.SGD([torch.zeros(1, requires_grad=True)], lr=1.0)
-    shape = get_wsd_schedule(
-        stand_in, 0, decay, num_stable_steps=stable, **(shape_kwargs if wsd else {"decay_type": "linear"})
-    ).lr_lambdas[0]
-    scheduler.lr_lambdas = [
-        functools.partial(_from_stop, at=at, level=old(at), floor=floor, shape=shape) for old in scheduler.lr_lambdas
-    ]
+    shape = lr_functions(
+        get_wsd_schedule(
+            stand_in, 0, decay, num_stable_steps=stable, **(shape_kwargs if wsd else {"decay_type": "linear"})
+        )
+    )[0]
+    replace_lr_functions(
+        scheduler,
+        [
+            functools.partial(_from_stop, at=at, level=old(at), floor=floor, shape=shape)
+            for old in lr_functions(scheduler)
+        ],
+    )
 
 
 def _from_stop(step: int, *, at: int, level: float, floor: float, shape: Any) -> float:

@@ -20,6 +20,7 @@ import torch
 import torch.distributed as dist
 from transformers import TrainingArguments
 
+from train.borrowed.transformers_models import attn_implementation
 from train.common import distributed
 from train.common.console import say, warn
 from train.common.errors import ConfigError
@@ -50,6 +51,7 @@ from train.model.load import (
 from train.model.tokenizer_training import agree_on_tokenizer
 from train.model.words import word_starts
 from train.outputs.checkpoints import kept_global_batch, resumed_options, saved_world_size
+from train.outputs.facts import Masking, ModelFacts, Packing, RunFacts, Sharding
 from train.outputs.runfiles import RunFiles
 from train.run.budget import TimeBudget
 from train.run.callbacks import CheckpointCompleteMarker, DivergenceGuard, EpochForCollator
@@ -71,8 +73,8 @@ class Prepared:
     head: str  # "masked-only" (train/model/head.py) or "dense"
     head_weights: str | None  # what the pretrained weights lacked of the head (train/model/weights.py), or None
     companions: Path | None  # a pretrained model's files beside its encoder (train/model/companions.py)
-    masking: dict[str, Any]  # the configured rates and the realised one (:func:`batch_facts`)
-    packing: dict[str, Any]  # the padding mode and its efficiency (:func:`batch_facts`)
+    masking: Masking  # the configured rates and the realised one (:func:`batch_facts`)
+    packing: Packing  # the padding mode and its efficiency (:func:`batch_facts`)
     resume: str | None = None  # the checkpoint this rank resumes from (its node's copy)
     budget: TimeBudget | None = None  # the steps planned to a deadline (train/run/budget.py), with time_budget
     sharding: str = "ddp"  # the mode it trains with: ddp or fsdp (MLM_SHARDING, auto decided: train/run/sharding.py)
@@ -91,26 +93,30 @@ class Prepared:
         if kept:
             say(kept)
 
-    def facts(self) -> dict[str, Any]:
-        """What the banner, the logs and the final metrics say about the data."""
+    def facts(self, outputs: str | None = None) -> RunFacts:
+        """What the banner, the logs and run.json say about the data and the model; ``outputs``: where the outputs
+        live, in words (the output location's summary)."""
         corpus = self.corpus
-        return {
-            "dataset_fingerprint": corpus.fingerprint,
-            "train_samples": corpus.train_samples,
-            "eval_samples": corpus.eval_samples,
-            "train_documents": corpus.train_documents,
-            "eval_documents": corpus.eval_documents,
-            "train_real_tokens": corpus.train_real_tokens,
-            "truncation": corpus.truncation,
+        return RunFacts(
+            dataset_fingerprint=corpus.fingerprint,
+            train_samples=corpus.train_samples,
+            eval_samples=corpus.eval_samples,
+            train_documents=corpus.train_documents,
+            eval_documents=corpus.eval_documents,
+            train_real_tokens=corpus.train_real_tokens,
+            truncation=corpus.truncation,
             # what ran: transformers' choice (or MLM_ATTN_IMPLEMENTATION), and the head the loss went through
-            "attention": getattr(self.trainer.model.config, "_attn_implementation", None),
-            "head": self.head,
-            "head_weights": self.head_weights,
-            "masking": self.masking,
-            "packing": self.packing,
-            "resumed_from_ranks": saved_world_size(Path(self.resume)) if self.resume else None,
-            "sharding": {"mode": self.sharding, "choice": self.sharding_choice, "ddp_estimate": self.ddp_estimate},
-        }
+            model=ModelFacts(
+                attention=attn_implementation(self.trainer.model.config),
+                head=self.head,
+                head_weights=self.head_weights,
+            ),
+            masking=self.masking,
+            packing=self.packing,
+            resumed_from_ranks=saved_world_size(Path(self.resume)) if self.resume else None,
+            sharding=Sharding(mode=self.sharding, choice=self.sharding_choice, ddp_estimate=self.ddp_estimate),
+            outputs=outputs,
+        )
 
     def sharding_facts(self) -> dict[str, Any]:
         """The mode and every rank's measured bytes (a collective: every rank calls it, at the end)."""
@@ -227,12 +233,12 @@ def masking_collator(config: Config, tokenizer: Any, model: Any) -> MaskingColla
     job, padding = config.job, Padding(config.job.padding)
     isolate = None
     if padding.isolates:
-        check_isolation(config, model.config, model.config._attn_implementation)
+        check_isolation(config, model.config, attn_implementation(model.config))
         packing.prepare_model(model)
         isolate = functools.partial(
             packing.isolated_inputs,
             config=model.config,
-            attn_implementation=model.config._attn_implementation,
+            attn_implementation=attn_implementation(model.config),
             dtype=model.dtype,
         )
     return MaskingCollator(
@@ -275,7 +281,7 @@ def check_isolation(config: Config, model_config: Any, attn_implementation: str 
         )
 
 
-def batch_facts(config: Config, collator: MaskingCollator, corpus: Corpus) -> tuple[dict[str, Any], dict[str, Any]]:
+def batch_facts(config: Config, collator: MaskingCollator, corpus: Corpus) -> tuple[Masking, Packing]:
     """How the training data is masked and laid out, measured on samples drawn at random (seeded) in training-size
     batches, as the Trainer's shuffled sampler draws them: neighbouring lines of a file tend to be alike in length,
     so the first ones would overstate a padded layout's efficiency (a stream's are not read twice: its evaluation
@@ -289,18 +295,18 @@ def batch_facts(config: Config, collator: MaskingCollator, corpus: Corpus) -> tu
     drawn = random.Random(config.training.seed).sample(range(len(dataset)), count) if dataset is not None else []
     sample = [dataset[i] for i in drawn]
     measured = collator.measure([sample[i : i + size] for i in range(0, len(sample), size)])
-    masking = {
-        "mlm_probability": job.mlm_probability,
-        "eval_mlm_probability": job.eval_mlm_probability or job.mlm_probability,
-        "whole_word_mask": job.whole_word_mask,
-        "realised": _rounded(measured["realised"]),
-        "realised_on_samples": len(sample),
-    }
-    layout = {
-        "padding": job.padding,
-        "documents_apart": Padding(job.padding).isolates,
-        "efficiency": _rounded(measured["efficiency"]),
-    }
+    masking = Masking(
+        mlm_probability=job.mlm_probability,
+        eval_mlm_probability=job.eval_mlm_probability or job.mlm_probability,
+        whole_word_mask=job.whole_word_mask,
+        realised=_rounded(measured["realised"]),
+        realised_on_samples=len(sample),
+    )
+    layout = Packing(
+        padding=job.padding,
+        documents_apart=Padding(job.padding).isolates,
+        efficiency=_rounded(measured["efficiency"]),
+    )
     return masking, layout
 
 

@@ -39,7 +39,7 @@ from train.data import StreamPosition, no_training_example
 from train.outputs.base import OutputLocation
 from train.outputs.checkpoints import newest_resumable, planned_steps
 from train.outputs.location import output_location
-from train.outputs.record import RunRecord, write_json_atomic
+from train.outputs.record import RecordHooks, RunRecord, write_json_atomic
 from train.outputs.runfiles import CUT_SHORT, step_of
 from train.publish import CARD, publish_run
 from train.run import crash, logs
@@ -105,7 +105,7 @@ def run(config: Config, location: OutputLocation) -> int:
         set_seed(config.training.seed)
         prepared = prepare(config, files, lambda: agreed_resume(location))
         resume = prepared.resume
-        facts = {**prepared.facts(), "outputs": location.summary()}
+        facts = prepared.facts(outputs=location.summary())
         log = logs.attach(prepared.trainer, config, facts, handoff)
         prepared.trainer.add_callback(prepared.stopper)
         prepared.trainer.add_callback(prepared.guard)
@@ -118,7 +118,7 @@ def run(config: Config, location: OutputLocation) -> int:
         live = [lambda: {"quality_curve": log.curve}]
         if budget is not None:
             live.append(lambda: {"time_budget": budget.plan.record()})
-        record = RunRecord(config, files, prepared.facts(), handoff, started, after, live)
+        record = RunRecord(config, files, facts, handoff, started, RecordHooks(after, live))
         take_stream_position(config, prepared, resume)
         metrics = train(config, prepared, resume)
         end_if_diverged(config, prepared, record)
@@ -245,7 +245,7 @@ def finish(
     trackers; a stopped run's model (``cut``) is marked as such in final/, and is neither pushed nor logged: the
     stop's window is short, and a rerun finishes the run."""
     files = record.files
-    record.facts["sharding"] = prepared.sharding_facts()  # collectives: every rank, before rank 0 goes on alone
+    record.measured_sharding = prepared.sharding_facts()  # collectives: every rank, before rank 0 goes on alone
     prepared.trainer.gather_for_save()
     if distributed.is_world_zero():
         write = prepared.write_model if cut is None else functools.partial(write_cut_short, prepared.write_model, cut)

@@ -26,8 +26,9 @@ from train.common.console import jsonable, now, resolve_format
 from train.common.handoff import Handoff, global_batch
 from train.config import Config
 from train.machine.sampler import Sampler
+from train.outputs.facts import RunFacts
 from train.outputs.runfiles import RunFiles
-from train.run.banner import banner, banner_record
+from train.run.banner import TrainStart, banner, banner_record
 from train.run.outcome import real_tokens_per_second
 
 if TYPE_CHECKING:
@@ -99,24 +100,24 @@ class TrainingLog(TrainerCallback):
 
     Throughput is measured between consecutive step ends, leaving out the time spent evaluating and saving, so it
     shows training speed (data loading included). Real tokens per second come from the Trainer's exact count when
-    ``include_num_input_tokens_seen`` is on, otherwise from the dataset's average real tokens per sample
-    (``tokens_per_sample``, which the job knows from tokenization).
+    ``include_num_input_tokens_seen`` is on, otherwise from the dataset's average real tokens per sample (the
+    ``facts``' ``tokens_per_sample``, which the job knows from tokenization). The banner needs ``config`` and the
+    ``facts``.
     """
 
     def __init__(
         self,
         output_dir: str | Path,
         log_format: str,
-        tokens_per_sample: float | None = None,
-        banner_facts: dict[str, Any] | None = None,
+        facts: RunFacts | None = None,
         config: Config | None = None,
         stream: TextIO | None = None,
         handoff: Handoff | None = None,
     ) -> None:
         self.output_dir = Path(output_dir)
         self.log_format = log_format
-        self.tokens_per_sample = tokens_per_sample
-        self.banner_facts = banner_facts
+        self.tokens_per_sample = facts.tokens_per_sample if facts is not None else None
+        self.facts = facts
         self.config = config
         self.stream = stream
         self.handoff = handoff
@@ -147,11 +148,10 @@ class TrainingLog(TrainerCallback):
         if not state.is_world_process_zero:
             return
         self.gpus.start()
-        if self.config is not None and self.banner_facts is not None:
-            facts = dict(self.banner_facts)
-            facts.update(max_steps=state.max_steps, world_size=args.world_size, start_step=state.global_step)
-            append_record(self.output_dir, banner_record(self.config, facts, self.handoff))
-            text = banner(self.config, facts, self.handoff)
+        if self.config is not None and self.facts is not None:
+            start = TrainStart(max_steps=state.max_steps, world_size=args.world_size, start_step=state.global_step)
+            append_record(self.output_dir, banner_record(self.config, self.facts, self.handoff, start))
+            text = banner(self.config, self.facts, self.handoff, start)
             print(text, file=self.stream or sys.stdout, flush=True)
 
     def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
@@ -284,45 +284,13 @@ def configure_console(config: Config) -> str:
     return log_format
 
 
-def callbacks(
-    config: Config, facts: dict[str, Any] | None = None, handoff: Handoff | None = None
-) -> list[TrainerCallback]:
-    """Our logging callbacks for this rank. ``facts``: train_samples, eval_samples, train_real_tokens (what the
-    job's data preparation counted); without them the banner is skipped and tokens/s needs the Trainer's count."""
-    facts = facts or {}
+def callbacks(config: Config, facts: RunFacts | None = None, handoff: Handoff | None = None) -> list[TrainerCallback]:
+    """Our logging callbacks for this rank. ``facts``: what the job's data preparation counted (train_samples,
+    eval_samples, train_real_tokens, ...); without them the banner is skipped and tokens/s needs the Trainer's
+    count."""
     log_format = resolve_format(config.job.log_format)
-    output_dir = config.training.output_dir
-    tokens_per_sample = None
-    if facts.get("train_samples") and facts.get("train_real_tokens"):
-        tokens_per_sample = facts["train_real_tokens"] / facts["train_samples"]
-    banner_facts = {
-        k: facts[k]
-        for k in (
-            "train_samples",
-            "eval_samples",
-            "train_documents",
-            "eval_documents",
-            "train_real_tokens",
-            "truncation",
-            "attention",
-            "head",
-            "head_weights",
-            "masking",
-            "packing",
-            "sharding",
-            "resumed_from_ranks",
-        )
-        if k in facts
-    }
     found: list[TrainerCallback] = [
-        TrainingLog(
-            output_dir,
-            log_format,
-            tokens_per_sample=tokens_per_sample,
-            banner_facts=banner_facts if facts else None,
-            config=config,
-            handoff=handoff,
-        )
+        TrainingLog(config.training.output_dir, log_format, facts=facts, config=config, handoff=handoff)
     ]
     if bars_drawn(log_format) and not config.training.disable_tqdm:
         found.append(QuietProgress())
@@ -330,7 +298,7 @@ def callbacks(
 
 
 def attach(
-    trainer: Trainer, config: Config, facts: dict[str, Any] | None = None, handoff: Handoff | None = None
+    trainer: Trainer, config: Config, facts: RunFacts | None = None, handoff: Handoff | None = None
 ) -> TrainingLog:
     """Replace the Trainer's console output with ours and route TensorBoard events to ``output_dir/logs``; the
     log it adds (whose evaluations run.json keeps as the quality curve).

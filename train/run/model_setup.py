@@ -37,6 +37,7 @@ import torch.distributed as dist
 from torch.distributed.checkpoint.state_dict import StateDictOptions, set_model_state_dict
 from transformers import AutoModelForMaskedLM, TrainingArguments
 
+from train.borrowed.transformers_models import attn_implementation
 from train.common import distributed
 from train.common.console import first_few, warn
 from train.common.errors import ConfigError
@@ -180,7 +181,7 @@ def _on_meta(model_config: Any) -> Any:
     """The architecture of rank 0's model without storage: its config says the dtype and attention it was loaded
     with (from_config keeps both)."""
     with torch.device("meta"):
-        return AutoModelForMaskedLM.from_config(model_config, attn_implementation=model_config._attn_implementation)
+        return AutoModelForMaskedLM.from_config(model_config, attn_implementation=attn_implementation(model_config))
 
 
 def _tensors(model: Any) -> list[tuple[str, tuple[int, ...], str, bool]]:

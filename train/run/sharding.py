@@ -19,11 +19,9 @@ from __future__ import annotations
 import contextlib
 import os
 import resource
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import safetensors.torch
 import torch
 import torch.distributed as dist
 import torch.distributed.checkpoint as dcp
@@ -39,8 +37,9 @@ from torch.distributed.fsdp import FSDPModule, MixedPrecisionPolicy, fully_shard
 from torch.distributed.tensor import DTensor
 from transformers import TrainerCallback
 from transformers.modeling_layers import GradientCheckpointingLayer
-from transformers.trainer import OPTIMIZER_NAME, SAFE_WEIGHTS_NAME, SCHEDULER_NAME
+from transformers.trainer import OPTIMIZER_NAME, SCHEDULER_NAME
 
+from train.borrowed.accelerate import give_no_sync, leave_unwrapped
 from train.common import distributed
 from train.common.errors import ConfigError
 from train.common.safe_dcp import SafeFileSystemReader, SafeFileSystemWriter, SafeLoadPlanner
@@ -50,7 +49,7 @@ from train.run.trainer import MLMTrainer
 
 FULL = StateDictOptions(full_state_dict=True, cpu_offload=True)  # gathered on rank 0, plain CPU tensors
 OPTIMIZER_DIR = "optimizer_dcp"  # in a checkpoint: .metadata, .metadata.pt and each rank's __<rank>_0.distcp
-MODEL_DIR = SHARDED_WEIGHTS  # the same for the weights (checkpoints written before it hold a full model.safetensors)
+MODEL_DIR = SHARDED_WEIGHTS  # the same for the weights: an fsdp checkpoint's only copy of them
 
 
 def check_sharding(config: Config, mode: str | None = None) -> None:
@@ -127,26 +126,29 @@ def _local(tensor: torch.Tensor) -> torch.Tensor:
 class ShardedTrainer(MLMTrainer):
     """The job's Trainer for a model already sharded by :func:`shard_model` (transformers 5.24, accelerate 1.15).
 
-    * ``_is_accelerate_prepared``: ``accelerator.prepare`` returns such a model as it is (accelerator.py:1806);
+    * ``accelerator.prepare`` returns such a model as it is (train/borrowed/accelerate.py ``leave_unwrapped``);
       without it CPU ranks wrap the DTensor model in DDP, which fails, and GPU ranks raise.
-    * ``no_sync``: the Trainer's gradient accumulation asks the model for it (accelerator.py:1173): FSDP2 then skips
-      the reduce-scatter of all but the last micro-batch.
+    * ``no_sync``: the Trainer's gradient accumulation asks the model for it (train/borrowed/accelerate.py
+      ``give_no_sync``): FSDP2 then skips the reduce-scatter of all but the last micro-batch.
     * ``create_optimizer`` reshards first: an evaluation leaves the root unit's parameters unsharded.
-    * ``save_model``: a checkpoint's weights as each rank's shard through torch.distributed.checkpoint (the Trainer
-      calls ``save_model`` on every rank there); final/'s with save_pretrained, from the full weights every rank
-      gathered (:meth:`gather_for_save`, a collective): save_pretrained cannot save DTensors ("invalid python
-      storage").
+    * ``save_checkpoint_model``: a checkpoint's weights as each rank's shard through torch.distributed.checkpoint
+      (the Trainer calls ``save_model`` on every rank there); final/'s with save_pretrained (``save_weights``),
+      from the full weights every rank gathered (:meth:`gather_for_save`, a collective): save_pretrained cannot
+      save DTensors ("invalid python storage").
     * the optimizer: each rank's shard through torch.distributed.checkpoint (the Trainer torch.save-s rank 0's
       shard as if it were the whole state), loaded with the pickle-free reader.
-    * ``_load_from_checkpoint``: each rank's shard of the weights through torch.distributed.checkpoint (the
+    * ``load_from_checkpoint``: each rank's shard of the weights through torch.distributed.checkpoint (the
       Trainer's ``load_state_dict`` fails: "aten.copy_.default got mixed torch.Tensor and DTensor").
+
+    The Trainer's private methods these replace are overridden in train/borrowed/transformers_trainer.py
+    (``TrainerOverrides``), which calls the public-named hooks implemented here.
     """
 
     def __init__(self, model: torch.nn.Module, *args: Any, **kwargs: Any) -> None:
         if not isinstance(model, FSDPModule):
             raise TypeError("ShardedTrainer takes a model sharded by shard_model")
-        model._is_accelerate_prepared = True
-        model.no_sync = _no_sync(model)
+        leave_unwrapped(model)
+        give_no_sync(model)
         self._gathered: dict[str, torch.Tensor] | None = None
         super().__init__(model, *args, **kwargs)
 
@@ -170,27 +172,25 @@ class ShardedTrainer(MLMTrainer):
                     full[other] = full[names[0]]
         self._gathered = full
 
-    def save_model(self, output_dir: str | None = None, _internal_call: bool = False) -> None:
-        """final/ (``gather_for_save`` ran on every rank): the consolidated model. A checkpoint (every rank is here):
-        each rank writes its shard of the weights, and rank 0 the config, tokenizer and arguments beside them."""
-        if not _internal_call:
-            super().save_model(output_dir, _internal_call)
-            return
+    def save_checkpoint_model(self, output_dir: str | None) -> None:
+        """A checkpoint (every rank is here): each rank writes its shard of the weights, and rank 0 the config,
+        tokenizer and arguments beside them. (final/, once ``gather_for_save`` ran on every rank, is the
+        consolidated model: :meth:`save_weights`.)"""
         directory = Path(output_dir or self.args.output_dir)
         state = {"model": get_model_state_dict(self.model)}
         dcp.save(state, storage_writer=SafeFileSystemWriter(directory / MODEL_DIR))
-        super()._save(str(directory), state_dict={})  # the config, tokenizer and arguments (rank 0 writes them)
+        self.trainer_save(str(directory), state_dict={})  # the config, tokenizer and arguments (rank 0 writes them)
 
     def _inner_optimizer(self) -> torch.optim.Optimizer:
         return getattr(self.optimizer, "optimizer", self.optimizer)  # accelerate's AcceleratedOptimizer wraps it
 
-    def _save_optimizer_and_scheduler(self, output_dir: str) -> None:
+    def save_optimizer_and_scheduler(self, output_dir: str) -> None:
         state = {"optimizer": get_optimizer_state_dict(self.model, self._inner_optimizer())}
         dcp.save(state, storage_writer=SafeFileSystemWriter(Path(output_dir) / OPTIMIZER_DIR))
         if self.args.should_save:
             torch.save(self.lr_scheduler.state_dict(), os.path.join(output_dir, SCHEDULER_NAME))
 
-    def _load_optimizer_and_scheduler(self, checkpoint: str | None) -> None:
+    def load_optimizer_and_scheduler(self, checkpoint: str | None) -> None:
         if checkpoint is None:
             return
         optimizer = self._inner_optimizer()
@@ -201,38 +201,19 @@ class ShardedTrainer(MLMTrainer):
         scheduler = torch.load(os.path.join(checkpoint, SCHEDULER_NAME), weights_only=True)
         self.lr_scheduler.load_state_dict(scheduler)
 
-    def _load_from_checkpoint(self, resume_from_checkpoint: str, model: torch.nn.Module | None = None) -> None:
+    def load_from_checkpoint(self, resume_from_checkpoint: str, model: torch.nn.Module | None = None) -> None:
         model = model or self.model
+        # each rank reads its shard, resharded when the checkpoint had another world size
         sharded = Path(resume_from_checkpoint) / MODEL_DIR
-        if sharded.is_dir():  # each rank reads its shard, resharded when the checkpoint had another world size
-            state = {"model": get_model_state_dict(model)}
-            dcp.load(state, storage_reader=SafeFileSystemReader(sharded), planner=SafeLoadPlanner())
-            set_model_state_dict(model, state["model"])
-            return
-        # Written before model_dcp/: rank 0 reads the full weights and each rank gets its shard of them, one tensor
-        # at a time (train/run/model_setup.py). strict=False: a tied decoder is stored once, under the embeddings'.
-        weights = os.path.join(resume_from_checkpoint, SAFE_WEIGHTS_NAME)
-        loaded = safetensors.torch.load_file(weights, device="cpu") if distributed.is_world_zero() else {}
-        options = StateDictOptions(full_state_dict=True, broadcast_from_rank0=True, strict=False)
-        set_model_state_dict(model, loaded, options=options)
+        state = {"model": get_model_state_dict(model)}
+        dcp.load(state, storage_reader=SafeFileSystemReader(sharded), planner=SafeLoadPlanner())
+        set_model_state_dict(model, state["model"])
 
-    def _save(self, output_dir: str | None = None, state_dict: dict | None = None) -> None:
+    def save_weights(self, output_dir: str | None, state_dict: dict | None) -> None:
         if self._gathered is None:
             raise RuntimeError("ShardedTrainer: gather_for_save must run on every rank before a save")
         gathered, self._gathered = self._gathered, None
-        super()._save(output_dir, state_dict=dict(gathered))  # a copy: save_pretrained empties the dict it gets
-
-
-def _no_sync(model: FSDPModule) -> Any:
-    @contextlib.contextmanager
-    def no_sync() -> Iterator[None]:
-        model.set_requires_gradient_sync(False)
-        try:
-            yield
-        finally:
-            model.set_requires_gradient_sync(True)
-
-    return no_sync
+        super().save_weights(output_dir, dict(gathered))  # a copy: save_pretrained empties the dict it gets
 
 
 class StateBytes(TrainerCallback):

@@ -1,6 +1,9 @@
-"""The Hugging Face Trainer as the job uses it: one subclass, and every workaround that reaches into a private API
-of transformers or torch, each with the version it was written against. When one of those versions moves, this is
-the one file to read.
+"""The Hugging Face Trainer as the job uses it: one subclass (streamed and resumed loaders, evaluation's own masking,
+the scheduler's decay ratio, packed batches' token count, tied weights on resume) and the helpers the job calls on
+it. Whatever of it reaches into a private API of transformers or torch lives in train/borrowed/ (the private
+methods overridden: :class:`~train.borrowed.transformers_trainer.TrainerOverrides`, whose public-named hooks this
+subclass implements), each touch with its version and a canary: when a library moves, read docs/development.md's
+"Upgrading a library".
 """
 
 from __future__ import annotations
@@ -11,20 +14,27 @@ from typing import Any
 
 import datasets
 import torch
-import torch.distributed as dist
 
 # Importing the Trainer imports transformers' integrations, which print "[INFO] Running in WANDB offline mode" on
 # stdout when WANDB_MODE=offline (transformers 5.24): stdout carries only our JSON records, so that goes to stderr.
 with contextlib.redirect_stdout(sys.stderr):
     from transformers import Trainer, TrainingArguments, get_scheduler
 
+from train.borrowed.torch_distributed import set_process_group_timeout
+from train.borrowed.transformers_trainer import (
+    TrainerOverrides,
+    mark_scheduler_created,
+    save_checkpoint_now,
+    tokens_at_session_start,
+    train_batch_size,
+)
 from train.common import distributed
 from train.common.schedules import scheduler_kwargs
 from train.data import ResumedStream, own_loader_state, stream_loader
 from train.run.preemption import leave_signals_to_rank
 
 
-class MLMTrainer(Trainer):
+class MLMTrainer(TrainerOverrides):
     """The Trainer, with data loader workers that leave the stop signals to their rank (train/run/preemption.py), a
     streamed corpus read through its own resumable loader, and no warning for tied weights on resume."""
 
@@ -41,14 +51,14 @@ class MLMTrainer(Trainer):
             optimizer = self.optimizer if optimizer is None else optimizer
             warmup = self.args.get_warmup_steps(num_training_steps)
             self.lr_scheduler = lr_scheduler_for(self.args, num_training_steps, warmup, optimizer, self.decay_ratio)
-            self._created_lr_scheduler = True
+            mark_scheduler_created(self)
         return self.lr_scheduler
 
     def get_train_dataloader(self) -> Any:
         if not isinstance(self.train_dataset, datasets.IterableDataset):
             return leave_signals_to_rank(super().get_train_dataloader())
         # streaming: train/data/stream.py, resumed on another number of ranks: train/data/stream_resume.py
-        args, batch, collate = self.args, self._train_batch_size, self.data_collator
+        args, batch, collate = self.args, train_batch_size(self), self.data_collator
 
         def loader_of(dataset: Any, batch_size: int, workers: int | None = None, collate: Any = collate) -> Any:
             return leave_signals_to_rank(stream_loader(dataset, args, batch_size, collate, workers))
@@ -80,26 +90,25 @@ class MLMTrainer(Trainer):
         """Called on every rank before rank 0 saves the final model: nothing to gather for a whole replica
         (train/run/sharding.py's trainer gathers its shards here)."""
 
-    def _track_num_input_tokens(self, inputs: dict[str, Any]) -> None:
+    def track_num_input_tokens(self, inputs: dict[str, Any]) -> None:
         """The Trainer counts real tokens as ``attention_mask.sum()``: a 4D per-document mask (train/model/packing.py)
         would count positions squared, and ModernBERT's dict of masks has no sum. Those layouts (packed, padding
         free) have no padding position, so every position counts: counting the tokens that are not the pad id, as
-        the Trainer does without a mask, would miss a masked token randomly replaced by the pad token. (Private
-        hook, transformers 5.24.)"""
+        the Trainer does without a mask, would miss a masked token randomly replaced by the pad token."""
         mask = inputs.get("attention_mask")
         if mask is not None and not (isinstance(mask, torch.Tensor) and mask.dim() == 2):
             inputs = {**inputs, "attention_mask": torch.ones_like(inputs["input_ids"])}
-        super()._track_num_input_tokens(inputs)
+        super().track_num_input_tokens(inputs)
 
-    def _issue_warnings_after_load(self, load_result: Any) -> None:
+    def missing_keys_to_report(self, missing: list[str]) -> list[str]:
         """Resuming warns "missing keys: vocab_projector.weight" for a weight tied to the embeddings (safetensors
         stores it once; the Trainer's own exemption only covers ``_keys_to_ignore_on_save``): an expected case,
-        so tied names are left out of the warning and the tie is restored. (Private hook, transformers 5.24.)"""
+        so tied names are left out of the warning and the tie is restored."""
         tied = tied_parameter_names(self.model)
-        if tied & set(load_result.missing_keys):
+        if tied & set(missing):
             self.model.tie_weights()
-            load_result = load_result._replace(missing_keys=[k for k in load_result.missing_keys if k not in tied])
-        super()._issue_warnings_after_load(load_result)
+            return [k for k in missing if k not in tied]
+        return missing
 
 
 def lr_scheduler_for(args: TrainingArguments, total: int, warmup: int, optimizer: Any, decay_ratio: float) -> Any:
@@ -145,17 +154,16 @@ def losses_are_batch_means(trainer: Trainer) -> None:
 
 
 def save_interrupted(trainer: Trainer) -> None:
-    """A checkpoint of the current step, for a stop that came during an evaluation (the Trainer has no public
-    way to save one outside its loop: ``_save_checkpoint``, transformers 5.24; every rank calls this, as the
-    Trainer's own save needs)."""
-    trainer._save_checkpoint(trainer.model_wrapped, trial=None)
+    """A checkpoint of the current step, for a stop that came during an evaluation (every rank calls this, as the
+    Trainer's own save needs), and the callbacks told of it."""
+    save_checkpoint_now(trainer)
     trainer.control = trainer.callback_handler.on_save(trainer.args, trainer.state, trainer.control)
 
 
 def tokens_seen_this_session(trainer: Trainer) -> int:
     """Real tokens the Trainer counted since this process started training (a resumed run's count starts at the
-    checkpoint's; ``_initial_num_input_tokens_seen`` is where the Trainer keeps that start, transformers 5.24)."""
-    return trainer.state.num_input_tokens_seen - getattr(trainer, "_initial_num_input_tokens_seen", 0)
+    checkpoint's)."""
+    return trainer.state.num_input_tokens_seen - tokens_at_session_start(trainer)
 
 
 def apply_ddp_timeout(training: TrainingArguments) -> None:
@@ -163,6 +171,6 @@ def apply_ddp_timeout(training: TrainingArguments) -> None:
 
     TrainingArguments starts the process group while it is built, and passes ddp_timeout to accelerate only on
     the GPU path (transformers 5.24, ``_setup_devices``): with ``use_cpu`` gloo keeps its 30-minute default
-    whatever MLM_DDP_TIMEOUT says. torch can change a started group's timeout (``_set_pg_timeout``, torch 2.13)."""
+    whatever MLM_DDP_TIMEOUT says."""
     if training.use_cpu and distributed.initialized():
-        dist.distributed_c10d._set_pg_timeout(training.ddp_timeout_delta)
+        set_process_group_timeout(training.ddp_timeout_delta)

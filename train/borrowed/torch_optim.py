@@ -1,0 +1,29 @@
+"""What we borrow from torch's learning-rate schedulers (torch 2.15, ``torch/optim/lr_scheduler.py``): the
+functions inside a ``LambdaLR``. No import of torch here: the report (train/report/schedule.py) reads a run's
+logs without it."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from train.borrowed.touch import borrows
+
+
+@borrows("torch", "2.15", "optim/lr_scheduler.py LambdaLR.lr_lambdas")
+def lr_functions(scheduler: Any) -> list[Callable[[int], float]] | None:
+    """A ``LambdaLR``'s learning-rate multipliers, one per parameter group, as functions of the step (torch 2.15,
+    ``torch/optim/lr_scheduler.py``, the attribute ``LambdaLR.lr_lambdas`` that ``get_lr`` calls); None for a
+    scheduler that has none. transformers builds every step schedule as a LambdaLR and exposes no function of the
+    step: the report draws the schedule from it, the time budget reads and rebuilds it."""
+    return getattr(scheduler, "lr_lambdas", None)
+
+
+@borrows("torch", "2.15", "optim/lr_scheduler.py LambdaLR.lr_lambdas, LambdaLR.get_lr")
+def replace_lr_functions(scheduler: Any, functions: Sequence[Callable[[int], float]]) -> None:
+    """Make the live ``LambdaLR`` follow ``functions`` from its next step on (torch 2.15,
+    ``torch/optim/lr_scheduler.py``: ``LambdaLR.get_lr`` calls ``self.lr_lambdas[i](self.last_epoch)`` at each
+    step). The time budget re-plans mid-run: the Trainer built its scheduler (through accelerate's wrapper) before
+    the plan existed, ``create_scheduler`` runs once, callbacks cannot swap the Trainer's scheduler, and a new one
+    would lose the step count the checkpoints record. Neither torch nor transformers can re-plan a live one."""
+    scheduler.lr_lambdas = list(functions)

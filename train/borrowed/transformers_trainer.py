@@ -1,0 +1,151 @@
+"""What we borrow from transformers' Trainer (transformers 5.25, ``transformers/trainer.py``): the private methods
+our Trainer subclasses override, each turned into a public-named hook by :class:`TrainerOverrides`, and the private
+attributes and methods the job reads, sets or calls on a Trainer."""
+
+from __future__ import annotations
+
+import contextlib
+import sys
+from typing import Any
+
+from train.borrowed.touch import borrows
+
+# Importing the Trainer imports transformers' integrations, which print "[INFO] Running in WANDB offline mode" on
+# stdout when WANDB_MODE=offline (transformers 5.25): stdout carries only our JSON records, so that goes to stderr.
+with contextlib.redirect_stdout(sys.stderr):
+    from transformers import Trainer
+
+
+class TrainerOverrides(Trainer):
+    """The Trainer with each private method our subclasses override (train/run/trainer.py, train/run/sharding.py)
+    handed to a public-named hook. The hook is the private method's name without its underscore (``_save`` ->
+    :meth:`save_weights`, the one exception) and does what the Trainer does by default; a subclass overrides the
+    hook and calls ``super().<hook>(...)`` for the Trainer's own behaviour. transformers 5.25 has no public
+    extension point for any of them: they are where the Trainer counts tokens, reports a checkpoint's keys, and
+    writes and reads a checkpoint's weights and optimizer."""
+
+    @borrows("transformers", "5.25", "trainer.py Trainer._track_num_input_tokens")
+    def _track_num_input_tokens(self, inputs: dict[str, Any]) -> None:
+        """The Trainer counts real tokens here at every step (transformers 5.25, ``trainer.py``,
+        ``Trainer._track_num_input_tokens``, called from the training loop): our count of a packed batch's tokens
+        replaces its ``attention_mask.sum()``. No public hook sees a batch's inputs before they are counted."""
+        self.track_num_input_tokens(inputs)
+
+    def track_num_input_tokens(self, inputs: dict[str, Any]) -> None:
+        """Hook: count ``inputs``' tokens into ``state.num_input_tokens_seen`` (the Trainer's count)."""
+        super()._track_num_input_tokens(inputs)
+
+    @borrows("transformers", "5.25", "trainer.py Trainer._issue_warnings_after_load")
+    def _issue_warnings_after_load(self, load_result: Any) -> None:
+        """The Trainer warns of a checkpoint's missing and unexpected keys here after loading its weights
+        (transformers 5.25, ``trainer.py``, ``Trainer._issue_warnings_after_load``; ``load_result`` is torch's
+        ``IncompatibleKeys`` named tuple): the keys a subclass expects to be missing are left out of the warning
+        (:meth:`missing_keys_to_report`). The Trainer's own exemption (``_keys_to_ignore_on_save``) is not
+        configurable, and no public hook sees the load result."""
+        missing = list(load_result.missing_keys)
+        kept = self.missing_keys_to_report(missing)
+        if kept != missing:
+            load_result = load_result._replace(missing_keys=kept)
+        super()._issue_warnings_after_load(load_result)
+
+    def missing_keys_to_report(self, missing: list[str]) -> list[str]:
+        """Hook: of a loaded checkpoint's ``missing`` keys, those worth a warning (all of them by default); it may
+        repair the model for the others (tie its weights)."""
+        return missing
+
+    @borrows("transformers", "5.25", "trainer.py Trainer.save_model(_internal_call=True)")
+    def save_model(self, output_dir: str | None = None, _internal_call: bool = False) -> None:
+        """A checkpoint's weights are saved through ``save_model(output_dir, _internal_call=True)`` on every rank
+        (transformers 5.25, ``trainer.py``, ``Trainer._save_checkpoint``), the final model with the public call:
+        the private flag is the only way to tell them apart, and :meth:`save_checkpoint_model` gets the first."""
+        if _internal_call:
+            self.save_checkpoint_model(output_dir)
+        else:
+            super().save_model(output_dir, _internal_call)
+
+    def save_checkpoint_model(self, output_dir: str | None) -> None:
+        """Hook: a checkpoint's weights (and config, tokenizer, arguments) into ``output_dir`` (the Trainer's)."""
+        super().save_model(output_dir, _internal_call=True)
+
+    @borrows("transformers", "5.25", "trainer.py Trainer._save")
+    def _save(self, output_dir: str | None = None, state_dict: dict | None = None) -> None:
+        """Where every save of the Trainer's ends: ``save_pretrained`` of the model with ``state_dict``, the
+        tokenizer and the training arguments (transformers 5.25, ``trainer.py``, ``Trainer._save``, called from
+        ``save_model``). A sharded model hands its gathered weights here (:meth:`save_weights`): ``save_model``
+        takes no state dict."""
+        self.save_weights(output_dir, state_dict)
+
+    def save_weights(self, output_dir: str | None, state_dict: dict | None) -> None:
+        """Hook: write the model (``state_dict`` when given), tokenizer and arguments (the Trainer's ``_save``)."""
+        self.trainer_save(output_dir, state_dict)
+
+    def trainer_save(self, output_dir: str | None, state_dict: dict | None) -> None:
+        """The Trainer's own ``_save``, whatever a subclass's :meth:`save_weights` does."""
+        super()._save(output_dir, state_dict=state_dict)
+
+    @borrows("transformers", "5.25", "trainer.py Trainer._load_from_checkpoint")
+    def _load_from_checkpoint(self, resume_from_checkpoint: str, model: Any = None) -> None:
+        """The Trainer loads a resumed checkpoint's weights here (transformers 5.25, ``trainer.py``,
+        ``Trainer._load_from_checkpoint``, called from ``train``): a sharded model reads its shards through
+        torch.distributed.checkpoint instead. ``train(resume_from_checkpoint=...)`` has no loader to hand in."""
+        self.load_from_checkpoint(resume_from_checkpoint, model)
+
+    def load_from_checkpoint(self, resume_from_checkpoint: str, model: Any = None) -> None:
+        """Hook: load the weights of the checkpoint at ``resume_from_checkpoint`` into ``model`` (the Trainer's)."""
+        super()._load_from_checkpoint(resume_from_checkpoint, model)
+
+    @borrows("transformers", "5.25", "trainer.py Trainer._save_optimizer_and_scheduler")
+    def _save_optimizer_and_scheduler(self, output_dir: str) -> None:
+        """The Trainer writes a checkpoint's optimizer and scheduler state here (transformers 5.25, ``trainer.py``,
+        ``Trainer._save_optimizer_and_scheduler``, called from ``_save_checkpoint``): rank 0's ``torch.save`` of a
+        sharded optimizer would keep one shard. No public option says how the optimizer is saved."""
+        self.save_optimizer_and_scheduler(output_dir)
+
+    def save_optimizer_and_scheduler(self, output_dir: str) -> None:
+        """Hook: write the optimizer's and the scheduler's state into ``output_dir`` (the Trainer's)."""
+        super()._save_optimizer_and_scheduler(output_dir)
+
+    @borrows("transformers", "5.25", "trainer.py Trainer._load_optimizer_and_scheduler")
+    def _load_optimizer_and_scheduler(self, checkpoint: str | None) -> None:
+        """The Trainer reads a resumed checkpoint's optimizer and scheduler state here (transformers 5.25,
+        ``trainer.py``, ``Trainer._load_optimizer_and_scheduler``, called from ``train``): the counterpart of
+        :meth:`_save_optimizer_and_scheduler`, with no public way in either."""
+        self.load_optimizer_and_scheduler(checkpoint)
+
+    def load_optimizer_and_scheduler(self, checkpoint: str | None) -> None:
+        """Hook: read the optimizer's and the scheduler's state of ``checkpoint`` (the Trainer's)."""
+        super()._load_optimizer_and_scheduler(checkpoint)
+
+
+@borrows("transformers", "5.25", "trainer.py Trainer._save_checkpoint")
+def save_checkpoint_now(trainer: Trainer) -> None:
+    """A checkpoint of the current step, as the training loop saves one (transformers 5.25, ``trainer.py``,
+    ``Trainer._save_checkpoint(model, trial)``): for a stop that came during an evaluation, outside the loop's own
+    save. Every rank calls it, as the Trainer's save needs. The Trainer has no public way to save a checkpoint
+    (``save_model`` writes the weights alone)."""
+    trainer._save_checkpoint(trainer.model_wrapped, trial=None)
+
+
+@borrows("transformers", "5.25", "trainer.py Trainer._initial_num_input_tokens_seen")
+def tokens_at_session_start(trainer: Trainer) -> int:
+    """The real tokens counted before this process started training: a resumed checkpoint's count, 0 otherwise
+    (transformers 5.25, ``trainer.py``, ``Trainer._initial_num_input_tokens_seen``, set in ``_inner_training_loop``
+    and read by ``log`` for its own per-session figure). Not exposed publicly; 0 before training."""
+    return getattr(trainer, "_initial_num_input_tokens_seen", 0)
+
+
+@borrows("transformers", "5.25", "trainer.py Trainer._train_batch_size")
+def train_batch_size(trainer: Trainer) -> int:
+    """The per-device batch size the Trainer's loader uses (transformers 5.25, ``trainer.py``,
+    ``Trainer._train_batch_size``: ``args.train_batch_size``, lowered by ``auto_find_batch_size``). A streamed
+    corpus builds its own loader with it; there is no public attribute for it."""
+    return trainer._train_batch_size
+
+
+@borrows("transformers", "5.25", "trainer.py Trainer._created_lr_scheduler")
+def mark_scheduler_created(trainer: Trainer) -> None:
+    """Tell the Trainer its scheduler was created by ``create_scheduler`` (transformers 5.25, ``trainer.py``,
+    ``Trainer.create_scheduler`` sets ``_created_lr_scheduler``; ``_prepare_for_training`` then drops the scheduler
+    before another ``train`` call builds it again for its steps). Our ``create_scheduler`` builds its own scheduler
+    (train/run/trainer.py): the flag is private and has no public setter."""
+    trainer._created_lr_scheduler = True
