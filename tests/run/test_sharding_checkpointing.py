@@ -1,4 +1,4 @@
-"""Activation checkpointing (the Trainer's ``gradient_checkpointing``) under MLM_SHARDING=fsdp: transformers 5.24
+"""Activation checkpointing (the Trainer's ``gradient_checkpointing``) under MLM_SHARDING=fsdp: transformers 5.25
 checkpoints a layer's ``forward`` inside FSDP2's hooks (``GradientCheckpointingLayer``), so the backward pass
 recomputes each sharded layer and the gradients are the same as without it. One gloo rank in a child process (a
 process group in the test process would outlive the test)."""

@@ -1,4 +1,4 @@
-"""Loading a DCP checkpoint without unpickling anything that could run code (torch 2.13): a checkpoint the run
+"""Loading a DCP checkpoint without unpickling anything that could run code (torch 2.15): a checkpoint the run
 reads is data (train/common/untrusted.py); torch has no safe reader (pytorch#189308, open).
 
 dcp.load reads two things through pickle besides the tensors (which FileSystemReader.read_data already loads with
@@ -35,7 +35,7 @@ from torch.serialization import safe_globals
 
 from train.borrowed.torch_distributed import metadata_private_classes, set_element
 
-# What a .metadata written by torch 2.13's FileSystemWriter holds (listed from the files it wrote).
+# What a .metadata written by torch 2.15's FileSystemWriter holds (listed from the files it wrote).
 METADATA_CLASSES = [
     Metadata, MetadataIndex, StorageMeta, TensorProperties, TensorStorageMetadata, ChunkStorageMetadata,
     BytesStorageMetadata, *metadata_private_classes(),

@@ -12,7 +12,7 @@ from transformers.trainer_pt_utils import safe_globals
 
 from train.common.errors import first_line
 
-# torch's words when its restricted unpickler refuses a file (torch 2.13, torch/serialization.py).
+# torch's words when its restricted unpickler refuses a file (torch 2.15, torch/serialization.py).
 SAFE_LOAD_REFUSED = "Weights only load failed"
 
 

@@ -33,7 +33,7 @@ class _SchemaParser(FieldHookParser):
 
     @staticmethod
     def argparse_field(field: dataclasses.Field[Any]) -> dataclasses.Field[Any]:
-        # transformers 5.24 passes every metadata key to add_argument, which refuses a "bound": hand it a copy of
+        # transformers 5.25 passes every metadata key to add_argument, which refuses a "bound": hand it a copy of
         # the field without one (the class keeps its own, for validation).
         if BOUND in field.metadata:
             field = copy.copy(field)
@@ -44,7 +44,7 @@ class _SchemaParser(FieldHookParser):
 def tokens_seen_mode(value: str) -> str:
     """``include_num_input_tokens_seen`` read as TrainingArguments.__post_init__ reads it: all, non_padding or no,
     a boolean meaning all or no. The field is typed ``str | bool``, which HfArgumentParser turns into a bool
-    option, so ``non_padding`` could not be given at all (transformers 5.24: "Truthy value expected")."""
+    option, so ``non_padding`` could not be given at all (transformers 5.25: "Truthy value expected")."""
     lowered = value.lower()
     if lowered in TOKENS_SEEN_MODES:
         return lowered

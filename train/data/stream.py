@@ -158,7 +158,7 @@ def stream_loader(
     """A StatefulDataLoader over a rank's stream, with the Trainer's batch size, collator and workers (``workers``:
     the number a saved position was written with). Not passed through accelerate's prepare, which would split the
     stream across ranks a second time."""
-    # torchdata 0.11 calls torch.set_vital, which torch 2.13 deprecates: a warning per loader, ours to silence.
+    # torchdata 0.11 calls torch.set_vital, which torch 2.15 deprecates: a warning per loader, ours to silence.
     warnings.filterwarnings("ignore", message="'set_vital' is deprecated", category=UserWarning)
     if workers is None:
         workers = min(args.dataloader_num_workers, max(dataset.num_shards, 1))  # a worker per file at most

@@ -63,7 +63,7 @@ def decide_use_cpu(use_cpu: bool, source: str | None, cpu_mode: bool) -> tuple[t
     """The decision flags for ``use_cpu`` in CPU mode, or the warning when the user turned it off there.
 
     accelerate wraps CPU ranks in DDP only with use_cpu: without it every rank trains its own copy of the model on
-    its shard and gradients are never averaged (transformers 5.24 / accelerate 1.15)."""
+    its shard and gradients are never averaged (transformers 5.25 / accelerate 1.16)."""
     if not cpu_mode or use_cpu:
         return (), None
     if source is not None:

@@ -35,7 +35,7 @@ from train.common.errors import ConfigError
 PADDING = -1  # the document id of padding tokens
 
 # Per model type, the attention implementations verified (tests/test_packing.py) to keep documents apart with the
-# inputs built here. transformers 5.24 source, models/<type>/modeling_<type>.py: every one of these builds its
+# inputs built here. transformers 5.25 source, models/<type>/modeling_<type>.py: every one of these builds its
 # mask with create_bidirectional_mask (a 4D mask passes as is) and passes **kwargs down to the attention function,
 # except where noted.
 _VARLEN = ("flash_attention_2", "flash_attention_3", "flash_attention_4")

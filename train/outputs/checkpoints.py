@@ -61,7 +61,7 @@ TORCH_SUFFIXES = (".pt", ".pth", ".bin")
 
 
 # The Trainer's RNG state: rng_state.pth with one process, rng_state_<process index>.pth with several; each rank
-# writes its own (transformers 5.24, Trainer._save_rng_state), every other file of a checkpoint is world rank 0's.
+# writes its own (transformers 5.25, Trainer._save_rng_state), every other file of a checkpoint is world rank 0's.
 RNG_STATE = re.compile(r"^rng_state(?:_(\d+))?\.pth$")
 # A sharded optimizer (MLM_SHARDING=fsdp, train/run/sharding.py): torch.distributed.checkpoint writes each rank's
 # shard as __<rank>_0.distcp; its .metadata and .metadata.pt are the coordinator's (world rank 0).

@@ -22,12 +22,12 @@ from train.common.errors import (
 )
 from train.outputs.runfiles import RunFiles
 
-# torch 2.13, torch/utils/data: the C++ SIGCHLD check, and the Python side's timeout on a dead worker.
+# torch 2.15, torch/utils/data: the C++ SIGCHLD check, and the Python side's timeout on a dead worker.
 _WORKER_KILLED = re.compile(r"DataLoader worker \(pid ([0-9]+)\) is killed by signal: ([^.]+)")
 _WORKER_EXITED = re.compile(r"DataLoader worker \(pid\(s\) ([0-9, ]+)\) exited unexpectedly")
 
 
-# gloo (torch 2.13): "Application timeout caused pair closure", "Timed out waiting 10000ms for recv operation";
+# gloo (torch 2.15): "Application timeout caused pair closure", "Timed out waiting 10000ms for recv operation";
 # NCCL's watchdog: "Watchdog caught collective operation timeout".
 _COLLECTIVE_TIMEOUT = re.compile(r"timeout caused pair closure|timed out waiting|collective operation timeout", re.I)
 

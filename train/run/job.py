@@ -196,7 +196,7 @@ def end_if_diverged(config: Config, prepared: Prepared, record: RunRecord) -> No
 
 def end_if_nothing_trained(config: Config, prepared: Prepared, record: RunRecord, resume: str | None) -> None:
     """A stream that gave no training example is exit 2, not an untrained model published as finished: the
-    Trainer only warns and ends the epoch (transformers 5.24). check_stream_parts refuses a stream that has
+    Trainer only warns and ends the epoch (transformers 5.25). check_stream_parts refuses a stream that has
     nothing for some rank before training, reading each part from its start; this stays for a resumed run, which
     reads on from where its checkpoint's stream stopped."""
     trainer, start = prepared.trainer, step_of(Path(resume)) if resume else 0

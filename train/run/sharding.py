@@ -1,7 +1,7 @@
 """FSDP2 (``fully_shard``) under the Trainer: each rank keeps a shard of the weights, gradients and AdamW state
 instead of a whole replica (MLM_SHARDING=fsdp), the same code path on CPU (gloo) and GPU (nccl).
 
-What the libraries lack (transformers 5.24, accelerate 1.15, torch 2.13): accelerate turns FSDP on only for
+What the libraries lack (transformers 5.25, accelerate 1.16, torch 2.15): accelerate turns FSDP on only for
 accelerator distributed types (``accelerate/state.py``: MULTI_CPU is left out), so the Trainer's ``fsdp`` options
 silently train DDP on CPU ranks, and transformers' load-time sharding refuses to resume. So the job shards the model
 itself, as torchtitan does, and hands the Trainer a model it does not wrap again (:class:`ShardedTrainer`).
@@ -124,7 +124,7 @@ def _local(tensor: torch.Tensor) -> torch.Tensor:
 
 
 class ShardedTrainer(MLMTrainer):
-    """The job's Trainer for a model already sharded by :func:`shard_model` (transformers 5.24, accelerate 1.15).
+    """The job's Trainer for a model already sharded by :func:`shard_model` (transformers 5.25, accelerate 1.16).
 
     * ``accelerator.prepare`` returns such a model as it is (train/borrowed/accelerate.py ``leave_unwrapped``);
       without it CPU ranks wrap the DTensor model in DDP, which fails, and GPU ranks raise.

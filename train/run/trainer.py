@@ -16,7 +16,7 @@ import datasets
 import torch
 
 # Importing the Trainer imports transformers' integrations, which print "[INFO] Running in WANDB offline mode" on
-# stdout when WANDB_MODE=offline (transformers 5.24): stdout carries only our JSON records, so that goes to stderr.
+# stdout when WANDB_MODE=offline (transformers 5.25): stdout carries only our JSON records, so that goes to stderr.
 with contextlib.redirect_stdout(sys.stderr):
     from transformers import Trainer, TrainingArguments, get_scheduler
 
@@ -46,7 +46,7 @@ class MLMTrainer(TrainerOverrides):
     def create_scheduler(self, num_training_steps: int, optimizer: Any = None) -> Any:
         """The Trainer's scheduler, with warmup_stable_decay's decay given as a fraction of the steps
         (train/config/recipes.py): transformers takes it only as a number of steps, unknown until training starts.
-        (Replaces ``Trainer.create_scheduler``, transformers 5.24, which does nothing else.)"""
+        (Replaces ``Trainer.create_scheduler``, transformers 5.25, which does nothing else.)"""
         if self.lr_scheduler is None:
             optimizer = self.optimizer if optimizer is None else optimizer
             warmup = self.args.get_warmup_steps(num_training_steps)
@@ -149,7 +149,7 @@ def losses_are_batch_means(trainer: Trainer) -> None:
     """Both heads' MLM losses are means over the micro-batch and ignore ``num_items_in_batch``; without this the
     Trainer neither divides by gradient_accumulation_steps nor leaves the world size out (measured: accumulation
     4 gave a 4x gradient norm and logged loss). ``model_accepts_loss_kwargs`` is the Trainer's own switch for it
-    (an attribute it sets in ``__init__`` from the model's forward signature, transformers 5.24)."""
+    (an attribute it sets in ``__init__`` from the model's forward signature, transformers 5.25)."""
     trainer.model_accepts_loss_kwargs = False
 
 
@@ -170,7 +170,7 @@ def apply_ddp_timeout(training: TrainingArguments) -> None:
     """Give the CPU process group ``ddp_timeout``, as a GPU one gets it.
 
     TrainingArguments starts the process group while it is built, and passes ddp_timeout to accelerate only on
-    the GPU path (transformers 5.24, ``_setup_devices``): with ``use_cpu`` gloo keeps its 30-minute default
+    the GPU path (transformers 5.25, ``_setup_devices``): with ``use_cpu`` gloo keeps its 30-minute default
     whatever MLM_DDP_TIMEOUT says."""
     if training.use_cpu and distributed.initialized():
         set_process_group_timeout(training.ddp_timeout_delta)
