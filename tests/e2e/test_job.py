@@ -4,9 +4,8 @@ from __future__ import annotations
 
 import hashlib
 import json
-import subprocess
-import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
@@ -123,13 +122,15 @@ def test_real_tokens_are_the_trainers_count(finished_run: Path) -> None:
     assert counted == in_data > 0
 
 
-def test_a_finished_final_is_not_overwritten(finished_run: Path) -> None:
+def test_a_finished_final_is_not_overwritten(
+    finished_run: Path, job_in_process: Any, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The rank's own check (the launcher's: tests/test_outputs.py), the job's main() in this process."""
     before = (finished_run / "final" / "model.safetensors").read_bytes()
-    env = tiny_env(finished_run)
-    result = subprocess.run([sys.executable, "-m", "train.run.job"], env=env, cwd=REPO, capture_output=True, text=True)
-    assert result.returncode == 2
-    assert "holds a finished model in final/; set MLM_OVERWRITE_OUTPUT_DIR=true" in result.stderr
-    assert "Traceback" not in result.stderr
+    assert job_in_process(tiny_env(finished_run)) == 2
+    stderr = capsys.readouterr().err
+    assert "holds a finished model in final/; set MLM_OVERWRITE_OUTPUT_DIR=true" in stderr
+    assert "Traceback" not in stderr
     assert (finished_run / "final" / "model.safetensors").read_bytes() == before
 
 
@@ -148,9 +149,10 @@ def test_two_processes_under_torchrun(tmp_path: Path) -> None:
 
 def test_overwrite_means_a_fresh_run(tmp_path: Path) -> None:
     output = tmp_path / "out"
-    env = tiny_env(output, save_strategy="steps", save_steps="3")
+    env = tiny_env(output, save_strategy="steps", save_steps="3", logging_steps="2")
     first = entrypoint(env=env, cwd=REPO)
     assert first.returncode == 0, first.stderr[-3000:]
+    json_stdout_is_one_object_per_line(first.stdout)
     steps = json.loads((output / "checkpoint-5" / "trainer_state.json").read_text())["global_step"]
     env["MLM_OVERWRITE_OUTPUT_DIR"] = "true"
     again = entrypoint(env=env, cwd=REPO)
@@ -162,12 +164,10 @@ def test_overwrite_means_a_fresh_run(tmp_path: Path) -> None:
     assert (output / "final" / "model.safetensors").exists() and not (output / "final.previous").exists()
 
 
-def test_json_stdout_is_one_object_per_line(tmp_path: Path) -> None:
-    """What a log collector reads: every stdout line of a real run parses, and each record appears once."""
-    env = tiny_env(tmp_path / "out", logging_steps="2")  # stdout is a pipe: log_format auto means JSON
-    result = entrypoint(env=env, cwd=REPO)
-    assert result.returncode == 0, result.stderr[-3000:]
-    records = [json.loads(line) for line in result.stdout.splitlines()]  # a blank or text line fails here
+def json_stdout_is_one_object_per_line(stdout: str) -> None:
+    """What a log collector reads of a real run (stdout a pipe: log_format auto means JSON; logging every 2 of its 5
+    steps): every stdout line parses, and each record appears once."""
+    records = [json.loads(line) for line in stdout.splitlines()]  # a blank or text line fails here
     events = [r["event"] for r in records]
     assert events[0] == "banner" and events.count("eval") == 1 and events.count("train_end") == 1
     assert [r["step"] for r in records if r["event"] == "train"] == [2, 4]

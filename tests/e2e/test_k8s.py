@@ -542,16 +542,20 @@ def expected_rendezvous(docs: list[dict]) -> tuple[str, str]:
     return f"{name}-0.{find(docs, 'Service')['metadata']['name']}", "29500"
 
 
-@pytest.mark.slow
 @pytest.mark.parametrize(("overlay", "rank"), NODE_CASES)
-def test_plan_for_each_node(rendered, overlay, rank, tmp_path):
+def test_plan_for_each_node(rendered, overlay, rank, tmp_path, monkeypatch, capsys):
+    """Each node's plan on a node without a GPU, by the launcher in this process (the pod's environment through
+    ./entrypoint.sh: the next test)."""
+    from tests.fakes import no_driver
+    from train.launch import __main__ as launcher
+
+    no_driver(monkeypatch)
     docs = rendered[overlay]
     env = node_environment(docs, rank, tmp_path)
-    # This machine has no GPU: the pods' MLM_REQUIRE_GPU=true would stop the plan (see the next test).
+    # No GPU here: the pods' MLM_REQUIRE_GPU=true would stop the plan (see the next test).
     env["MLM_REQUIRE_GPU"] = "false"
-    done = run_plan(env)
-    assert done.returncode == 0, done.stderr[-3000:]
-    plan = json.loads(done.stdout)
+    assert launcher.main(["plan"], env) == 0
+    plan = json.loads(capsys.readouterr().out)
     options = torchrun_options(plan["command"])
     count = nodes(docs)
     assert options["--nnodes"] == str(count)
@@ -581,7 +585,8 @@ def test_plan_for_each_node(rendered, overlay, rank, tmp_path):
 
 @pytest.mark.slow
 def test_a_gpu_pod_without_a_gpu_stops_with_exit_3(rendered, tmp_path):
-    """MLM_REQUIRE_GPU=true in the pods: a node whose GPU is missing fails the Job at once (podFailurePolicy: 3)."""
+    """MLM_REQUIRE_GPU=true in the pods: a node whose GPU is missing fails the Job at once (podFailurePolicy: 3),
+    the pod's environment through ./entrypoint.sh as the container runs it."""
     env = node_environment(rendered["multi-node-indexed"], 1, tmp_path)
     done = run_plan(env)
     assert done.returncode == EXIT_ENVIRONMENT, done.stderr[-3000:]

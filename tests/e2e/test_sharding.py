@@ -3,7 +3,7 @@ same seed gives the same losses step by step, each rank measures about half of d
 state, and final/ is a consolidated model that loads and fills a mask; a run stopped by SIGTERM resumes from its
 sharded checkpoint and ends with the uninterrupted run's weights bit for bit, and a checkpoint resumed on one rank
 from two and on two from one goes on as the uninterrupted run did, within 2 % (the optimizer's shards resharded by
-torch.distributed.checkpoint; a ddp checkpoint of one rank too); the model matrix trains sharded, BERT's run streamed
+torch.distributed.checkpoint); the model matrix trains sharded, BERT's run streamed
 and evaluated. A pretrained model is loaded by rank 0 alone: the other ranks build it on the meta device and hold
 only their shards."""
 
@@ -176,10 +176,10 @@ def test_fsdp_of_two_ranks_resumes_on_one(tmp_path: Path, whole: Path) -> None:
     continues(went_on["losses"], logged_losses(whole), RESUMED_STEPS)
 
 
-@pytest.mark.parametrize("sharding", ["ddp", "fsdp"])
-def test_a_checkpoint_of_one_rank_resumes_on_two(tmp_path: Path, sharding: str) -> None:
-    """Both modes (ddp's 2 -> 1 is tests/e2e/test_reliability.py's): the weights and the optimizer state of one rank
-    go on on two, the global batch kept."""
+def test_a_checkpoint_of_one_rank_resumes_on_two(tmp_path: Path) -> None:
+    """The weights and the optimizer state of one rank go on on two, resharded, the global batch kept (ddp changes
+    world size in tests/e2e/test_reliability.py, 2 -> 1; the batch rule both ways: tests/test_checkpoints.py)."""
+    sharding = "fsdp"
     alone = tmp_path / "alone"  # the global batch of the two-rank runs: 1 rank x 8 x 2 accumulation steps
     uninterrupted = trained(alone, sharding, ranks=1, gradient_accumulation_steps="2", **SAVING)["losses"]
     went_on = trained(tmp_path / "two", sharding, resume=str(alone / "checkpoint-10"))
