@@ -80,3 +80,14 @@ exit_process(75)
     assert (tmp_path / "atexit.txt").read_text() == "ran"
     assert (tmp_path / "thread.txt").read_text() == "done"
     assert (tmp_path / "buffered.txt").read_text() == "written before exit"
+
+
+def test_a_process_that_loaded_triton_ends_on_its_last_word_not_on_nanobinds_leak_report():
+    """torch 2.15 imports triton with torch._dynamo (transformers 5.25's model loading does): objects frozen at exit
+    are still alive when triton's nanobind bindings are torn down, which then print hundreds of "leaked" lines."""
+    import subprocess
+    import sys
+
+    script = "import sys, triton; from train.common.errors import exit_process; print('last word', file=sys.stderr)"
+    done = subprocess.run([sys.executable, "-c", script + "; exit_process(3)"], capture_output=True, text=True)
+    assert done.returncode == 3 and done.stderr == "last word\n", done.stderr[:500]

@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+from datetime import timedelta
+from types import SimpleNamespace
+
 import torch
+import torch.distributed as dist
 from transformers import DistilBertConfig, DistilBertForMaskedLM
 
-from train.run.trainer import tied_parameter_names
+from train.run.trainer import apply_ddp_timeout, tied_parameter_names
 
 
 def test_tied_weights_are_named_and_nothing_else() -> None:
@@ -36,3 +40,16 @@ def test_evaluation_batches_come_from_the_evaluation_collator(tmp_path) -> None:
 
     assert collator_of(trainer.get_eval_dataloader()) is evaluation
     assert trainer.data_collator is training and collator_of(trainer.get_train_dataloader()) is training
+
+
+def test_a_cpu_process_group_takes_the_ddp_timeout(tmp_path):
+    """TrainingArguments hands ddp_timeout to a GPU group only; apply_ddp_timeout gives it to gloo through torch's
+    public ``set_timeout`` (torch 2.15; it was the private ``_set_pg_timeout``)."""
+    assert not dist.is_initialized(), "a test left a process group behind"
+    dist.init_process_group("gloo", rank=0, world_size=1, store=dist.HashStore())
+    try:
+        apply_ddp_timeout(SimpleNamespace(use_cpu=True, ddp_timeout_delta=timedelta(seconds=77)))
+        backend = dist.distributed_c10d._get_default_group()._get_backend(torch.device("cpu"))
+        assert backend.options._timeout == timedelta(seconds=77)
+    finally:
+        dist.destroy_process_group()

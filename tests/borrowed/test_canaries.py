@@ -16,7 +16,6 @@ import shutil
 import subprocess
 import sys
 from collections.abc import Callable
-from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -356,21 +355,6 @@ def _supports_flash_attention(tmp_path: Path) -> None:
 
 
 # --- torch ------------------------------------------------------------------------------------------------------
-
-
-@canary("torch_distributed.set_process_group_timeout")
-def _set_process_group_timeout(tmp_path: Path) -> None:
-    import torch.distributed as dist
-
-    assert parameters(dist.distributed_c10d._set_pg_timeout) == ["timeout", "group"], "its parameters changed"
-    assert not dist.is_initialized(), "a test left a process group behind"
-    dist.init_process_group("gloo", rank=0, world_size=1, store=dist.HashStore())
-    try:
-        torch_distributed.set_process_group_timeout(timedelta(seconds=77))
-        backend = dist.distributed_c10d._get_default_group()._get_backend(torch.device("cpu"))
-        assert backend.options._timeout == timedelta(seconds=77), "the gloo group kept its timeout"
-    finally:
-        dist.destroy_process_group()
 
 
 @canary("torch_distributed.set_element")

@@ -1,28 +1,17 @@
-"""What we borrow from torch.distributed (torch 2.15): a started process group's timeout, and the private pieces of
-torch.distributed.checkpoint that loading a checkpoint without unpickling needs (train/common/safe_dcp.py).
+"""What we borrow from torch.distributed (torch 2.15): the private pieces of torch.distributed.checkpoint that
+loading a checkpoint without unpickling needs (train/common/safe_dcp.py).
 
 Private names are looked up when a function runs, not at import: a library that drops one fails that touch (and its
 canary), not every import of this module."""
 
 from __future__ import annotations
 
-from datetime import timedelta
 from typing import Any
 
-from torch.distributed import distributed_c10d
 from torch.distributed.checkpoint import filesystem as dcp_filesystem
 from torch.distributed.checkpoint import metadata as dcp_metadata
 
 from train.borrowed.touch import borrows
-
-
-@borrows("torch", "2.15", "distributed/distributed_c10d.py _set_pg_timeout")
-def set_process_group_timeout(timeout: timedelta) -> None:
-    """Give the started default process group ``timeout`` (torch 2.15, ``torch/distributed/distributed_c10d.py``,
-    ``_set_pg_timeout(timeout, group=None)``). TrainingArguments starts the group while it is built and hands
-    ``ddp_timeout`` on only on the GPU path: a CPU (gloo) group keeps its 30-minute default. torch has no public
-    way to change a started group's timeout."""
-    distributed_c10d._set_pg_timeout(timeout)
 
 
 @borrows("torch", "2.15", "distributed/checkpoint/_traverse.py set_element")

@@ -149,9 +149,17 @@ def exit_process(code: int) -> NoReturn:
     here (``python -c "import train.run.job"`` 5.0 s, with ``gc.freeze()`` first 4.1 s). Frozen objects are left to
     the operating system; everything else shutdown does still happens (atexit handlers, threads joined, modules
     cleared), so files, trackers and TensorBoard writers are flushed and closed as before.
+
+    Not once triton is loaded (torch 2.15 imports it with torch._dynamo, which transformers 5.25's model loading
+    imports): its nanobind bindings count the objects still alive when they are torn down, and frozen ones are,
+    so every process would end with hundreds of "nanobind: leaked ..." lines on stderr, after its last word.
     """
-    gc.freeze()
+    if TRITON_BINDINGS not in sys.modules:
+        gc.freeze()
     sys.exit(code)
+
+
+TRITON_BINDINGS = "triton._C.libtriton"  # nanobind bindings: exit_process leaves their objects to be collected
 
 
 # What a killed process most likely met: one rule for a rank's DataLoader worker (train/run/crash.py) and for a

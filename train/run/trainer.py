@@ -14,13 +14,13 @@ from typing import Any
 
 import datasets
 import torch
+import torch.distributed as dist
 
 # Importing the Trainer imports transformers' integrations, which print "[INFO] Running in WANDB offline mode" on
 # stdout when WANDB_MODE=offline (transformers 5.25): stdout carries only our JSON records, so that goes to stderr.
 with contextlib.redirect_stdout(sys.stderr):
     from transformers import Trainer, TrainingArguments, get_scheduler
 
-from train.borrowed.torch_distributed import set_process_group_timeout
 from train.borrowed.transformers_trainer import (
     TrainerOverrides,
     mark_scheduler_created,
@@ -171,6 +171,6 @@ def apply_ddp_timeout(training: TrainingArguments) -> None:
 
     TrainingArguments starts the process group while it is built, and passes ddp_timeout to accelerate only on
     the GPU path (transformers 5.25, ``_setup_devices``): with ``use_cpu`` gloo keeps its 30-minute default
-    whatever MLM_DDP_TIMEOUT says."""
+    whatever MLM_DDP_TIMEOUT says. (torch 2.15 made the change of a started group's timeout public.)"""
     if training.use_cpu and distributed.initialized():
-        set_process_group_timeout(training.ddp_timeout_delta)
+        dist.set_timeout(training.ddp_timeout_delta)
