@@ -289,3 +289,33 @@ def test_a_held_signal_traceback_does_not_hold_back_the_lines_after_it() -> None
     out = sink.getvalue()
     assert b"SignalException" not in out
     assert out.endswith(b"mlm-trainer: stopped by SIGTERM at step 13; checkpoint saved as checkpoint-13 in /out\n")
+
+
+def test_a_chain_of_tracebacks_that_ends_in_the_stop_signal_is_held_back_whole() -> None:
+    """torch 2.15's agent, signalled again while it logs (a logging cache miss, KeyError), prints a chain of
+    tracebacks whose last exception is its SignalException: all of it is torchrun's, none of it news. A chain that
+    ends in another exception is shown whole."""
+    import io
+
+    from train.launch.torchrun import _StderrRelay
+
+    inner = (
+        b"Traceback (most recent call last):\n"
+        b'  File "/usr/lib/python3.11/logging/__init__.py", line 1742, in isEnabledFor\n'
+        b"    return self._cache[level]\n"
+        b"KeyError: 30\n"
+        b"\n"
+        b"During handling of the above exception, another exception occurred:\n"
+        b"\n"
+        b"Traceback (most recent call last):\n"
+        b'  File "api.py", line 1, in _poll\n'
+    )
+    signal = b"torch.distributed.elastic.multiprocessing.api.SignalException: Process 7 got signal: 15\n"
+    after = b"mlm-trainer: exit 75, as the ranks reported (see the line above)\n"
+    for last, shown in ((signal, False), (b"RuntimeError: something else\n", True)):
+        for tail in (after, b""):  # the next line ends the chain, or the end of the output does
+            sink = io.BytesIO()
+            relay = _StderrRelay(sink)
+            relay.feed(b"before\n" + inner + last + tail)
+            relay.finish(drop_report=True)
+            assert sink.getvalue() == b"before\n" + (inner + last if shown else b"") + tail

@@ -176,6 +176,12 @@ def start_torchrun(command: Sequence[str], env: Mapping[str, str]) -> ForkedTorc
 # train/borrowed/torchrun.py). When the ranks exited with a documented code they have already printed the one line
 # a user needs, so both are held back and dropped.
 _TRACEBACK = b"Traceback (most recent call last):"
+# Python's words between the tracebacks of a chain: a stop signal that lands while the agent handles another
+# exception (torch 2.15: a logging call's cache miss, KeyError) ends in a chain whose last exception is the signal's.
+_CHAINED = (
+    b"During handling of the above exception, another exception occurred:",
+    b"The above exception was the direct cause of the following exception:",
+)
 # c10d warns on every connection whose peer has no reverse DNS name, which is the rule in containers and network
 # namespaces ("W... socket.cpp:...] [c10d] The hostname of the client socket cannot be retrieved. err=-3"): news to
 # nobody, and not a JSON line in JSON mode. Dropped (MLM_DEBUG=1 keeps them).
@@ -193,6 +199,7 @@ class _StderrRelay:
         self.held: list[bytes] = []
         self.reporting = False  # inside the agent's failure report: everything up to the exit is part of it
         self.traceback: list[bytes] | None = None  # a traceback being read: shown once it turns out not torchrun's
+        self.exception = b""  # its last exception line so far ("" while a traceback of the chain is still open)
 
     def _line(self, line: bytes) -> None:
         if not self.keep_noise and _NOISE.search(line):
@@ -204,17 +211,27 @@ class _StderrRelay:
             self.reporting = True
             self.held.append(line)
         elif self.traceback is not None:
+            if self.exception and line.strip() and not line.startswith(_TRACEBACK) and line.strip() not in _CHAINED:
+                self._end_traceback()  # the chain ended with the exception line before this one
+                self._line(line)
+                return
             self.traceback.append(line)
-            if not line[:1].isspace() and not line.startswith(_TRACEBACK):  # the exception line ends it
-                block, self.traceback = self.traceback, None
-                if is_agent_signal_exception(line):
-                    self.held += block
-                else:
-                    self.sink.write(b"".join(block))
+            if line.startswith(_TRACEBACK) or line.strip() in _CHAINED:
+                self.exception = b""
+            elif line.strip() and not line[:1].isspace():  # an exception line: the chain may go on after it
+                self.exception = line
         elif line.startswith(_TRACEBACK):
             self.traceback = [line]
         else:
             self.sink.write(line)
+
+    def _end_traceback(self) -> None:
+        """A whole chain of tracebacks: held back when its last exception is the agent's stop signal."""
+        block, self.traceback, last, self.exception = self.traceback or [], None, self.exception, b""
+        if is_agent_signal_exception(last):
+            self.held += block
+        else:
+            self.sink.write(b"".join(block))
 
     def feed(self, chunk: bytes) -> None:
         lines = (self.partial + chunk).split(b"\n")
@@ -231,7 +248,9 @@ class _StderrRelay:
         if self.partial:
             self._line(self.partial)
             self.partial = b""
-        if self.traceback is not None:  # cut off: not a report, show it
+        if self.traceback is not None and self.exception:
+            self._end_traceback()
+        elif self.traceback is not None:  # cut off: not a report, show it
             self.sink.write(b"".join(self.traceback))
         if not drop_report:
             self.sink.write(b"".join(self.held))
