@@ -128,6 +128,13 @@ def test_the_position_is_saved_into_the_checkpoint_and_read_back(tmp_path: Path)
     (files.checkpoint(30) / STREAM_STATE).write_text('{"world_size": 1, "ranks": [{"read": 7}]}')  # whose is it?
     with pytest.raises(ConfigError, match=r"MLM_STREAMING=true: checkpoint-30/stream_state.json is damaged"):
         StreamPosition.load(str(files.checkpoint(30)), 0, 1, "MLM_STREAMING")
+    out_of_range = {"world_size": 1, "ranks": [{**position, "used": -3}]}
+    (files.checkpoint(30) / STREAM_STATE).write_text(json.dumps(out_of_range))
+    with pytest.raises(ConfigError, match=r"damaged \(ranks\[0\]\.used: -3 is not a whole number from 0 to 4\)$"):
+        StreamPosition.load(str(files.checkpoint(30)), 0, 1, "MLM_STREAMING")
+    (files.checkpoint(30) / STREAM_STATE).write_text(json.dumps({"world_size": 2, "ranks": [position]}))
+    with pytest.raises(ConfigError, match=r"as many as its world_size"):
+        StreamPosition.load(str(files.checkpoint(30)), 0, 1, "MLM_STREAMING")
 
 
 def test_a_planted_pickle_never_runs_and_a_damaged_position_is_named(tmp_path: Path) -> None:

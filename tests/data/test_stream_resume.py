@@ -13,7 +13,13 @@ import pytest
 from datasets.distributed import split_dataset_by_node
 
 from train.data.stream import StreamLoader
-from train.data.stream_resume import ResumedStream, own_loader_state, rank_position, redistribute
+from train.data.stream_resume import (
+    ResumedStream,
+    own_loader_state,
+    position_problem,
+    rank_position,
+    redistribute,
+)
 
 EXAMPLES = 96
 STREAM = datasets.Dataset.from_dict({"n": list(range(EXAMPLES))}).to_iterable_dataset(num_shards=4)
@@ -108,3 +114,35 @@ def test_after_the_remainders_the_next_pass_is_the_ranks_own() -> None:
     assert len(remainder) == EXAMPLES - 30
     assert stream.num_workers == 2 and "kind" not in stream.state_dict()  # its own loader's state, and workers
     assert sorted(n for batch in stream for n in numbers(batch)) == list(range(EXAMPLES))  # a whole pass
+
+
+def test_every_saved_position_a_resume_reads_is_in_range_and_a_wrong_one_is_named() -> None:
+    _, saved = first_run(3, batch_size=4, workers=2, steps=2)
+    _, trees = resumed(saved, 2, batch_size=4, steps=1)  # interleave and stride trees, as a checkpoint holds them
+    for position in [*saved, *trees, *(redistribute(saved, r, 5) for r in range(5))]:
+        assert position_problem(position) is None, position
+    rank = saved[1]
+    wrong = {
+        "ranks[0].used: -1 is not a whole number from 0 to 4": {**rank, "used": -1},
+        "ranks[0].used: 5 is not a whole number from 0 to 4": {**rank, "used": 5},
+        "ranks[0].rank: 3 is not a whole number from 0 to 2": {**rank, "rank": 3},
+        "ranks[0].batch_size: '4' is not a whole number from 1": {**rank, "batch_size": "4"},
+        "ranks[0].workers: True is not a whole number from 0": {**rank, "workers": True},
+        "ranks[0].loader: not a data loader's state": {**rank, "loader": [1]},
+        "ranks[0].loader._snapshot._snapshot_step: a count below zero": {
+            **rank, "loader": {**rank["loader"], "_snapshot": {**rank["loader"]["_snapshot"], "_snapshot_step": -2}}
+        },
+        "ranks[0].kind: 'other' is not one of": {**rank, "kind": "other"},
+        "ranks[0].parts: not a list of positions": {"kind": "interleave", "parts": [], "turn": 0},
+        "ranks[0].turn: 2 is not a whole number from 0 to 1": {"kind": "interleave", "parts": [rank, rank], "turn": 2},
+        "ranks[0].done: not a list of part numbers below 2": {
+            "kind": "interleave", "parts": [rank, rank], "turn": 0, "done": [7]
+        },
+        "ranks[0].parts[1].used: None": {"kind": "interleave", "parts": [rank, {**rank, "used": None}], "turn": 0},
+        "ranks[0].skip: 2 is not a whole number from 0 to 1": {"kind": "stride", "part": rank, "every": 2, "skip": 2},
+        "ranks[0].every: 0 is not a whole number of ranks": {"kind": "stride", "part": rank, "every": 0, "skip": 0},
+        "ranks[0].part: not a position": {"kind": "stride", "part": None, "every": 2, "skip": 0},
+    }  # fmt: skip
+    for said, position in wrong.items():
+        problem = position_problem(position, "ranks[0]")
+        assert problem is not None and problem.startswith(said), (said, problem)

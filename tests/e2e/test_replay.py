@@ -45,6 +45,17 @@ def test_a_run_replays_to_identical_files_and_differences_are_refused_or_said(tm
     assert "data fingerprint" in refused.stderr and "refused, 2 difference(s) above; --anyway" in refused.stderr
     assert not (tmp_path / "r2").exists()
 
+    # a run.json planted in a shared volume that asks for the model's own code and a push: neither is granted
+    planted = tmp_path / "shared" / "run.json"
+    planted.parent.mkdir()
+    planted.write_text(
+        json.dumps({**run, "options": {**run["options"], "trust_remote_code": True, "push_to_hub": True}})
+    )
+    asks = entrypoint("replay", str(planted), "--output_dir", str(tmp_path / "r4"), env=bare)
+    assert asks.returncode == 2, asks.stderr[-3000:]
+    assert "add --trust_remote_code true to the replay" in asks.stderr and "Traceback" not in asks.stderr
+    assert not (tmp_path / "r4").exists()
+
     changed = entrypoint(
         "replay", str(original / "run.json"), "--output_dir", str(tmp_path / "r3"), "--learning_rate", "1e-3", "--anyway",
         env=bare,

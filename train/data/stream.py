@@ -45,7 +45,7 @@ from train.config import Config, JobArguments
 from train.data.padding import Padding
 from train.data.raw import TextStream
 from train.data.sources import Source, demo_dataset, read_error, shown_url
-from train.data.stream_resume import rank_position, redistribute
+from train.data.stream_resume import position_problem, rank_position, redistribute
 from train.data.tokenization import SAMPLE_INDEX, encode_texts, group_texts
 from train.outputs.runfiles import STREAM_STATE, RunFiles
 
@@ -242,9 +242,12 @@ class StreamPosition(TrainerCallback):
             return None
         try:
             saved = json.loads(path.read_text(encoding="utf-8"))
-            ranks = saved["ranks"]
-            if not ranks or not all(isinstance(position, dict) and "kind" in position for position in ranks):
-                raise ValueError("expected every rank's position, each saying whose it is")
+            ranks = saved["ranks"] if isinstance(saved, dict) else None
+            if not isinstance(ranks, list) or not ranks or saved.get("world_size") != len(ranks):
+                raise ValueError("expected every rank's position, as many as its world_size")
+            problem = next((p for i, r in enumerate(ranks) if (p := position_problem(r, f"ranks[{i}]"))), None)
+            if problem:
+                raise ValueError(problem)
         except (OSError, ValueError, TypeError, KeyError) as exc:
             raise ConfigError(f"{option}=true: {name}/{STREAM_STATE} is damaged ({first_line(exc)})") from None
         return redistribute(ranks, rank, world_size)

@@ -57,6 +57,73 @@ def redistribute(saved: list[dict[str, Any]], rank: int, world_size: int) -> dic
     return {"kind": STRIDE, "part": saved[source], "every": sharing, "skip": (rank - source) // old}
 
 
+def position_problem(position: Any, where: str = "position") -> str | None:
+    """What makes a saved ``position`` unusable, naming the field (``ranks[1].parts[0].used: -1 ...``), or None.
+    A checkpoint's stream_state.json is data its reader did not write: every field the rule above reads is
+    checked for its type and its range, and a tree's parts against each other, before any loader is built."""
+    if not isinstance(position, dict):
+        return f"{where}: not a position (a mapping with a kind)"
+    kind = position.get("kind")
+    if kind == RANK:
+        return _rank_problem(position, where)
+    if kind == INTERLEAVE:
+        parts = position.get("parts")
+        if not isinstance(parts, list) or not parts:
+            return f"{where}.parts: not a list of positions"
+        found = [p for i, part in enumerate(parts) if (p := position_problem(part, f"{where}.parts[{i}]"))]
+        done = position.get("done", [])
+        if not isinstance(done, list) or not all(_whole(d, 0, len(parts) - 1) for d in done):
+            return found[0] if found else f"{where}.done: not a list of part numbers below {len(parts)}"
+        return found[0] if found else _range_problem(position, where, "turn", 0, len(parts) - 1)
+    if kind == STRIDE:
+        every = position.get("every")
+        if not _whole(every, 1, None):
+            return f"{where}.every: {every!r} is not a whole number of ranks, at least 1"
+        return position_problem(position.get("part"), f"{where}.part") or _range_problem(
+            position, where, "skip", 0, every - 1
+        )
+    return f"{where}.kind: {kind!r} is not one of {RANK}, {INTERLEAVE}, {STRIDE}"
+
+
+def _rank_problem(position: dict[str, Any], where: str) -> str | None:
+    for field, low in (("world_size", 1), ("batch_size", 1), ("workers", 0)):
+        if problem := _range_problem(position, where, field, low, None):
+            return problem
+    loader = position.get("loader")
+    if not isinstance(loader, dict):
+        return f"{where}.loader: not a data loader's state (a mapping)"
+    if negative := next(_negative_counts(loader, f"{where}.loader"), None):
+        return f"{negative}: a count below zero"
+    return _range_problem(position, where, "rank", 0, position["world_size"] - 1) or _range_problem(
+        position, where, "used", 0, position["batch_size"]
+    )
+
+
+def _range_problem(position: dict[str, Any], where: str, field: str, low: int, high: int | None) -> str | None:
+    value = position.get(field)
+    if _whole(value, low, high):
+        return None
+    return f"{where}.{field}: {value!r} is not a whole number from {low}" + (f" to {high}" if high is not None else "")
+
+
+def _whole(value: Any, low: int, high: int | None) -> bool:
+    in_range = isinstance(value, int) and not isinstance(value, bool) and value >= low
+    return in_range and (high is None or value <= high)
+
+
+def _negative_counts(state: Any, where: str) -> Iterator[str]:
+    """The fields of a loader's state holding a negative number: every number torchdata 0.11 and datasets save
+    there is a count, an index, an id or a seed, none below zero."""
+    if isinstance(state, dict):
+        for key, value in state.items():
+            yield from _negative_counts(value, f"{where}.{key}")
+    elif isinstance(state, list):
+        for index, value in enumerate(state):
+            yield from _negative_counts(value, f"{where}[{index}]")
+    elif isinstance(state, int | float) and not isinstance(state, bool) and state < 0:
+        yield where
+
+
 def own_loader_state(position: dict[str, Any], rank: int, world_size: int, batch_size: int, workers: int) -> Any:
     """The loader state to load into this rank's own loader when ``position`` is exactly what it saved (same rank,
     world size, batch size and workers, at a batch boundary); None when the position must be rebuilt."""

@@ -32,6 +32,7 @@ from train.launch.replay import (
     read_run,
     replay_argv,
     split_args,
+    withheld,
 )
 from train.launch.torchrun import launch
 from train.machine.gpus import detect, torch_cuda_version
@@ -114,6 +115,12 @@ def replay(args: Sequence[str], environ: Mapping[str, str]) -> int:
     config = launcher_config(argv, environ)
     log_format = resolve_format(config.job.log_format)
     log = Console(log_format)
+    not_taken = withheld(run, config, location)
+    if not_taken:
+        log.warning(
+            f"replay {location}: not taken from the record (they reach the network; name them to use them): "
+            + ", ".join(not_taken)
+        )
     plan = plan_for(config, environ, argv, log_format, JOB_MODULE)
     world = plan.nproc_per_node * plan.topology.max_nodes
     found = differences(run, config, overrides, world, load_raw(config).fingerprint)

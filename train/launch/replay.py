@@ -4,7 +4,11 @@ recipe again and say whether it made the same model.
 run.json records the options the user set (``options``: a preset's included, the launcher's decisions and the
 output location not), the versions, the world size, the data's fingerprint and the SHA-256 of final/'s files
 (train/outputs/record.py). A replay passes those options as flags, so an ``MLM_*`` variable left in the
-environment cannot change them; before anything runs it compares what can still differ - an option the
+environment cannot change them. What a run.json (data, perhaps written by someone else into a shared volume) may
+not decide for the person typing ``replay``: whether a model's own code runs (``trust_remote_code``: a recorded
+``true`` is refused unless the replay's command line or environment gives it), what reaches the network (a push to
+the hub, a tracker: not taken from the record; give them again to use them) and where anything is written (the
+replay's output directory is its own). Before anything runs it compares what can still differ - an option the
 environment sets that the run did not, the library versions, the image revision, the world size the launcher
 plans, the data's fingerprint - and refuses with one line per difference (exit 2) unless ``--anyway``. An option
 named on the replay's own command line is an override: the run goes on, said to be no longer a replay. At the end
@@ -18,7 +22,7 @@ keep none either).
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -29,7 +33,7 @@ from train.common.urls import is_store_url
 from train.common.versions import package_versions
 from train.config import Config
 from train.outputs.checkpoints import listed_files
-from train.outputs.record import NOT_COMPARED
+from train.outputs.record import NOT_COMPARED, RecordedRun, read_recorded
 
 ANYWAY = "--anyway"
 # Options about how a run is watched, stored, published and launched, not what it computes: the environment may
@@ -41,20 +45,22 @@ NOT_THE_RECIPE = (
     "hub_token", "max_restarts", "stop_timeout", "rdzv_timeout", "store_retry_timeout", "dataloader_num_workers",
     "require_gpu",
 )  # fmt: skip
+# Never taken from a run.json: the person replaying gives them on the command line or in the environment.
+RUNS_CODE = ("trust_remote_code",)  # a model's own Python code, from the hub or its directory
+REACHES_NETWORK = ("push_to_hub", "hub_model_id", "hub_private_repo", "hub_strategy", "report_to")  # docs/replay.md
+WHERE_IT_WRITES = ("output_dir", "logging_dir", "staging_dir", "overwrite_output_dir", "resume", "config")
+NOT_FROM_THE_RECORD = (*RUNS_CODE, *REACHES_NETWORK, *WHERE_IT_WRITES)
 
 
-def read_run(location: str) -> dict[str, Any]:
-    """run.json from a path or a URL (any fsspec store); ConfigError naming it when it is no finished run's."""
+def read_run(location: str) -> RecordedRun:
+    """run.json from a path or a URL (any fsspec store), checked field by field; ConfigError naming it when it is
+    no finished run's or a field has the wrong shape."""
     try:
         with fsspec.open(location, "r", encoding="utf-8") as handle:
-            run = json.load(handle)
+            document = json.load(handle)
     except (OSError, ValueError) as exc:
         raise ConfigError(f"replay {location}: cannot read a run.json there ({exc})") from None
-    if not isinstance(run, dict) or "options" not in run:
-        raise ConfigError(f"replay {location}: no recipe in it (run.json from before replay was possible)")
-    if run.get("status") != "finished" or not run.get("final"):
-        raise ConfigError(f"replay {location}: the run did not finish ({run.get('status')}): nothing to compare with")
-    return run
+    return read_recorded(document, f"replay {location}")
 
 
 def flag_values(name: str, value: Any) -> list[str]:
@@ -73,14 +79,30 @@ def named_options(args: Sequence[str]) -> list[str]:
     return [arg[2:].split("=", 1)[0] for arg in args if arg.startswith("--")]
 
 
-def replay_argv(run: Mapping[str, Any], location: str, overrides: Sequence[str]) -> list[str]:
-    """The recorded options as flags, less those the command line names (they follow and win), and the replay's
-    own output directory unless named."""
-    named = set(named_options(overrides))
-    argv = [flag for name, value in run["options"].items() if name not in named for flag in flag_values(name, value)]
-    if "output_dir" not in named:
+def replay_argv(run: RecordedRun, location: str, overrides: Sequence[str]) -> list[str]:
+    """The recorded options as flags, less those the command line names (they follow and win) and those a record
+    may not decide (``NOT_FROM_THE_RECORD``), and the replay's own output directory unless named."""
+    named = set(named_options(overrides)) | set(NOT_FROM_THE_RECORD)
+    argv = [flag for name, value in run.options.items() if name not in named for flag in flag_values(name, value)]
+    if "output_dir" not in named_options(overrides):
         argv += ["--output_dir", default_output_dir(location)]
     return [*argv, *overrides]
+
+
+def withheld(run: RecordedRun, config: Config, location: str) -> list[str]:
+    """The recorded options a replay did not take (network ones, in words for the log); ConfigError when the record
+    ran a model's own code and this replay was not told to."""
+    for name in RUNS_CODE:
+        if run.options.get(name) and not getattr(config.job, name):
+            raise ConfigError(
+                f"replay {location}: the recorded run set {name}=true (the model's own code runs); a run.json does "
+                f"not grant that: add --{name} true to the replay (or MLM_{name.upper()}=true) to allow it"
+            )
+    return [
+        f"{name}={run.options[name]!r}"
+        for name in REACHES_NETWORK
+        if name in run.options and name not in config.sources
+    ]
 
 
 def split_args(args: Sequence[str]) -> tuple[str, list[str], bool]:
@@ -104,7 +126,7 @@ def overridden(config: Config, overrides: Sequence[str]) -> list[str]:
 
 
 def differences(
-    run: Mapping[str, Any],
+    run: RecordedRun,
     config: Config,
     overrides: Sequence[str],
     world_size: int,
@@ -113,10 +135,10 @@ def differences(
     """What would make this run differ from the recorded one, one line each (the overrides named on the command
     line are not among them: they are asked for)."""
     found = []
-    recorded, resolved = run.get("config", {}), config.as_dict(redact=True)
+    recorded, resolved = run.config, config.as_dict(redact=True)
     asked = set(overridden(config, overrides))
     for name in sorted(config.sources):
-        if name in run["options"] or name in asked or name in NOT_THE_RECIPE or name not in recorded:
+        if name in run.options or name in asked or name in NOT_THE_RECIPE or name not in recorded:
             continue
         if resolved.get(name) != recorded.get(name):
             found.append(
@@ -124,18 +146,17 @@ def differences(
                 "unset it, or name it on the command line to change the recipe"
             )
     versions = package_versions()
-    for package, version in sorted(run.get("versions", {}).items()):
+    for package, version in sorted(run.versions.items()):
         if versions.get(package) != version:
             found.append(f"{package} {versions.get(package)} (recorded: {version})")
-    if (run.get("image_revision") or None) != (config.job.image_revision or None):
-        found.append(f"image revision {config.job.image_revision} (recorded: {run.get('image_revision')})")
-    if run.get("world_size") != world_size:
+    if (run.image_revision or None) != (config.job.image_revision or None):
+        found.append(f"image revision {config.job.image_revision} (recorded: {run.image_revision})")
+    if run.world_size != world_size:
         found.append(
-            f"world size {world_size} (recorded: {run.get('world_size')}): the same processes and nodes, or "
-            "MLM_NPROC_PER_NODE"
+            f"world size {world_size} (recorded: {run.world_size}): the same processes and nodes, or MLM_NPROC_PER_NODE"
         )
-    if run.get("dataset_fingerprint") != fingerprint:
-        found.append(f"data fingerprint {fingerprint} (recorded: {run.get('dataset_fingerprint')}): the data changed")
+    if run.dataset_fingerprint != fingerprint:
+        found.append(f"data fingerprint {fingerprint} (recorded: {run.dataset_fingerprint}): the data changed")
     return found
 
 
@@ -149,17 +170,17 @@ GPU_DETERMINISM = (
 )
 
 
-def compare_final(run: Mapping[str, Any], location: str, final: Path) -> str:
+def compare_final(run: RecordedRun, location: str, final: Path) -> str:
     """The replay's final/ against the recorded digests: ``identical``, or which files differ (and how far the
     weights are, where the original final/ sits beside run.json)."""
     listed = listed_files(final) or {}
     now = {name: entry.get("sha256") for name, entry in listed.items() if name not in NOT_COMPARED}
-    recorded = run["final"]
+    recorded = run.final
     changed = sorted(name for name in recorded.keys() | now.keys() if recorded.get(name) != now.get(name))
     if not changed:
         return f"identical: every file of final/ has the recorded SHA-256 ({len(now)} files)"
     said = f"differs from the recorded run: {', '.join(changed)}"
-    if run.get("gpus") and not run.get("config", {}).get("full_determinism"):
+    if run.gpus and not run.config.get("full_determinism"):
         said += f"; {GPU_DETERMINISM}"
     original = Path(location).parent / "final" / "model.safetensors"
     if "model.safetensors" in changed and not is_store_url(location) and original.is_file():

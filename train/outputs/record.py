@@ -13,6 +13,7 @@ from typing import Any
 
 from train.common.console import now
 from train.common.distributed import is_world_zero
+from train.common.errors import ConfigError
 from train.common.handoff import Handoff
 from train.common.versions import package_versions
 from train.config import SECRET_FIELDS, Config
@@ -134,3 +135,72 @@ class RunRecord:
         write_json_atomic(self.files.run_json, document)
         for then in self.hooks.after:
             then()
+
+
+# --- run.json read back --------------------------------------------------------------------------------------------
+
+SCALARS = (str, int, float, bool, type(None))
+
+
+@dataclass(frozen=True)
+class RecordedRun:
+    """A finished run's run.json as a replay reads it: every field it uses, each checked for its type when read
+    (a run.json is data someone else may have written; a wrong shape is one line naming the field, never a
+    traceback after the replay has trained)."""
+
+    options: dict[str, Any]  # the recipe: option name -> a scalar, a list of scalars, or a JSON mapping
+    config: dict[str, Any]  # every resolved option (redacted)
+    versions: dict[str, str]
+    world_size: int
+    dataset_fingerprint: str | None
+    image_revision: str | None
+    final: dict[str, str]  # final/'s file name -> SHA-256
+    gpus: list[str]  # the GPUs the launcher chose (hardware.gpus), empty on CPU
+
+
+def read_recorded(document: Any, name: str) -> RecordedRun:
+    """``document`` (run.json as parsed) checked and typed; ConfigError naming ``name`` and the field otherwise."""
+
+    def refuse(field: str, expected: str) -> ConfigError:
+        return ConfigError(f"{name}: {field} is not {expected}")
+
+    if not isinstance(document, dict) or "options" not in document:
+        raise ConfigError(f"{name}: no recipe in it (run.json from before replay was possible)")
+    if document.get("status") != "finished" or not document.get("final"):
+        raise ConfigError(f"{name}: the run did not finish ({document.get('status')}): nothing to compare with")
+    options = document["options"]
+    if not isinstance(options, dict) or not all(isinstance(k, str) and _option_value(v) for k, v in options.items()):
+        raise refuse("options", "a mapping of option names to values (scalars, lists of scalars, mappings)")
+    config = document.get("config", {})
+    if not isinstance(config, dict):
+        raise refuse("config", "a mapping of option names to values")
+    versions, final = document.get("versions", {}), document["final"]
+    if not _strings(versions):
+        raise refuse("versions", "a mapping of package names to version strings")
+    if not _strings(final):
+        raise refuse("final", "a mapping of final/'s file names to SHA-256 digests")
+    world_size = document.get("world_size")
+    if not isinstance(world_size, int) or isinstance(world_size, bool) or world_size < 1:
+        raise refuse("world_size", "a whole number of ranks, at least 1")
+    for field in ("dataset_fingerprint", "image_revision"):
+        if not isinstance(document.get(field), str | None):
+            raise refuse(field, "a string")
+    hardware = document.get("hardware") or {}
+    gpus = hardware.get("gpus") if isinstance(hardware, dict) else None
+    if not isinstance(gpus, list | None) or not all(isinstance(g, str) for g in gpus or []):
+        raise refuse("hardware.gpus", "a list of GPU names")
+    return RecordedRun(
+        options=options, config=config, versions=versions, world_size=world_size,
+        dataset_fingerprint=document.get("dataset_fingerprint"), image_revision=document.get("image_revision"),
+        final=final, gpus=list(gpus or []),
+    )  # fmt: skip
+
+
+def _option_value(value: Any) -> bool:
+    if isinstance(value, list):
+        return all(isinstance(item, SCALARS) for item in value)
+    return isinstance(value, (*SCALARS, dict))
+
+
+def _strings(mapping: Any) -> bool:
+    return isinstance(mapping, dict) and all(isinstance(k, str) and isinstance(v, str) for k, v in mapping.items())
