@@ -253,3 +253,38 @@ def test_each_rank_wrote_its_own_sharded_optimizer_file() -> None:
     assert writer_of(PurePosixPath("optimizer_dcp/__0_0.distcp")) == 0
     assert writer_of(PurePosixPath("optimizer_dcp/.metadata.pt")) == 0  # the coordinator's
     assert writer_of(PurePosixPath("rng_state_3.pth")) == 3
+
+
+def rewritten_marker(path: Path, change: dict) -> None:
+    marker = json.loads((path / COMPLETE_MARKER).read_text())
+    marker["files"].update(change)
+    (path / COMPLETE_MARKER).write_text(json.dumps(marker))
+
+
+@pytest.mark.parametrize(
+    ("options", "reason"),
+    [
+        ({"world_size": 0}, "mlm_options.json: world_size 0 is not a whole number of at least 1"),
+        ({"per_device_train_batch_size": "16"}, "per_device_train_batch_size '16' is not a whole number"),
+        ({"gradient_accumulation_steps": True}, "gradient_accumulation_steps True is not a whole number"),
+        ({"data_identity": {"corpus.txt": 12}}, "data_identity is not a mapping of the data's files"),
+        ([1, 2], "mlm_options.json: not a mapping of options"),
+    ],
+)
+def test_a_checkpoints_records_of_the_wrong_shape_make_it_damaged(tmp_path, options, reason):
+    """A resume acts on the options a checkpoint records (the batch it keeps, the data it compares) and on its
+    marker's list: read back as data, one of the wrong type or range sets the checkpoint aside like damage."""
+    path = checkpoint(tmp_path, 10, marked=False)
+    saved = {"world_size": 1, "per_device_train_batch_size": 8, "gradient_accumulation_steps": 1}
+    (path / OPTIONS_NAME).write_text(json.dumps({**saved, **options} if isinstance(options, dict) else options))
+    mark_complete(path)
+    assert problem(path) == reason if reason.startswith("mlm_options.json") else reason in (problem(path) or "")
+
+
+def test_a_marker_entry_of_the_wrong_shape_is_named(tmp_path):
+    path = checkpoint(tmp_path, 10)
+    rewritten_marker(path, {"config.json": 2})
+    assert problem(path) == f"{COMPLETE_MARKER}: config.json: 2 is not a size and a SHA-256"
+    other = checkpoint(tmp_path, 20)
+    rewritten_marker(other, {"config.json": {"size": -1, "sha256": "00"}})
+    assert "config.json: {'size': -1, 'sha256': '00'} is not a size and a SHA-256" in (problem(other) or "")

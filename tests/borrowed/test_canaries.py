@@ -88,6 +88,15 @@ def _forget_exit_handlers(tmp_path: Path) -> None:
     assert "ran" not in said, "atexit._clear left a registered handler in place"
 
 
+@canary("triton.triton_bindings_loaded")
+def _triton_bindings_loaded(tmp_path: Path) -> None:
+    said = run_python(
+        "from train.borrowed.triton import triton_bindings_loaded\nbefore = triton_bindings_loaded()\n"
+        "import torch._dynamo\nprint(before, triton_bindings_loaded())\n"
+    )
+    assert said.split() == ["False", "True"], f"torch._dynamo no longer loads triton._C.libtriton ({said.strip()})"
+
+
 @canary("stdlib.run_exit_handlers")
 def _run_exit_handlers(tmp_path: Path) -> None:
     said = run_python(

@@ -87,3 +87,19 @@ def test_bad_input(case: Case, tmp_path: Path) -> None:
     assert "Traceback" not in result.stderr and "Traceback" not in result.stdout
     assert not (output / "final").exists() and not list(output.glob(".final*"))
     assert {k: v for k, v in tree_digest(output).items() if k in before} == before
+
+
+def test_a_link_planted_in_the_output_directory_is_refused_and_nothing_is_written_through_it(tmp_path: Path) -> None:
+    """Someone with write access to the output volume links the run's log to a file outside it: the launcher
+    refuses the directory in one line (exit 2) before any rank starts, and the file outside is untouched."""
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "kept.txt").write_text("not the run's\n")
+    output = tmp_path / "output"
+    (output / "logs").mkdir(parents=True)
+    (output / "logs" / "train.jsonl").symlink_to(outside / "kept.txt")
+    result = entrypoint(env=tiny_env(output), cwd=tmp_path)
+    assert result.returncode == 2, result.stderr[-2000:]
+    assert "logs/train.jsonl (to " in result.stderr and "is a symbolic link inside it" in result.stderr
+    assert "Traceback" not in result.stderr and "torchrun:" not in result.stderr
+    assert (outside / "kept.txt").read_text() == "not the run's\n" and sorted(os.listdir(outside)) == ["kept.txt"]

@@ -56,6 +56,18 @@ def test_a_run_replays_to_identical_files_and_differences_are_refused_or_said(tm
     assert "add --trust_remote_code true to the replay" in asks.stderr and "Traceback" not in asks.stderr
     assert not (tmp_path / "r4").exists()
 
+    # a resume from the run's checkpoint on the corpus replaced in place: refused, then asked for and recorded
+    resumed = tiny_env(tmp_path / "resumed", dataset=str(corpus), max_steps="6", resume=str(original / "checkpoint-4"))
+    refused = entrypoint(env=resumed)
+    assert refused.returncode == 2, refused.stderr[-3000:]
+    assert "checkpoint-4 was saved while training on other data (corpus.txt: " in refused.stderr
+    assert "MLM_RESUME_ON_CHANGED_DATA=true" in refused.stderr and "Traceback" not in refused.stderr
+    told = entrypoint(env={**resumed, "MLM_RESUME_ON_CHANGED_DATA": "true"})
+    assert told.returncode == 0, told.stderr[-3000:]
+    run_json = json.loads((tmp_path / "resumed" / "run.json").read_text())
+    assert run_json["resumed_on_changed_data"][0].startswith("corpus.txt: ")
+    assert "| resumed on changed data | corpus.txt: " in (tmp_path / "resumed" / "final" / "README.md").read_text()
+
     changed = entrypoint(
         "replay", str(original / "run.json"), "--output_dir", str(tmp_path / "r3"), "--learning_rate", "1e-3", "--anyway",
         env=bare,

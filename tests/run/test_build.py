@@ -9,8 +9,10 @@ import pytest
 
 from tests.helpers import demo_config
 from train.common.errors import ConfigError
+from train.data.identity import data_identity
+from train.outputs.checkpoints import DATA_IDENTITY, mark_complete, resumed_options
 from train.outputs.runfiles import RunFiles
-from train.run.build import prepare
+from train.run.build import prepare, resumed_data
 from train.run.callbacks import CheckpointCompleteMarker
 
 TINY = "n_layers=1,n_heads=2,dim=16,hidden_dim=32"
@@ -51,6 +53,7 @@ def test_prepare_builds_the_rank_and_asks_for_the_resume_once_the_input_is_check
     assert [marker.files for marker in markers] == [files]  # the run's files, handed down, not rebuilt
     facts = prepared.facts()
     assert facts.dataset_fingerprint == prepared.corpus.fingerprint and facts.model.head == "masked-only"
+    assert facts.data_identity == {"demo": {"samples": config.job.demo_samples}} and markers[0].options[DATA_IDENTITY]
 
 
 def test_bad_input_is_refused_before_the_resume_is_chosen(tmp_path: Path) -> None:
@@ -62,3 +65,23 @@ def test_bad_input_is_refused_before_the_resume_is_chosen(tmp_path: Path) -> Non
     with pytest.raises(ConfigError, match="no-such-file.txt"):
         prepare(missing_data, RunFiles(missing_data.training.output_dir), lambda: asked.append("resume") or None)
     assert asked == []  # the choice (which moves damaged checkpoints aside) never ran
+
+
+def test_a_resume_on_data_that_changed_since_its_checkpoint_is_refused_unless_asked_for(tmp_path: Path) -> None:
+    corpus = tmp_path / "corpus.txt"
+    corpus.write_text("".join(f"line {i}\n" for i in range(100)))
+    config = tiny(tmp_path, dataset=str(corpus))
+    checkpoint = RunFiles(config.training.output_dir).checkpoint(10)
+    checkpoint.mkdir(parents=True)
+    mark_complete(checkpoint, {**resumed_options(config), DATA_IDENTITY: data_identity(config, "fp")})
+    assert resumed_data(config, checkpoint, data_identity(config, "fp")) is None
+    corpus.write_text("".join(f"line {i}\n" for i in range(101)))  # replaced in place between a stop and its resume
+    now = data_identity(config, "fp")
+    with pytest.raises(
+        ConfigError, match=r"^checkpoint-10 was saved while training on other data \(corpus.txt: 799 bytes"
+    ):
+        resumed_data(config, checkpoint, now)
+    told = tiny(tmp_path, dataset=str(corpus), resume_on_changed_data="true")
+    assert resumed_data(told, checkpoint, now)[0].startswith("corpus.txt: 799 bytes")
+    mark_complete(checkpoint, resumed_options(config))  # a checkpoint without the record: nothing to compare
+    assert resumed_data(config, checkpoint, now) is None

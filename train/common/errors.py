@@ -24,6 +24,7 @@ import sys
 from collections.abc import Mapping
 from typing import NoReturn
 
+from train.borrowed.triton import triton_bindings_loaded
 from train.common import console
 
 EXIT_OK = 0
@@ -154,12 +155,9 @@ def exit_process(code: int) -> NoReturn:
     imports): its nanobind bindings count the objects still alive when they are torn down, and frozen ones are,
     so every process would end with hundreds of "nanobind: leaked ..." lines on stderr, after its last word.
     """
-    if TRITON_BINDINGS not in sys.modules:
+    if not triton_bindings_loaded():
         gc.freeze()
     sys.exit(code)
-
-
-TRITON_BINDINGS = "triton._C.libtriton"  # nanobind bindings: exit_process leaves their objects to be collected
 
 
 # What a killed process most likely met: one rule for a rank's DataLoader worker (train/run/crash.py) and for a

@@ -203,6 +203,12 @@ class JobArguments:
         "auto: continue from the newest complete checkpoint in output_dir; never; or a checkpoint's path or URL.",
         non_blank("auto, never or a checkpoint path"),
     )
+    resume_on_changed_data: bool = option(
+        False,
+        "Resume from a checkpoint although the data changed since it was saved (a file of the corpus with another "
+        "size or content, added or gone: the checkpoint records each). Off: such a resume is refused (exit 2) "
+        "with what changed. On: it goes on, said in the log, run.json (resumed_on_changed_data) and the card.",
+    )
     staging_dir: str | None = option(
         None,
         "Where a run whose output_dir is in a store (s3://, gs://, any fsspec URL) writes before mirroring there: "

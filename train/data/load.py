@@ -23,6 +23,7 @@ from train.common.distributed import is_world_zero
 from train.common.errors import ConfigError
 from train.common.hf import cache_key, cache_root, offline_hint, stores_other_than_the_hub_online
 from train.config import Config
+from train.data.identity import data_identity
 from train.data.raw import RawData, TextStream
 from train.data.sources import Source, demo_dataset, is_remote, read_error, resolve, resolve_files, shown_url
 from train.data.stream import open_stream
@@ -34,7 +35,8 @@ TOKENIZER_SAMPLE = 100_000  # examples of a stream a tokenizer trained from scra
 def load_raw(config: Config) -> RawData:
     """The configured data: train (+ validation) splits of one ``text``-like column, or for ``streaming`` the
     training stream with its held-out evaluation examples."""
-    return _streamed(config) if config.job.streaming else _in_memory(config)
+    raw = _streamed(config) if config.job.streaming else _in_memory(config)
+    return replace(raw, identity=data_identity(config, raw.fingerprint))
 
 
 def _in_memory(config: Config) -> RawData:

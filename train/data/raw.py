@@ -5,7 +5,7 @@ them without importing each other in a circle."""
 from __future__ import annotations
 
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from datasets import DatasetDict, IterableDataset
@@ -38,3 +38,5 @@ class RawData:
     splits: DatasetDict
     fingerprint: str
     stream: TextStream | None = None
+    # What identifies the data as read (train/data/identity.py): each checkpoint and run.json record it.
+    identity: dict[str, dict[str, Any]] = field(default_factory=dict)

@@ -108,6 +108,7 @@ def replay(args: Sequence[str], environ: Mapping[str, str]) -> int:
     # start-up stays without it). The ranks load the data again: the refusal must come before any process starts,
     # and their load reads the cache this one wrote (a stream's load reads no data at all).
     from train.data import load_raw
+    from train.data.identity import changes
 
     location, overrides, anyway = split_args(args)
     run = read_run(location)
@@ -123,7 +124,8 @@ def replay(args: Sequence[str], environ: Mapping[str, str]) -> int:
         )
     plan = plan_for(config, environ, argv, log_format, JOB_MODULE)
     world = plan.nproc_per_node * plan.topology.max_nodes
-    found = differences(run, config, overrides, world, load_raw(config).fingerprint)
+    raw = load_raw(config)
+    found = differences(run, config, overrides, world, raw.fingerprint, changes(run.data_identity, raw.identity)[0])
     for line in found:
         log(f"replay {location}: {line}", "warning" if anyway else "error")
     if found and not anyway:

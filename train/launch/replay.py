@@ -131,6 +131,7 @@ def differences(
     overrides: Sequence[str],
     world_size: int,
     fingerprint: str,
+    data_changes: Sequence[str] = (),
 ) -> list[str]:
     """What would make this run differ from the recorded one, one line each (the overrides named on the command
     line are not among them: they are asked for)."""
@@ -155,8 +156,9 @@ def differences(
         found.append(
             f"world size {world_size} (recorded: {run.world_size}): the same processes and nodes, or MLM_NPROC_PER_NODE"
         )
-    if run.dataset_fingerprint != fingerprint:
-        found.append(f"data fingerprint {fingerprint} (recorded: {run.dataset_fingerprint}): the data changed")
+    if run.dataset_fingerprint != fingerprint or data_changes:
+        detail = f": {'; '.join(data_changes)}" if data_changes else ""
+        found.append(f"data fingerprint {fingerprint} (recorded: {run.dataset_fingerprint}): the data changed{detail}")
     return found
 
 

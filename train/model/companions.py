@@ -17,6 +17,8 @@ from pathlib import Path
 
 from huggingface_hub import snapshot_download
 
+from train.common.errors import ConfigError, first_line
+from train.common.paths import first_link_under, inside, regular_file
 from train.model.weights import weights_directory
 
 MODULES = "modules.json"
@@ -37,30 +39,77 @@ def companion_directory(name: str) -> Path | None:
         return directory
 
 
-def keep_sentence_transformers(source: Path | None, final: Path) -> str | None:
-    """Copy ``source``'s sentence-transformers files into ``final`` around the trained encoder; the one line that
-    says what was kept (and what could not be), or None when ``source`` is no sentence-transformers model."""
-    if source is None or not (source / MODULES).is_file():
-        return None
-    modules = json.loads((source / MODULES).read_text(encoding="utf-8"))
-    kept, lost = [], []
+def read_modules(source: Path) -> list[dict[str, object]]:
+    """``source``'s modules.json, checked as data (train/common/paths.py's rule): a list of modules whose paths are
+    folders inside ``source`` holding regular files only, and config files that are regular files; ConfigError
+    naming the file and what is wrong. A handed-over model is someone else's directory: a link or a ``..`` there
+    would copy another file into final/ (and a push would publish it) or write outside it."""
+    modules: object = None
+    problem = regular_file(source, MODULES)
+    if problem is None:
+        try:
+            modules = json.loads((source / MODULES).read_text(encoding="utf-8"))
+        except (OSError, ValueError) as exc:
+            problem = f"{MODULES}: does not parse ({first_line(exc)})"
+    problem = problem or modules_problem(source, modules)
+    if problem or not isinstance(modules, list):
+        raise ConfigError(f"{source}: {problem}; final/ keeps only regular files inside the model's directory")
+    return modules
+
+
+def modules_problem(source: Path, modules: object) -> str | None:
+    if not (isinstance(modules, list) and all(isinstance(m, dict) for m in modules)):
+        return f"{MODULES}: not a list of modules"
     for module in modules:
         path = module.get("path", "")
-        if str(module.get("type", "")).endswith("Transformer"):
+        if not isinstance(path, str):
+            return f"{MODULES}: a module's path is {path!r}, not a folder name"
+        if not path or is_encoder(module):
+            continue
+        wrong = inside(source, path)
+        link = first_link_under(source / path) if wrong is None and (source / path).is_dir() else None
+        if wrong or link:
+            return wrong or f"{path}/{link} is a symbolic link"
+    for name in CONFIGS:
+        wrong = regular_file(source, name) if (source / name).exists() or (source / name).is_symlink() else None
+        if wrong:
+            return wrong
+    return None
+
+
+def is_encoder(module: dict[str, object]) -> bool:
+    return str(module.get("type", "")).endswith("Transformer")
+
+
+def check_companions(source: Path | None) -> None:
+    """Before training: ``source``'s sentence-transformers files are fit to keep (:func:`read_modules`)."""
+    if source is not None and ((source / MODULES).exists() or (source / MODULES).is_symlink()):
+        read_modules(source)
+
+
+def keep_sentence_transformers(source: Path | None, final: Path) -> str | None:
+    """Copy ``source``'s sentence-transformers files into ``final`` around the trained encoder; the one line that
+    says what was kept, or None when ``source`` is no sentence-transformers model. A module with no folder (a
+    Normalize module has no files) keeps its entry and gets an empty folder, as sentence-transformers saves it."""
+    if source is None or not (source / MODULES).is_file():
+        return None
+    modules = read_modules(source)  # checked again: the directory may have changed since training started
+    kept = []
+    for module in modules:
+        path = str(module.get("path", ""))
+        if is_encoder(module):
             module["path"] = ""  # the encoder is final/ itself, trained; an older copy beside it is not kept
         elif path and (source / path).is_dir():
             shutil.copytree(source / path, final / path, dirs_exist_ok=True)
             kept.append(path)
         elif path:
-            lost.append(path)
+            (final / path).mkdir(parents=True, exist_ok=True)
+            kept.append(path)
     (final / MODULES).write_text(json.dumps(modules, indent=2) + "\n", encoding="utf-8")
     for name in CONFIGS:
         if (source / name).is_file():
             shutil.copy2(source / name, final / name)
-    line = (
+    return (
         f"final/ keeps the sentence-transformers modules around the trained encoder ({', '.join(kept) or 'no other'}"
         "): it loads as SentenceTransformer too"
     )
-    if lost:
-        line += f"; not kept: {', '.join(lost)} (listed in {MODULES} but not in {source})"
-    return line

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from train.common.errors import ConfigError, EnvironmentProblem
+from train.common.paths import first_link_under
 from train.common.writable import probe_write, write_failure
 from train.config import Config
 from train.outputs.lease import OutputLease
@@ -115,6 +116,12 @@ class OutputLocation(ABC):
             label = self.config.source_of("output_dir")  # MLM_STAGING_DIR for a bucket's staging directory
             message = f"{label}={str(self.files.root)!r}: not writable ({write_failure(exc)}); "
             raise EnvironmentProblem(message + "expected a writable directory") from None
+        link = first_link_under(self.files.root)
+        if link is not None:  # a run writing (or, starting over, moving) through it could write outside the directory
+            raise ConfigError(
+                f"{self.config.source_of('output_dir')}={str(self.files.root)!r}: {link} is a symbolic link inside "
+                "it; the job never writes through one: remove it, or choose another output_dir"
+            )
         self.preflight()
         if not dry_run:
             self.refuse_finished()

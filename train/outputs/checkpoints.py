@@ -30,6 +30,7 @@ from typing import Any
 from train.common.console import now
 from train.common.errors import ConfigError
 from train.common.handoff import global_batch
+from train.common.paths import first_link_under, inside
 from train.common.untrusted import safe_load_problem
 from train.config import Config
 from train.config.model_source import SHARDED_WEIGHTS
@@ -43,6 +44,8 @@ from train.outputs.runfiles import (
     step_of,
 )
 
+# The key under which a checkpoint's options record holds the data's identity (train/data/identity.py).
+DATA_IDENTITY = "data_identity"
 KEEP_ASIDE = 2  # the newest checkpoints moved aside are kept for a post-mortem; older ones are removed
 # Options a resumed run takes from the checkpoint, whatever it is given now: the optimizer's state carries them.
 KEPT_BY_RESUME = ("learning_rate", "weight_decay", "adam_beta1", "adam_beta2", "adam_epsilon", "optim")
@@ -145,6 +148,12 @@ def manifest_problem(directory: Path, added_later: tuple[str, ...] = ()) -> str 
     listed_now = listed_files(directory)
     if listed_now is None:
         return None
+    for name, entry in listed_now.items():  # a marker is data: a name leading out, or a link, makes it unusable
+        wrong = inside(directory, name)
+        if wrong:
+            return f"{wrong} (listed by the marker)"
+        if not (isinstance(entry, dict) and _count(entry.get("size")) and isinstance(entry.get("sha256"), str)):
+            return f"{COMPLETE_MARKER}: {name}: {entry!r} is not a size and a SHA-256"
     present = {p.relative_to(directory).as_posix() for p in directory.rglob("*") if listed(p)} - set(added_later)
     missing, extra = sorted(set(listed_now) - present), sorted(present - set(listed_now))
     if missing:
@@ -168,6 +177,30 @@ def saved_options(checkpoint: Path) -> dict[str, Any]:
     except (OSError, ValueError):
         return {}
     return saved if isinstance(saved, dict) else {}
+
+
+# The saved options a resume acts on (the batch it keeps, the data it compares), each a whole number of at least 1.
+ACTED_ON = ("world_size", "per_device_train_batch_size", "gradient_accumulation_steps")
+
+
+def options_problem(checkpoint: Path) -> str | None:
+    """Why the options record of ``checkpoint`` cannot be acted on (a field of the wrong type or range), or None."""
+    if not (checkpoint / OPTIONS_NAME).exists():
+        return None
+    saved = saved_options(checkpoint)
+    if not saved:
+        return f"{OPTIONS_NAME}: not a mapping of options"
+    wrong = next((k for k in ACTED_ON if k in saved and not (_count(saved[k]) and saved[k] >= 1)), None)
+    if wrong:
+        return f"{OPTIONS_NAME}: {wrong} {saved[wrong]!r} is not a whole number of at least 1"
+    identity = saved.get(DATA_IDENTITY, {})
+    if not (isinstance(identity, dict) and all(isinstance(v, dict) for v in identity.values())):
+        return f"{OPTIONS_NAME}: {DATA_IDENTITY} is not a mapping of the data's files to what identifies them"
+    return None
+
+
+def _count(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
 
 
 def saved_world_size(checkpoint: Path) -> int | None:
@@ -276,6 +309,9 @@ def _torch_file_problem(path: Path) -> str | None:
 
 def problem(checkpoint: Path) -> str | None:
     """Why ``checkpoint`` cannot be resumed from, or None when it can."""
+    link = first_link_under(checkpoint)
+    if link is not None:  # a checkpoint is regular files: a link would read (and copy, and upload) another file
+        return f"{link} is a symbolic link"
     state_file = checkpoint / TRAINER_STATE
     if not state_file.is_file():
         return f"no {TRAINER_STATE}: cut off while being written"
@@ -305,6 +341,9 @@ def problem(checkpoint: Path) -> str | None:
                 return found
     except OSError as exc:
         return f"unreadable ({exc.strerror or exc})"
+    wrong = options_problem(checkpoint)
+    if wrong:
+        return wrong
     whole = any(checkpoint.glob("*.safetensors")) or any(checkpoint.glob("pytorch_model*.bin"))
     if not whole and not (checkpoint / SHARDED_WEIGHTS).is_dir():  # the marker lists each rank's shard of them
         return "no model weights"

@@ -52,6 +52,10 @@ class RunFacts:
     """What only the running job knows about its data and model (None where a stream does not know it yet)."""
 
     dataset_fingerprint: str  # names the raw data
+    # What identifies the data as read (train/data/identity.py), and what changed since the checkpoint a run
+    # resumed from when MLM_RESUME_ON_CHANGED_DATA let it go on.
+    data_identity: dict[str, dict[str, Any]] | None = None
+    resumed_on_changed_data: list[str] | None = None
     train_samples: int | None = None
     eval_samples: int | None = None
     train_documents: int | None = None  # the rows of text the samples came from (packing makes blocks of them)

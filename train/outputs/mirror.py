@@ -39,7 +39,7 @@ from train.outputs.base import OutputLocation, Warn
 from train.outputs.checkpoints import problem, resume_choice, set_aside, surplus_asides, writer_of
 from train.outputs.local import publish_final
 from train.outputs.runfiles import ASIDE_PREFIX, TRAINER_STATE, is_checkpoint_name, step_of
-from train.outputs.store import NAMES, VANISHED, Retry, Store
+from train.outputs.store import NAMES, VANISHED, BadKey, Retry, Store
 from train.outputs.store_lease import StoreLease
 
 
@@ -172,6 +172,8 @@ class Mirror(OutputLocation):
             local = source.download_checkpoint(step_of(Path(name)), self.files.root)
         except FileNotFoundError:
             raise ConfigError(f"{label}={resume!r}: no such checkpoint") from None
+        except BadKey as exc:
+            raise ConfigError(f"{label}={resume!r}: {exc}") from None
         reason = problem(local)
         if reason:
             shutil.rmtree(local, ignore_errors=True)

@@ -53,6 +53,10 @@ def run_facts(config: Config, facts: RunFacts, *, started: str, status: str, han
         "hardware": hardware(world_size, handoff),
         "seed": config.training.seed,
         "dataset_fingerprint": facts.dataset_fingerprint,
+        # Each file read by its size, modification time and digest (train/data/identity.py); a replay compares it.
+        "data_identity": facts.data_identity,
+        # What changed in the data since the checkpoint this run resumed from, when it was told to go on anyway.
+        "resumed_on_changed_data": facts.resumed_on_changed_data,
         # Training examples longer than max_seq_length, and the tokens truncation dropped from them.
         "truncation": facts.truncation,
         # The attention implementation that ran and the head the loss went through (masked-only or dense).
@@ -156,6 +160,7 @@ class RecordedRun:
     image_revision: str | None
     final: dict[str, str]  # final/'s file name -> SHA-256
     gpus: list[str]  # the GPUs the launcher chose (hardware.gpus), empty on CPU
+    data_identity: dict[str, Any] | None = None  # each file read (train/data/identity.py); None before it was kept
 
 
 def read_recorded(document: Any, name: str) -> RecordedRun:
@@ -185,6 +190,9 @@ def read_recorded(document: Any, name: str) -> RecordedRun:
     for field in ("dataset_fingerprint", "image_revision"):
         if not isinstance(document.get(field), str | None):
             raise refuse(field, "a string")
+    identity = document.get("data_identity")
+    if not isinstance(identity, dict | None) or not all(isinstance(v, dict) for v in (identity or {}).values()):
+        raise refuse("data_identity", "a mapping of the data's files to what identifies them")
     hardware = document.get("hardware") or {}
     gpus = hardware.get("gpus") if isinstance(hardware, dict) else None
     if not isinstance(gpus, list | None) or not all(isinstance(g, str) for g in gpus or []):
@@ -192,7 +200,7 @@ def read_recorded(document: Any, name: str) -> RecordedRun:
     return RecordedRun(
         options=options, config=config, versions=versions, world_size=world_size,
         dataset_fingerprint=document.get("dataset_fingerprint"), image_revision=document.get("image_revision"),
-        final=final, gpus=list(gpus or []),
+        final=final, gpus=list(gpus or []), data_identity=identity,
     )  # fmt: skip
 
 

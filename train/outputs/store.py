@@ -36,6 +36,7 @@ from typing import Any, TypeVar
 
 from train.common import console
 from train.common.errors import ConfigError, EnvironmentProblem, UserError, first_line
+from train.common.paths import name_problem
 from train.common.urls import without_credentials
 from train.outputs.checkpoints import problem
 from train.outputs.runfiles import COMPLETE_MARKER, CUT_SHORT, RunFiles, is_checkpoint_name, step_of
@@ -55,6 +56,10 @@ TRANSIENT_CODES = frozenset(
 )
 VANISHED = "removed from the store while being read"  # a checkpoint newest_resumable could not download
 T = TypeVar("T")
+
+
+class BadKey(ValueError):
+    """A key in the store that names no file inside the directory it is under (its words: which key, and why)."""
 
 
 @dataclass(frozen=True)
@@ -300,13 +305,18 @@ class Store:
 
     def download_checkpoint(self, step: int, staging: Path) -> Path:
         """Download checkpoint-``step`` into ``staging`` under a temporary name, renamed into place once whole.
-        FileNotFoundError when it is not in the store (or vanished while being read)."""
+        FileNotFoundError when it is not in the store (or vanished while being read); BadKey, before anything is
+        read, when a key would not land inside it (a ``..`` part, train/common/paths.py's rule)."""
         target = RunFiles(staging).checkpoint(step)
         partial = staging / f"{DOWNLOAD_PREFIX}{target.name}-{os.getpid()}"
         shutil.rmtree(partial, ignore_errors=True)
         files = self.listing(NAMES.checkpoint(step))
         if not files:
             raise FileNotFoundError(f"{target.name} is not in {self.url}")
+        inner = [rel.relative_to(NAMES.checkpoint(step).as_posix()).as_posix() for rel in files]
+        wrong = next((f"{target.name}/{problem}" for name in inner if (problem := name_problem(name))), None)
+        if wrong:
+            raise BadKey(wrong)
         try:
             for rel in files:
                 destination = partial / rel.relative_to(NAMES.checkpoint(step).as_posix())
@@ -328,6 +338,9 @@ class Store:
                 local = self.download_checkpoint(step, staging)
             except FileNotFoundError:
                 skipped.append((step, VANISHED))
+                continue
+            except BadKey as exc:
+                skipped.append((step, str(exc)))
                 continue
             reason = problem(local)
             if reason is None:

@@ -26,7 +26,7 @@ from train.common.console import say, warn
 from train.common.errors import ConfigError
 from train.common.handoff import Handoff
 from train.common.hf import cache_root
-from train.config import Config
+from train.config import Config, env_name
 from train.data import (
     Corpus,
     Padding,
@@ -36,9 +36,10 @@ from train.data import (
     load_raw,
     stream_training_overrides,
 )
+from train.data.identity import changes
 from train.model import packing
 from train.model.collator import MaskingCollator
-from train.model.companions import companion_directory, keep_sentence_transformers
+from train.model.companions import check_companions, companion_directory, keep_sentence_transformers
 from train.model.load import (
     attention_implementation,
     check_before_data,
@@ -50,7 +51,13 @@ from train.model.load import (
 )
 from train.model.tokenizer_training import agree_on_tokenizer
 from train.model.words import word_starts
-from train.outputs.checkpoints import kept_global_batch, resumed_options, saved_world_size
+from train.outputs.checkpoints import (
+    DATA_IDENTITY,
+    kept_global_batch,
+    resumed_options,
+    saved_options,
+    saved_world_size,
+)
 from train.outputs.facts import Masking, ModelFacts, Packing, RunFacts, Sharding
 from train.outputs.runfiles import RunFiles
 from train.run.budget import TimeBudget
@@ -82,6 +89,8 @@ class Prepared:
     ddp_estimate: dict[str, int] | None = None  # that estimate (train/model/memory.py), as plan shows it
     state_bytes: StateBytes | None = None  # this rank's measured parameters, gradients and optimizer state
     setup_bytes: int | None = None  # its growth in resident memory while its model was set up (model_setup.py)
+    data_identity: dict[str, Any] | None = None  # what identifies the data as read (train/data/identity.py)
+    data_changed: list[str] | None = None  # what changed since the resumed checkpoint, when told to go on anyway
 
     def write_model(self, directory: Path) -> None:
         """The trained model and its tokenizer, as AutoModelForMaskedLM / AutoTokenizer load them, and a
@@ -99,6 +108,8 @@ class Prepared:
         corpus = self.corpus
         return RunFacts(
             dataset_fingerprint=corpus.fingerprint,
+            data_identity=self.data_identity,
+            resumed_on_changed_data=self.data_changed,
             train_samples=corpus.train_samples,
             eval_samples=corpus.eval_samples,
             train_documents=corpus.train_documents,
@@ -156,6 +167,8 @@ def prepare(config: Config, files: RunFiles, choose_resume: Callable[[], str | N
     check_sharding(config)
     arch = scratch_config(config)
     model_config = check_before_data(config, arch)
+    companions = None if arch is not None else companion_directory(job.model_name_or_path)
+    check_companions(companions)  # a handed-over model's files final/ will keep: checked before the data
     if model_config is not None and padding.isolates:  # refused before the data, where the config is known
         check_isolation(config, model_config, attention_implementation(config, model_config))
     shared = cache_shared_with_rank_0(training)
@@ -164,7 +177,9 @@ def prepare(config: Config, files: RunFiles, choose_resume: Callable[[], str | N
         raw = load_raw(config)
         tokenizer = None if trained else load_tokenizer(config, raw, arch)  # a named one: checked before resume
     resume = choose_resume()
+    data_changed = None
     if resume:
+        data_changed = resumed_data(config, Path(resume), raw.identity)  # other data: refused unless asked for
         resumed_mode(config, Path(resume))  # a mode set against the checkpoint's own: refused before tokenizing
         keep_the_global_batch(config, Path(resume))
     if tokenizer is None:  # trained: the checkpoint's when resuming, world rank 0's on every node
@@ -195,7 +210,7 @@ def prepare(config: Config, files: RunFiles, choose_resume: Callable[[], str | N
         callbacks=[
             EpochForCollator(collator),
             *([StreamPosition()] if corpus.streaming else []),
-            CheckpointCompleteMarker(files, resumed_options(config)),
+            CheckpointCompleteMarker(files, {**resumed_options(config), DATA_IDENTITY: raw.identity}),
             state_bytes,
         ],
     )
@@ -207,8 +222,8 @@ def prepare(config: Config, files: RunFiles, choose_resume: Callable[[], str | N
         trainer=trainer, tokenizer=tokenizer, corpus=corpus, stopper=stopper, guard=guard, head=built.head,
         head_weights=built.head_weights, masking=masking, packing=packing_facts, resume=resume, budget=budget,
         sharding=built.sharding, sharding_choice=built.choice, ddp_estimate=built.estimate, state_bytes=state_bytes,
-        setup_bytes=built.setup_bytes,
-        companions=None if arch is not None else companion_directory(job.model_name_or_path),
+        setup_bytes=built.setup_bytes, data_identity=raw.identity, data_changed=data_changed,
+        companions=companions,
     )  # fmt: skip
 
 
@@ -254,6 +269,28 @@ def masking_collator(config: Config, tokenizer: Any, model: Any) -> MaskingColla
         isolate=isolate,
         flatten=padding.flattens,
     )
+
+
+def resumed_data(config: Config, checkpoint: Path, identity: dict[str, Any]) -> list[str] | None:
+    """What changed in the data since ``checkpoint`` was saved (train/data/identity.py): refused (ConfigError) unless
+    MLM_RESUME_ON_CHANGED_DATA, then said and returned for run.json and the card; None when nothing changed."""
+    changed, notes = changes(saved_options(checkpoint).get(DATA_IDENTITY), identity)
+    if distributed.is_world_zero():
+        for note in notes:
+            warn(f"resuming from {checkpoint.name}: {note}")
+    if not changed:
+        return None
+    option = config.source_of("resume_on_changed_data")
+    said = "; ".join(changed[:5]) + (f"; and {len(changed) - 5} more" if len(changed) > 5 else "")
+    if not config.job.resume_on_changed_data:
+        raise ConfigError(
+            f"{checkpoint.name} was saved while training on other data ({said}); the resume is refused: restore the "
+            f"data, start over in another output_dir, or set {env_name('resume_on_changed_data')}=true to resume "
+            "on the data as it is now"
+        )
+    if distributed.is_world_zero():
+        warn(f"{option}=true: resuming from {checkpoint.name} on changed data ({said}); run.json and the card say so")
+    return changed
 
 
 def keep_the_global_batch(config: Config, checkpoint: Path) -> None:
