@@ -45,7 +45,15 @@ system-deps: ## Install the OS tools the tests need (podman, debootstrap, chromi
 	bash .ci/system-deps.sh
 
 .PHONY: test
-test: venv system-deps lint audit pytest image-test ## Set up and run every test: lint, audit, unit + end-to-end, the image
+test: venv system-deps lint audit ## Set up and run every test: lint, audit, unit + end-to-end, the image
+	# The image test (a container build: mostly one core unpacking wheels) runs beside the unit tests (one core);
+	# the end-to-end tests, which time runs and use both cores, then run alone. Its log follows the unit tests'.
+	@mkdir -p build
+	@bash docker/image-test.sh >build/image-test.log 2>&1 & image=$$!; \
+		$(BIN)/python -m pytest -m "not slow" --durations=10 $(PYTEST_ARGS); unit=$$?; \
+		wait $$image; built=$$?; cat build/image-test.log; \
+		test $$unit -eq 0 -a $$built -eq 0
+	$(BIN)/python -m pytest -m slow --durations=25 $(PYTEST_ARGS)
 
 .PHONY: pytest
 pytest: venv ## Run the Python test suite only (and list its 25 slowest tests)

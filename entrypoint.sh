@@ -95,7 +95,7 @@ wants_help() {
 	return 1
 }
 
-# Sub-command dispatch: our commands go to Python modules; anything else is executed as given.
+# Sub-command dispatch: our commands go to Python modules; any other program is executed as given.
 _main() {
 	local var
 	for var in "${SECRET_VARS[@]}"; do
@@ -142,6 +142,11 @@ _main() {
 		exec "$PYTHON" -m train.outputs.verify "$@"
 		;;
 	*)
+		# A word that is no program on PATH (a mistyped command: trian) gets one line naming the nearest command,
+		# exit 2, not the shell's "command not found" (127). A path goes to exec as given: it says what is wrong.
+		if [[ "$command" != */* ]] && ! type -P "$command" >/dev/null; then
+			exec "$PYTHON" -m train.common.usage --not-a-command "$command"
+		fi
 		exec "$@"
 		;;
 	esac

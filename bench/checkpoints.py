@@ -23,7 +23,8 @@ from pathlib import Path
 from typing import Any
 
 from bench.runner import run_entrypoint, write_results
-from train.outputs.checkpoints import manifest_problem, problem
+from train.outputs.checkpoints import problem
+from train.outputs.marker import manifest_problem
 from train.outputs.runfiles import RunFiles
 
 REPO = Path(__file__).resolve().parent.parent

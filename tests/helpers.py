@@ -11,7 +11,7 @@ import torch
 from safetensors.torch import save_file
 
 from train.config import Config, load_config
-from train.outputs.checkpoints import mark_complete
+from train.outputs.marker import mark_complete
 
 
 def checkpoint(root: Path, step: int, marked: bool = True) -> Path:

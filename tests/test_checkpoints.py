@@ -17,13 +17,12 @@ from train.config.model_source import SHARDED_WEIGHTS
 from train.outputs.checkpoints import (
     decide_resume,
     kept_global_batch,
-    mark_complete,
     problem,
     resume_choice,
     resumed_options,
     surplus_asides,
-    writer_of,
 )
+from train.outputs.marker import mark_complete, writer_of
 from train.outputs.runfiles import ASIDE_PREFIX, COMPLETE_MARKER, OPTIONS_NAME, RunFiles
 
 

@@ -66,6 +66,17 @@ def test_an_unknown_help_topic_is_exit_2_naming_the_choices() -> None:
     )
 
 
+def test_a_mistyped_command_is_exit_2_naming_the_nearest_but_programs_still_run() -> None:
+    result = entrypoint("trian", "--max_steps", "4")
+    assert result.returncode == 2  # not the shell's 127 "command not found"
+    (line,) = result.stderr.strip().splitlines()
+    assert line.endswith("trian: no such command, nor a program on PATH; did you mean 'train'?")
+    assert "expected one of train, plan" in entrypoint("xyzzy").stderr  # nothing near: the list
+    ran = entrypoint("bash", "-c", "echo ran; exit 7")  # docker run IMAGE bash: a program is run as given
+    assert (ran.returncode, ran.stdout) == (7, "ran\n")
+    assert entrypoint("./no-such-script").returncode == 127  # a path is exec's to refuse, as given
+
+
 def test_the_readme_lists_the_same_commands() -> None:
     readme = (REPO / "README.md").read_text(encoding="utf-8")
     documented = re.findall(r"^\| `\./entrypoint\.sh (\w+)", readme, flags=re.MULTILINE)

@@ -351,6 +351,32 @@ def test_text_line_format():
     )
 
 
+def test_an_evaluation_is_a_line_in_words_not_a_key_dump():
+    # the keys a demo run's evaluation record has (train.jsonl, transformers 5.25)
+    record = {
+        "event": "eval",
+        "time": "2025-01-01T10:00:00+00:00",
+        "step": 40,
+        "epoch": 0.8,
+        "eval_loss": 5.2103,
+        "eval_accuracy": 0.11234,
+        "eval_runtime": 12.34,
+        "eval_samples_per_second": 217.941,
+        "eval_steps_per_second": 2.724,
+        "num_input_tokens_seen": 3328,
+        "since_launch_s": 11.2,
+        "train_s": 2.29,
+        "tokens_seen": 3328,
+    }
+    assert logs._text_line(record) == (
+        "[10:00:00] eval at step 40: loss 5.2103, perplexity 183.1, masked accuracy 0.112 (12.3 s)"
+    )
+    diverged = {**record, "eval_loss": 60.0, "eval_top5": 0.5}
+    assert logs._text_line(diverged).endswith(
+        "loss 60.0000, perplexity 1.14e+26, masked accuracy 0.112, top5 0.5 (12.3 s)"
+    )
+
+
 def test_progress_bars_only_in_text_on_a_terminal(tmp_path, monkeypatch):
     import datasets
     from transformers.utils import logging as hf_logging

@@ -13,7 +13,7 @@ from tests.helpers import checkpoint, flipped
 from train.common.errors import ConfigError
 from train.common.hf import cache_key, cache_root
 from train.config import load_config
-from train.outputs.checkpoints import writer_of
+from train.outputs.marker import writer_of
 from train.outputs.mirror import Mirror
 from train.outputs.runfiles import COMPLETE_MARKER, RunFiles
 from train.outputs.store import NAMES

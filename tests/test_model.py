@@ -23,8 +23,27 @@ def test_overrides_are_constructor_arguments_so_derived_fields_follow() -> None:
     arch = scratch_config(load_config([], env))
     assert (arch.num_hidden_layers, len(arch.layer_types), arch.hidden_size) == (2, 2, 64)
     arch.validate()  # what save_pretrained runs
-    with pytest.raises(ConfigError, match=r"MLM_CONFIG_OVERRIDES: key no_such_field isn't in the original config"):
+    with pytest.raises(ConfigError, match=r"MLM_CONFIG_OVERRIDES: 'no_such_field' is not a field of the modernbert"):
         scratch_config(load_config([], {**env, "MLM_CONFIG_OVERRIDES": "no_such_field=3"}))
+
+
+def test_an_unknown_override_key_names_the_nearest_field_in_either_form(tmp_path: Path) -> None:
+    from train.config import load_config
+    from train.model.load import scratch_config
+
+    # issue 51: distilbert's layers are n_layers; num_layers was refused without a hint (pairs) or, as a YAML
+    # mapping, kept as an attribute no model reads: the default six layers trained.
+    env = {"MLM_MODEL_NAME_OR_PATH": "scratch:distilbert", "MLM_CONFIG_OVERRIDES": "dim=64,num_layers=2"}
+    hint = r"MLM_CONFIG_OVERRIDES: 'num_layers' is not a field of the distilbert config; did you mean 'n_layers'\?$"
+    with pytest.raises(ConfigError, match=hint):
+        scratch_config(load_config([], env))
+    (tmp_path / "job.yaml").write_text("model_name_or_path: scratch:distilbert\nconfig_overrides:\n  num_layers: 2\n")
+    with pytest.raises(ConfigError, match=r"'num_layers' is not a field of the distilbert config; did you mean 'n_l"):
+        scratch_config(load_config([], {"MLM_CONFIG": str(tmp_path / "job.yaml")}))
+    with pytest.raises(ConfigError, match=r"'zzz' is not .* config; expected one of vocab_size, .*n_layers, n_heads"):
+        scratch_config(load_config([], {**env, "MLM_CONFIG_OVERRIDES": "zzz=1"}))
+    # a name the config maps to its own field is one (distilbert's num_hidden_layers is n_layers)
+    assert scratch_config(load_config([], {**env, "MLM_CONFIG_OVERRIDES": "num_hidden_layers=2"})).n_layers == 2
 
 
 def test_a_config_the_model_would_reject_at_its_first_save_is_refused_before_any_data(tmp_path: Path) -> None:

@@ -53,3 +53,26 @@ def test_a_cpu_process_group_takes_the_ddp_timeout(tmp_path):
         assert backend.options._timeout == timedelta(seconds=77)
     finally:
         dist.destroy_process_group()
+
+
+def test_saved_weights_follow_the_umask_as_every_other_file(tmp_path) -> None:
+    """safetensors 0.8 writes model.safetensors 0600: another user ID reading the output volume could not load it
+    (issue 51). A umask other than the usual 022 shows the mode is the umask's, not a fixed 0644."""
+    import os
+
+    from transformers import TrainingArguments
+
+    from train.common.writable import current_umask
+    from train.run.trainer import MLMTrainer
+
+    config = DistilBertConfig(n_layers=1, dim=32, hidden_dim=64, n_heads=2, vocab_size=50, max_position_embeddings=16)
+    args = TrainingArguments(output_dir=str(tmp_path), use_cpu=True, report_to=[])
+    trainer = MLMTrainer(model=DistilBertForMaskedLM(config), args=args)
+    before = os.umask(0o027)
+    try:
+        assert current_umask() == 0o027
+        trainer.save_model(str(tmp_path / "final"))  # final/'s save; a checkpoint's ends in the same save_weights
+    finally:
+        os.umask(before)
+    modes = {path.name: path.stat().st_mode & 0o777 for path in (tmp_path / "final").iterdir()}
+    assert modes["model.safetensors"] == 0o640 and set(modes.values()) == {0o640}, modes

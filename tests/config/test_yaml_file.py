@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -44,6 +45,23 @@ def test_yaml_file_errors(tmp_path: Path) -> None:
     listing.write_text("- seed\n")
     with pytest.raises(ConfigError, match=r"list.yaml: expected a mapping of option: value, got list"):
         load_config([], {"MLM_CONFIG": str(listing)})
+
+
+def test_a_missing_file_named_like_a_preset_suggests_the_preset(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    repo = Path(__file__).resolve().parents[2]
+    assert (repo / "configs" / "bert-base.yaml").is_file()
+    monkeypatch.chdir(repo)  # as the README's commands run: the preset's path as typed there
+    with pytest.raises(ConfigError, match=r"no such file 'bert-base'; did you mean 'configs/bert-base.yaml'\?$"):
+        load_config(["--config", "bert-base"], {})
+    with pytest.raises(ConfigError, match=r"no such file 'roberta_base.yml'; did you mean 'configs/roberta-base.yaml'"):
+        load_config([], {"MLM_CONFIG": "roberta_base.yml"})
+    monkeypatch.chdir(tmp_path)  # elsewhere: the preset's whole path
+    with pytest.raises(ConfigError, match=re.escape(f"did you mean '{repo}/configs/bert-base.yaml'?")):
+        load_config([], {"MLM_CONFIG": "bert-base"})
+    with pytest.raises(ConfigError, match=r"no such file 'zzzz'; expected a YAML file of options, such as a preset in"):
+        load_config([], {"MLM_CONFIG": "zzzz"})
 
 
 def test_an_integer_beyond_what_python_converts_is_invalid_yaml(tmp_path: Path) -> None:

@@ -27,7 +27,7 @@ from tests.e2e.runs import (
     wait_for,
 )
 from tests.helpers import Payload
-from train.outputs.checkpoints import mark_complete
+from train.outputs.marker import mark_complete
 from train.outputs.runfiles import OPTIONS_NAME
 
 pytestmark = pytest.mark.slow

@@ -19,7 +19,7 @@ from train.launch.replay import (
     split_args,
     withheld,
 )
-from train.outputs.checkpoints import mark_complete
+from train.outputs.marker import mark_complete
 from train.outputs.record import RecordedRun, read_recorded
 
 DOCUMENT = {

@@ -10,7 +10,8 @@ import pytest
 from tests.helpers import demo_config
 from train.common.errors import ConfigError
 from train.data.identity import data_identity
-from train.outputs.checkpoints import DATA_IDENTITY, mark_complete, resumed_options
+from train.outputs.checkpoints import DATA_IDENTITY, resumed_options
+from train.outputs.marker import mark_complete
 from train.outputs.runfiles import RunFiles
 from train.run.build import prepare, resumed_data
 from train.run.callbacks import CheckpointCompleteMarker

@@ -7,6 +7,7 @@ train/config/reference.py), generated from the schema as docs/options.md is.
 
 from __future__ import annotations
 
+import difflib
 import sys
 import textwrap
 from collections.abc import Sequence
@@ -15,6 +16,7 @@ from train.common.errors import ConfigError, exit_process, run_main
 
 NAME = "mlm-trainer"
 HELP_WORDS = ("-h", "--help")
+NOT_A_COMMAND = "--not-a-command"  # entrypoint.sh's flag for a first word it cannot run (not a topic: a dash)
 WIDTH = 110
 
 # (command and its arguments, what it does): the order of the README's table.
@@ -79,10 +81,22 @@ def command_help(topic: Sequence[str]) -> str:
     return usage(topic[0] if topic else None)
 
 
+def not_a_command(word: str) -> str:
+    """What entrypoint.sh says of a first word that is neither one of our commands nor a program it could run
+    (``trian``): the nearest command, where one is near, else the list."""
+    near = difflib.get_close_matches(word, COMMANDS, n=1)
+    hint = f"did you mean '{near[0]}'?" if near else f"expected one of {', '.join(COMMANDS)}, or a program to run"
+    return f"{word}: no such command, nor a program on PATH; {hint}"
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """``python -m train.common.usage [COMMAND]``: what entrypoint.sh runs for ``help`` - this module alone, so the
-    usage prints at once rather than after the launcher has imported torch and transformers (6 s here)."""
-    print(command_help(list(sys.argv[1:] if argv is None else argv)))
+    usage prints at once rather than after the launcher has imported torch and transformers (6 s here).
+    ``python -m train.common.usage NOT_A_COMMAND WORD``: entrypoint.sh's one line for a word it cannot run."""
+    args = list(sys.argv[1:] if argv is None else argv)
+    if args[:1] == [NOT_A_COMMAND]:
+        raise ConfigError(not_a_command(args[1] if len(args) > 1 else ""))
+    print(command_help(args))
     return 0
 
 

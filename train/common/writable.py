@@ -1,5 +1,6 @@
 """Whether a directory takes writes, and telling a full device from other write failures: the output directory,
-its staging directory and the Hugging Face cache are checked the same way by the launcher, the job and doctor."""
+its staging directory and the Hugging Face cache are checked the same way by the launcher, the job and doctor. And a
+written file's mode as an ordinary write gives it, for writers that make theirs private."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ import errno
 import os
 import shutil
 import tempfile
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 
 from train.common.errors import EnvironmentProblem
@@ -63,3 +64,26 @@ def disk_full(exc: BaseException, directory: Path) -> bool:
         return writing and shutil.disk_usage(directory).free < LOW_SPACE_BYTES
     except OSError:
         return False
+
+
+def current_umask() -> int:
+    """This process's umask, read from /proc (Linux 4.7+): os.umask reads it only by setting it, and in that moment
+    a file another thread creates (a TensorBoard event file) would get the wrong mode."""
+    try:
+        for line in Path("/proc/self/status").read_text(encoding="ascii").splitlines():
+            if line.startswith("Umask:"):
+                return int(line.split()[1], 8)
+    except (OSError, ValueError, IndexError):
+        pass
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
+def follow_umask(paths: Iterable[Path]) -> None:
+    """Give files the mode an ordinary write gives (0666 less the umask), as every other file of output_dir has:
+    safetensors 0.8 writes model.safetensors 0600 (through a private temporary file), which another user ID
+    reading the output volume, a serving container's, cannot load."""
+    mode = 0o666 & ~current_umask()
+    for path in paths:
+        path.chmod(mode)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import difflib
 from pathlib import Path
 from typing import Any
 
@@ -9,6 +10,9 @@ import yaml
 
 from train.common.errors import ConfigError, first_line
 from train.config.bounds import SHOWN_CHARS, shown
+
+# The presets, beside the train package: configs/ at the checkout's root, /opt/mlm-trainer/configs in the image.
+PRESETS = Path(__file__).resolve().parents[2] / "configs"
 
 
 class _DuplicateKey(yaml.YAMLError):
@@ -36,7 +40,7 @@ def read_yaml(path: str) -> dict[str, Any]:
     """The options in a YAML file (an empty file has none); ConfigError when it is missing or no such mapping."""
     file = Path(path)
     if not file.is_file():
-        raise ConfigError(f"MLM_CONFIG/--config: no such file {path!r}; expected a YAML file of options")
+        raise ConfigError(f"MLM_CONFIG/--config: no such file {path!r}; {_preset_hint(path)}")
     try:
         data = yaml.load(file.read_text(encoding="utf-8"), Loader=_UniqueKeyLoader)
     except _DuplicateKey as exc:
@@ -52,3 +56,21 @@ def read_yaml(path: str) -> dict[str, Any]:
     if not isinstance(data, dict):
         raise ConfigError(f"{path}: expected a mapping of option: value, got {type(data).__name__}")
     return data
+
+
+def _preset_hint(path: str) -> str:
+    """For a file that is not there, the preset its name is nearest (``bert-base``: configs/bert-base.yaml), as the
+    user can type it: relative to the working directory when it is under it, as in the README's commands."""
+    presets = {preset.stem: preset for preset in sorted(PRESETS.glob("*.yaml"))}
+    name = Path(path).name.removesuffix(".yaml").removesuffix(".yml")
+    near = difflib.get_close_matches(name, presets, n=1)
+    if not near:
+        return f"expected a YAML file of options, such as a preset in {_as_typed(PRESETS)}/"
+    return f"did you mean {str(_as_typed(presets[near[0]]))!r}?"
+
+
+def _as_typed(path: Path) -> Path:
+    try:
+        return path.relative_to(Path.cwd())
+    except (ValueError, OSError):  # elsewhere, or the working directory was removed
+        return path

@@ -32,7 +32,7 @@ from train.common.errors import ConfigError
 from train.common.urls import is_store_url
 from train.common.versions import package_versions
 from train.config import Config
-from train.outputs.checkpoints import listed_files
+from train.outputs.marker import listed_files
 from train.outputs.record import NOT_COMPARED, RecordedRun, read_recorded
 
 ANYWAY = "--anyway"

@@ -12,15 +12,16 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import difflib
 import importlib.util
 import json
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
 import torch
 from safetensors import SafetensorError
-from transformers import AutoConfig, AutoModelForMaskedLM, AutoTokenizer
+from transformers import AutoConfig, AutoModelForMaskedLM, AutoTokenizer, PreTrainedConfig
 from transformers.models.auto.modeling_auto import MODEL_FOR_MASKED_LM_MAPPING
 from transformers.utils import logging as hf_logging
 
@@ -70,9 +71,12 @@ def scratch_config(config: Config) -> Any | None:
 def override_values(arch: Any, overrides: str, label: str) -> dict[str, Any]:
     """``config_overrides`` as constructor arguments: a JSON object (what a YAML mapping becomes: lists such as
     ModernBERT's ``layer_types``) as given; ``key=value,...`` converted as transformers' ``update_from_string``
-    does, by the type of each field's current value."""
+    does, by the type of each field's current value. A key that is no field of ``arch`` is a ConfigError."""
     if overrides.lstrip().startswith("{"):
-        return dict(json.loads(overrides))  # the Bound has checked it is an object
+        values = dict(json.loads(overrides))  # the Bound has checked it is an object
+        check_override_keys(arch, values, label)
+        return values
+    check_override_keys(arch, (pair.split("=", 1)[0] for pair in overrides.split(",") if "=" in pair), label)
     converted = copy.deepcopy(arch)
     try:
         converted.update_from_string(overrides)
@@ -84,6 +88,23 @@ def override_values(arch: Any, overrides: str, label: str) -> dict[str, Any]:
             f"{label}: {first_line(exc)}; a field the pairs cannot set takes a JSON object (in YAML a mapping)"
         ) from None
     return {key: getattr(converted, key) for key in (pair.split("=", 1)[0] for pair in overrides.split(","))}
+
+
+def check_override_keys(arch: Any, keys: Iterable[str], label: str) -> None:
+    """Each key must be a field of the model's config (an attribute, or a name it maps to one, as distilbert's
+    num_hidden_layers is its n_layers: update_from_string's own rule). Checked here for both forms, with the nearest
+    field: the pairs' error says only "isn't in the original config dict", and a mapping's unknown key would become
+    an attribute no model reads, so the run would train the default architecture without a word."""
+    for key in keys:
+        if hasattr(arch, key):
+            continue
+        fields = [name for name in arch.to_dict() if not name.startswith("_")]
+        common = set(PreTrainedConfig().to_dict())  # the fields every model's config has
+        own = [name for name in fields if name not in common]
+        near = difflib.get_close_matches(key, fields, n=1)
+        hint = f"did you mean {near[0]!r}?" if near else f"expected one of {', '.join(own)}"
+        model_type = getattr(arch, "model_type", "model")
+        raise ConfigError(f"{label}: {key!r} is not a field of the {model_type} config; {hint}")
 
 
 def check_masked_lm(config: Config, model_config: Any) -> None:

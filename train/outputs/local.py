@@ -11,8 +11,9 @@ from pathlib import Path
 from typing import Any
 
 from train.outputs.base import OutputLocation, Warn
-from train.outputs.checkpoints import decide_resume, resume_choice, write_marker
+from train.outputs.checkpoints import decide_resume, resume_choice
 from train.outputs.lease import OutputLease
+from train.outputs.marker import write_marker
 from train.outputs.runfiles import CUT_SHORT, RunFiles
 
 

@@ -36,8 +36,9 @@ from train.common.errors import ConfigError
 from train.common.urls import is_store_url
 from train.config import Config
 from train.outputs.base import OutputLocation, Warn
-from train.outputs.checkpoints import problem, resume_choice, set_aside, surplus_asides, writer_of
+from train.outputs.checkpoints import problem, resume_choice, set_aside, surplus_asides
 from train.outputs.local import publish_final
+from train.outputs.marker import writer_of
 from train.outputs.runfiles import ASIDE_PREFIX, TRAINER_STATE, is_checkpoint_name, step_of
 from train.outputs.store import NAMES, VANISHED, BadKey, Retry, Store
 from train.outputs.store_lease import StoreLease

@@ -17,8 +17,8 @@ from train.common.errors import ConfigError
 from train.common.handoff import Handoff
 from train.common.versions import package_versions
 from train.config import SECRET_FIELDS, Config
-from train.outputs.checkpoints import listed_files
 from train.outputs.facts import RunFacts, as_json
+from train.outputs.marker import listed_files
 from train.outputs.runfiles import RunFiles
 
 

@@ -18,7 +18,8 @@ from pathlib import Path
 from train.common.console import say
 from train.common.errors import ConfigError, exit_process, run_main
 from train.common.urls import is_store_url
-from train.outputs.checkpoints import listed_files, manifest_problem, problem
+from train.outputs.checkpoints import problem
+from train.outputs.marker import listed_files, manifest_problem
 from train.outputs.runfiles import TRAINER_STATE
 from train.outputs.store import Store
 

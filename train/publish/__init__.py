@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from train.common.errors import EnvironmentProblem
 from train.config import Config
-from train.outputs.checkpoints import weights_digest
+from train.outputs.marker import weights_digest
 from train.outputs.runfiles import RunFiles
 from train.publish.card import CARD, CardTarget, mask_token, model_card, write_card
 from train.publish.common import read_json

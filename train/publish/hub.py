@@ -9,7 +9,7 @@ from typing import Any
 from train.common.console import say
 from train.common.errors import EnvironmentProblem
 from train.config import Config
-from train.outputs.checkpoints import weights_digest
+from train.outputs.marker import weights_digest
 from train.publish.card import CardTarget, mask_token, model_card, write_card
 from train.publish.common import why_failed
 

@@ -51,13 +51,7 @@ from train.model.load import (
 )
 from train.model.tokenizer_training import agree_on_tokenizer
 from train.model.words import word_starts
-from train.outputs.checkpoints import (
-    DATA_IDENTITY,
-    kept_global_batch,
-    resumed_options,
-    saved_options,
-    saved_world_size,
-)
+from train.outputs.checkpoints import DATA_IDENTITY, kept_global_batch, resumed_options, saved_options, saved_world_size
 from train.outputs.facts import Masking, ModelFacts, Packing, RunFacts, Sharding
 from train.outputs.runfiles import RunFiles
 from train.run.budget import TimeBudget

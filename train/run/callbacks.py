@@ -16,7 +16,7 @@ from train.common import distributed
 from train.common.console import now
 from train.model.collator import MaskingCollator
 from train.outputs.base import OutputLocation
-from train.outputs.checkpoints import digests_written_by, mark_complete
+from train.outputs.marker import digests_written_by, mark_complete
 from train.outputs.runfiles import RunFiles, is_checkpoint_name, step_of
 from train.run.logs import append_record
 

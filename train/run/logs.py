@@ -29,7 +29,7 @@ from train.machine.sampler import Sampler
 from train.outputs.facts import RunFacts
 from train.outputs.runfiles import RunFiles
 from train.run.banner import TrainStart, banner, banner_record
-from train.run.outcome import real_tokens_per_second
+from train.run.outcome import perplexity, real_tokens_per_second
 
 if TYPE_CHECKING:
     from transformers import Trainer
@@ -84,9 +84,37 @@ def _text_line(record: dict[str, Any]) -> str:
             )
         parts.append(f"elapsed {_duration(record.get('elapsed_s'))} eta {_duration(record.get('eta_s'))}")
         return f"[{clock}] " + " | ".join(parts)
+    if event == "eval":
+        return f"[{clock}] {_eval_text(record)}"
     skip = {"event", "time", "step", "epoch"}
     values = [f"{k} {_float(v, '.4g')}" for k, v in record.items() if k not in skip and not isinstance(v, (list, dict))]
     return f"[{clock}] {event} step {record.get('step', '?')} | " + " | ".join(values)
+
+
+# The eval_* metrics an evaluation's line says in its own words, or leaves out (its speed, which is not training's);
+# the JSON record and train.jsonl carry every key, the quality curve's (tokens seen, times) too.
+_EVAL_WORDED = {"eval_loss", "eval_accuracy", "eval_runtime", "eval_samples_per_second", "eval_steps_per_second"}
+
+
+def _eval_text(record: dict[str, Any]) -> str:
+    """``eval at step 40: loss 5.2100, perplexity 183.1, masked accuracy 0.112 (12.3 s)``: the Trainer's eval_*
+    metrics in words (its accuracy is over the masked tokens: train/run/build.py masked_accuracy), any other
+    eval_* metric after them by its name."""
+    parts: list[str] = []
+    loss = record.get("eval_loss")
+    if isinstance(loss, (int, float)):
+        parts.append(f"loss {loss:.4f}")
+        if math.isfinite(loss):
+            ppl = perplexity(loss)  # a diverged loss's is 50 digits long: an exponent then
+            parts.append(f"perplexity {ppl:.1f}" if ppl < 1e6 else f"perplexity {ppl:.3g}")
+    if isinstance(record.get("eval_accuracy"), (int, float)):
+        parts.append(f"masked accuracy {record['eval_accuracy']:.3f}")
+    for key, value in record.items():
+        if key.startswith("eval_") and key not in _EVAL_WORDED:
+            parts.append(f"{key.removeprefix('eval_').replace('_', ' ')} {_float(value, '.4g')}")
+    runtime = record.get("eval_runtime")
+    took = f" ({runtime:.1f} s)" if isinstance(runtime, (int, float)) else ""
+    return f"eval at step {record.get('step', '?')}: {', '.join(parts) or 'no metrics'}{took}"
 
 
 def _float(value: Any, spec: str) -> str:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import sys
+from pathlib import Path
 from typing import Any
 
 import datasets
@@ -30,13 +31,15 @@ from train.borrowed.transformers_trainer import (
 )
 from train.common import distributed
 from train.common.schedules import scheduler_kwargs
+from train.common.writable import follow_umask
 from train.data import ResumedStream, own_loader_state, stream_loader
 from train.run.preemption import leave_signals_to_rank
 
 
 class MLMTrainer(TrainerOverrides):
     """The Trainer, with data loader workers that leave the stop signals to their rank (train/run/preemption.py), a
-    streamed corpus read through its own resumable loader, and no warning for tied weights on resume."""
+    streamed corpus read through its own resumable loader, no warning for tied weights on resume, and weights saved
+    with the umask's mode."""
 
     stream_position: dict[str, Any] | None = None  # a resumed stream's saved position for this rank
     stream_part: Any = None  # (rank, world size) -> that rank's part of the stream (train/data/corpus.py)
@@ -85,6 +88,13 @@ class MLMTrainer(TrainerOverrides):
             return leave_signals_to_rank(super().get_eval_dataloader(eval_dataset))
         finally:
             self.data_collator = training_collator
+
+    def save_weights(self, output_dir: str | None, state_dict: dict | None) -> None:
+        """The Trainer's save of a checkpoint's or final/'s model, its weights then given the umask's mode as the
+        other files are (train/common/writable.py follow_umask says why), by the rank that wrote them."""
+        super().save_weights(output_dir, state_dict)
+        if self.args.should_save:
+            follow_umask(Path(output_dir or self.args.output_dir).glob("*.safetensors"))
 
     def gather_for_save(self) -> None:
         """Called on every rank before rank 0 saves the final model: nothing to gather for a whole replica
