@@ -55,6 +55,10 @@ def test_a_run_replays_to_identical_files_and_differences_are_refused_or_said(tm
     assert asks.returncode == 2, asks.stderr[-3000:]
     assert "add --trust_remote_code true to the replay" in asks.stderr and "Traceback" not in asks.stderr
     assert not (tmp_path / "r4").exists()
+    planted.write_text(json.dumps({**run, "final": ["model.safetensors"]}))  # a field of the wrong shape
+    misshapen = entrypoint("replay", str(planted), "--output_dir", str(tmp_path / "r5"), env=bare)
+    assert misshapen.returncode == 2 and "final is not a mapping of final/'s file names" in misshapen.stderr
+    assert "Traceback" not in misshapen.stderr and not (tmp_path / "r5").exists()
 
     # a resume from the run's checkpoint on the corpus replaced in place: refused, then asked for and recorded
     resumed = tiny_env(tmp_path / "resumed", dataset=str(corpus), max_steps="6", resume=str(original / "checkpoint-4"))
