@@ -5,6 +5,7 @@ run, and the environments shared by several test modules. Fixtures live in tests
 from __future__ import annotations
 
 import json
+import math
 import os
 import subprocess
 import sys
@@ -68,6 +69,15 @@ def records(log: Path) -> list[dict]:
 def logged_losses(output_dir: Path) -> dict[int, float]:
     """The training losses a run logged in its train.jsonl, by step."""
     return {r["step"]: r["loss"] for r in records(output_dir / "logs" / "train.jsonl") if "loss" in r}
+
+
+def last_rate(run: dict) -> float:
+    """The learning rate a budgeted run's last step trains at, as its plan has it: the 1-sqrt decay's last before
+    zero, over the decay ratio's share of the planned steps, or over a late re-plan's own decay steps (a slow
+    evaluation left no room for the share: train/run/budget.py late_decay)."""
+    budget = run["time_budget"]
+    decay = budget["plans"][-1].get("decay_steps") or math.ceil(run["config"]["decay_ratio"] * budget["planned_steps"])
+    return run["config"]["learning_rate"] * (1 - math.sqrt((decay - 1) / decay))
 
 
 def continues(resumed: dict[int, float], uninterrupted: dict[int, float], steps: list[int]) -> None:

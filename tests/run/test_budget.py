@@ -15,17 +15,8 @@ from transformers import TrainerControl, TrainerState, TrainingArguments, get_sc
 
 from train.common.handoff import Handoff
 from train.run import budget as budget_module
-from train.run.budget import (
-    WARMUP_STEPS,
-    Costs,
-    TimeBudget,
-    decay_after,
-    decay_ahead,
-    schedule_for,
-    steps_after_stop,
-    steps_that_fit,
-    warmup_for,
-)
+from train.run.budget import WARMUP_STEPS, Costs, TimeBudget, steps_after_stop, steps_that_fit
+from train.run.budget_schedule import decay_after, decay_ahead, schedule_for, warmup_for
 from train.run.preemption import StopOnSignal
 
 
@@ -247,3 +238,45 @@ def test_a_stop_after_the_first_plan_goes_on_for_the_window_then_stops_without_s
         assert not drive(callback, args, state, clock, 0.5, **tools).should_training_stop
     assert drive(callback, args, state, clock, 0.5, **tools).should_training_stop and state.global_step == 101
     assert callback.plan.total == 101
+
+
+def test_a_re_plan_with_no_room_for_its_decay_decays_from_the_rate_it_finds(
+    tmp_path: Any, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture
+) -> None:
+    """An evaluation far slower than estimated, late in a warmup_stable_decay run (a loaded machine): the shorter
+    plan's decay would have begun in the past, so the rate decays from the stable rate over what is left plus half
+    the margin, instead of jumping down or ending the run at its peak; no re-plan undoes it."""
+    clock = Clock()
+    monkeypatch.setattr(budget_module, "time", clock)
+    callback = TimeBudget(budget_handoff(clock.now, 200, "200s"), eval_batches=3, checkpoint_mb=20.0)
+    args = arguments(
+        tmp_path, max_steps=10_000, warmup_steps=0, learning_rate=1.0, lr_scheduler_type="warmup_stable_decay",
+        lr_scheduler_kwargs={"decay_type": "1-sqrt"}, eval_strategy="steps", eval_steps=50,
+    )  # fmt: skip
+    state = TrainerState()
+    state.max_steps, state.eval_steps, state.save_steps = 10_000, 50, 500
+    optimizer = torch.optim.SGD([torch.zeros(1, requires_grad=True)], lr=1.0)
+    scheduler = get_scheduler(
+        "warmup_stable_decay", optimizer=optimizer, num_warmup_steps=0, num_training_steps=10_000,
+        scheduler_specific_kwargs={"num_decay_steps": 2000, "decay_type": "1-sqrt"},
+    )  # fmt: skip
+    tools = {"lr_scheduler": scheduler, "optimizer": optimizer}
+    callback.on_train_begin(args, state, TrainerControl(), **tools)
+    for _ in range(WARMUP_STEPS + 3):
+        drive(callback, args, state, clock, 0.5, **tools)
+    first = callback.plan.total
+    assert first is not None and first > 300
+    state.global_step, clock.now = 100, clock.now + 50  # 100 steps in, on plan
+    callback.on_evaluate(args, state, TrainerControl())
+    clock.now += 130  # the evaluation took 130 s: no time is left for the rest of the plan
+    control = drive(callback, args, state, clock, 0.5, **tools)
+    plan = callback.plan
+    assert not control.should_training_stop and plan.late_decay
+    assert plan.total == 101 + 10 and plan.plans[-1]["decay_steps"] == 10  # the margin's half: 5 s of 0.5 s steps
+    rates = [scheduler.lr_lambdas[0](step) for step in range(101, 112)]  # what steps 102..112 would train at
+    assert rates[0] == 1.0 and rates[-1] == 0.0 and rates == sorted(rates, reverse=True)
+    assert rates[-2] == pytest.approx(1 - math.sqrt(9 / 10))  # the last step's rate, as a plan's own decay ends
+    assert "decays from its rate now over the last 10 steps, to step 111" in capsys.readouterr().err
+    callback.on_save(args, state, TrainerControl())
+    drive(callback, args, state, clock, 5.0, **tools)  # slower still: the decay stays as it is
+    assert plan.total == 111 and len(plan.plans) == 2

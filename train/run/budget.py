@@ -30,7 +30,6 @@ transformers plans by steps or epochs only; nothing in it or accelerate reads a 
 from __future__ import annotations
 
 import dataclasses
-import functools
 import math
 import statistics
 import time
@@ -39,15 +38,15 @@ from typing import Any
 
 import torch
 import torch.distributed as dist
-from transformers import TrainerCallback, get_wsd_schedule
+from transformers import TrainerCallback
 
-from train.borrowed.torch_optim import lr_functions, replace_lr_functions
 from train.common import distributed, durations
-from train.common.console import say, warn
+from train.common.console import say
 from train.common.handoff import Handoff
-from train.common.schedules import WSD, scheduler_kwargs
+from train.common.schedules import WSD
+from train.run.budget_schedule import decay_after, decay_ahead, schedule_for
 from train.run.preemption import StopOnSignal
-from train.run.trainer import lr_scheduler_for, schedule_kind, step_schedule
+from train.run.trainer import schedule_kind, step_schedule
 
 WARMUP_STEPS = 2
 TIMED_STEPS = 3
@@ -55,7 +54,6 @@ MARGIN_FRACTION = 0.05
 MIN_MARGIN_S = 10.0
 ESTIMATED_WRITE_MB_S = 200.0  # a local disk, until a save has been timed
 FORWARD_SHARE = 1 / 3  # an evaluation batch: a forward pass of a training step's forward + backward
-WARMUP_SHARE = 10  # a warm-up longer than half the plan becomes a tenth of it
 CONSTANT = ("constant", "constant_with_warmup", "inverse_sqrt", "reduce_lr_on_plateau")  # schedules with no decay
 
 
@@ -78,6 +76,27 @@ def steps_that_fit(now: float, deadline: float, costs: Costs, margin: float) -> 
     """Steps that end, with their share of evaluations and saves, the final work and the margin, by ``deadline``."""
     left = deadline - now - costs.final - margin
     return max(math.floor(left / costs.per_step()), 0) if left > 0 else 0
+
+
+def late_decay(kind: str, args: Any, steps: tuple[int, int, int], decay_ratio: float, room: int) -> int | None:
+    """A re-plan whose shorter plan would have begun its decay before the current step: the steps to decay over
+    from here, or None when the plan's decay is still ahead (the rebuilt schedule then decays in full). ``steps``:
+    the new plan's total, the current step, the steps the options allow.
+
+    Rebuilt for fewer steps, a warmup_stable_decay schedule would put the current step inside its decay (the rate
+    jumps down) or past it (no step left: the run ends at its stable rate, never decayed). Instead the rate decays
+    from where it is over the decay's share of the plan, or over what is left plus ``room`` steps (half the margin
+    at the measured step time) when that is fewer; at least one step, never past what the options allow. A schedule
+    that decays all along (linear, cosine) only needs a step left; a constant one has no decay to keep."""
+    total, at, cap = steps
+    if kind in CONSTANT:
+        return None
+    share = decay_ahead(kind, args, total, 0, decay_ratio)
+    if (total - share >= at) if kind == WSD else (total > at):
+        return None
+    left = total - at
+    steps_left = min(max(min(share, left + room), left, 1), cap - at)
+    return steps_left if steps_left > 0 else None
 
 
 def margin_for(budget_s: float) -> float:
@@ -120,6 +139,7 @@ class BudgetPlan:
     budget_s: float
     margin_s: float
     cap: int | None = None  # the steps the other options set (or a resumed run's earlier plan)
+    late_decay: bool = False  # a re-plan's decay from the rate it found (:func:`late_decay`): the plan is final
     total: int | None = None  # the planned max_steps
     plans: list[dict[str, Any]] = field(default_factory=list)
     cut_short: CutShort | None = None  # a stop's steps to a final model
@@ -207,7 +227,8 @@ class TimeBudget(TrainerCallback):
         # first, has stopped it there already, with the schedule decayed to its end (a re-plan at that step drew a
         # longer plan that was never trained, its last steps missing from run.json's account).
         reached = self.plan.total is not None and state.global_step >= self.plan.total
-        if self.cut is None and not reached and (first or (self.replan and self.plan.total is not None)):
+        again = self.replan and self.plan.total is not None and not self.plan.late_decay
+        if self.cut is None and not reached and (first or again):
             self.replan = False
             self._make_plan(args, state, kwargs.get("lr_scheduler"), kwargs.get("optimizer"))
         if self.plan.total is not None and state.global_step >= self.plan.total:
@@ -241,21 +262,38 @@ class TimeBudget(TrainerCallback):
         fit = state.global_step + steps_that_fit(time.time(), self.plan.deadline, costs, self.plan.margin_s)
         cap = self.plan.cap or fit
         total = agreed_minimum(max(min(fit, cap), state.global_step), args.device)
-        before = self.plan.total
+        before, at = self.plan.total, state.global_step
+        room = math.floor(self.plan.margin_s / 2 / costs.step) if costs.step > 0 else 0
+        kind, inner, warmup = schedule_kind(args), step_schedule(scheduler), None
+        late = None if before is None else late_decay(kind, args, (total, at, cap), self.decay_ratio, room)
+        if late is not None and inner is not None and optimizer is not None:
+            late = agreed_minimum(late, args.device)  # the room differs by rank: all take the fewest steps
+            total = at + late
+            self.plan.late_decay = True  # no re-plan from here: one would rebuild the schedule, undoing the decay
+            decay_after(inner, at, 0, late, kind, args.lr_scheduler_kwargs or {})
         self.plan.total = state.max_steps = total
-        warmup = schedule_for(total, args, scheduler, optimizer, self.decay_ratio)
+        if not self.plan.late_decay:
+            warmup = schedule_for(total, args, scheduler, optimizer, self.decay_ratio)
         self.plan.plans.append(
             {
-                "at_step": state.global_step,
+                "at_step": at,
                 "planned_steps": total,
                 "warmup_steps": warmup,
                 "step_s": round(costs.step, 4),
                 "evaluation_s": round(costs.evaluation, 2),
                 "save_s": round(costs.save, 2),
                 "final_s": round(costs.final, 2),
+                **({"decay_steps": late} if self.plan.late_decay else {}),
             }
         )
         if before == total or not distributed.is_world_zero():
+            return
+        if self.plan.late_decay:
+            say(
+                f"time budget: re-planned at step {at}: the time left ends the run before its decay would have "
+                f"begun, so the learning rate decays from its rate now over the last {late} steps, to step {total} "
+                f"(a step {costs.step:.3g} s: up to half of the {self.plan.margin_s:.0f} s margin may be used)"
+            )
             return
         ends = durations.utc_clock(self.plan.deadline)
         limited = "the time budget" if fit < cap else f"the {cap} steps the other options set (they fit)"
@@ -323,68 +361,3 @@ def agreed_minimum(value: int, device: Any) -> int:
     tensor = torch.tensor([value], dtype=torch.int64, device=device)
     dist.all_reduce(tensor, op=dist.ReduceOp.MIN)
     return int(tensor.item())
-
-
-def warmup_for(total: int, args: Any) -> int:
-    """The warm-up of a ``total``-step plan: the configured one, unless it would take more than half the plan
-    (a warm-up set for a longer run), then a tenth of it, so that the run still decays."""
-    configured = args.get_warmup_steps(total)
-    return configured if configured <= total // 2 else total // WARMUP_SHARE
-
-
-def schedule_for(total: int, args: Any, scheduler: Any, optimizer: Any, decay_ratio: float) -> int | None:
-    """The Trainer's scheduler made to end at step ``total``: its learning-rate functions replaced by those of the
-    same kind of schedule built for ``total`` steps (on a stand-in optimizer with as many groups, so the real
-    one's learning rates are left alone until the next step). Returns the warm-up steps, None where the schedule
-    is not a function of the step (reduce_lr_on_plateau) and cannot follow the plan."""
-    inner = step_schedule(scheduler)
-    if inner is None or optimizer is None:
-        if distributed.is_world_zero():
-            warn(f"time budget: lr_scheduler_type {args.lr_scheduler_type} does not follow the planned steps")
-        return None
-    groups = len(inner.optimizer.param_groups)
-    stand_in = torch.optim.SGD([{"params": [torch.zeros(1, requires_grad=True)]} for _ in range(groups)], lr=1.0)
-    warmup = warmup_for(total, args)
-    rebuilt = lr_scheduler_for(args, total, warmup, stand_in, decay_ratio)
-    replace_lr_functions(inner, lr_functions(rebuilt))
-    return warmup
-
-
-def decay_ahead(kind: str, args: Any, total: int, at: int, decay_ratio: float) -> int:
-    """The steps of the ``total``-step plan's decay still ahead at step ``at``: warmup_stable_decay's decay phase,
-    or every step left for a schedule that decays all along (linear, cosine, polynomial)."""
-    left = total - at
-    if kind != WSD:
-        return left
-    warmup = warmup_for(total, args)
-    kwargs = scheduler_kwargs(kind, args.lr_scheduler_kwargs or {}, total, warmup, decay_ratio)
-    decay = kwargs.get("num_decay_steps")
-    if decay is None:  # the stable phase was given instead
-        decay = total - warmup - int(kwargs["num_stable_steps"])
-    return min(left, max(int(decay), 0))
-
-
-def decay_after(scheduler: Any, at: int, stable: int, decay: int, kind: str, kwargs: dict[str, Any]) -> None:
-    """The scheduler's learning rate from step ``at`` on: the rate of that step for ``stable`` more steps, then
-    down to the schedule's floor over ``decay`` (warmup_stable_decay's decay shape and floor; linearly to zero for
-    the others), through transformers' own WSD function on a stand-in optimizer."""
-    wsd = kind == WSD
-    floor = float(kwargs.get("min_lr_ratio", 0.0)) if wsd else 0.0
-    shape_kwargs = {"decay_type": kwargs.get("decay_type", "cosine"), "num_cycles": kwargs.get("num_cycles", 0.5)}
-    stand_in = torch.optim.SGD([torch.zeros(1, requires_grad=True)], lr=1.0)
-    shape = lr_functions(
-        get_wsd_schedule(
-            stand_in, 0, decay, num_stable_steps=stable, **(shape_kwargs if wsd else {"decay_type": "linear"})
-        )
-    )[0]
-    replace_lr_functions(
-        scheduler,
-        [
-            functools.partial(_from_stop, at=at, level=old(at), floor=floor, shape=shape)
-            for old in lr_functions(scheduler)
-        ],
-    )
-
-
-def _from_stop(step: int, *, at: int, level: float, floor: float, shape: Any) -> float:
-    return floor + (level - floor) * shape(step - at) if level > floor else level

@@ -1,0 +1,86 @@
+"""The learning-rate schedule of a time budget's plan (train/run/budget.py): the Trainer's own scheduler, its
+functions rebuilt for a plan's steps, its decay still ahead at a step, and a decay from the rate of a given step (a
+stop's window, or a re-plan that would otherwise have begun its decay in the past).
+
+transformers builds a schedule for a number of steps fixed before training; nothing in it re-plans one."""
+
+from __future__ import annotations
+
+import functools
+from typing import Any
+
+import torch
+from transformers import get_wsd_schedule
+
+from train.borrowed.torch_optim import lr_functions, replace_lr_functions
+from train.common import distributed
+from train.common.console import warn
+from train.common.schedules import WSD, scheduler_kwargs
+from train.run.trainer import lr_scheduler_for, step_schedule
+
+WARMUP_SHARE = 10  # a warm-up longer than half the plan becomes a tenth of it
+
+
+def warmup_for(total: int, args: Any) -> int:
+    """The warm-up of a ``total``-step plan: the configured one, unless it would take more than half the plan
+    (a warm-up set for a longer run), then a tenth of it, so that the run still decays."""
+    configured = args.get_warmup_steps(total)
+    return configured if configured <= total // 2 else total // WARMUP_SHARE
+
+
+def schedule_for(total: int, args: Any, scheduler: Any, optimizer: Any, decay_ratio: float) -> int | None:
+    """The Trainer's scheduler made to end at step ``total``: its learning-rate functions replaced by those of the
+    same kind of schedule built for ``total`` steps (on a stand-in optimizer with as many groups, so the real
+    one's learning rates are left alone until the next step). Returns the warm-up steps, None where the schedule
+    is not a function of the step (reduce_lr_on_plateau) and cannot follow the plan."""
+    inner = step_schedule(scheduler)
+    if inner is None or optimizer is None:
+        if distributed.is_world_zero():
+            warn(f"time budget: lr_scheduler_type {args.lr_scheduler_type} does not follow the planned steps")
+        return None
+    groups = len(inner.optimizer.param_groups)
+    stand_in = torch.optim.SGD([{"params": [torch.zeros(1, requires_grad=True)]} for _ in range(groups)], lr=1.0)
+    warmup = warmup_for(total, args)
+    rebuilt = lr_scheduler_for(args, total, warmup, stand_in, decay_ratio)
+    replace_lr_functions(inner, lr_functions(rebuilt))
+    return warmup
+
+
+def decay_ahead(kind: str, args: Any, total: int, at: int, decay_ratio: float) -> int:
+    """The steps of the ``total``-step plan's decay still ahead at step ``at``: warmup_stable_decay's decay phase,
+    or every step left for a schedule that decays all along (linear, cosine, polynomial)."""
+    left = total - at
+    if kind != WSD:
+        return left
+    warmup = warmup_for(total, args)
+    kwargs = scheduler_kwargs(kind, args.lr_scheduler_kwargs or {}, total, warmup, decay_ratio)
+    decay = kwargs.get("num_decay_steps")
+    if decay is None:  # the stable phase was given instead
+        decay = total - warmup - int(kwargs["num_stable_steps"])
+    return min(left, max(int(decay), 0))
+
+
+def decay_after(scheduler: Any, at: int, stable: int, decay: int, kind: str, kwargs: dict[str, Any]) -> None:
+    """The scheduler's learning rate from step ``at`` on: the rate of that step for ``stable`` more steps, then
+    down to the schedule's floor over ``decay`` (warmup_stable_decay's decay shape and floor; linearly to zero for
+    the others), through transformers' own WSD function on a stand-in optimizer."""
+    wsd = kind == WSD
+    floor = float(kwargs.get("min_lr_ratio", 0.0)) if wsd else 0.0
+    shape_kwargs = {"decay_type": kwargs.get("decay_type", "cosine"), "num_cycles": kwargs.get("num_cycles", 0.5)}
+    stand_in = torch.optim.SGD([torch.zeros(1, requires_grad=True)], lr=1.0)
+    shape = lr_functions(
+        get_wsd_schedule(
+            stand_in, 0, decay, num_stable_steps=stable, **(shape_kwargs if wsd else {"decay_type": "linear"})
+        )
+    )[0]
+    replace_lr_functions(
+        scheduler,
+        [
+            functools.partial(_from_stop, at=at, level=old(at), floor=floor, shape=shape)
+            for old in lr_functions(scheduler)
+        ],
+    )
+
+
+def _from_stop(step: int, *, at: int, level: float, floor: float, shape: Any) -> float:
+    return floor + (level - floor) * shape(step - at) if level > floor else level
