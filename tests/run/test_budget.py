@@ -111,6 +111,15 @@ def drive(callback: TimeBudget, args: Any, state: TrainerState, clock: Clock, se
     return control
 
 
+def first_plan(callback: TimeBudget, args: Any, state: TrainerState, clock: Clock, scheduler: Any) -> dict:
+    """The run begun and its first plan made, on steps of 0.5 s; the tools the callback is driven with."""
+    tools = {"lr_scheduler": scheduler, "optimizer": scheduler.optimizer}
+    callback.on_train_begin(args, state, TrainerControl(), **tools)
+    for _ in range(WARMUP_STEPS + 3):
+        drive(callback, args, state, clock, 0.5, **tools)
+    return tools
+
+
 def test_the_plan_follows_measured_steps_evaluations_and_saves(
     tmp_path: Any, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture
 ) -> None:
@@ -210,10 +219,7 @@ def test_a_stop_after_the_first_plan_goes_on_for_the_window_then_stops_without_s
     state.max_steps, state.save_steps = 10_000, 50
     optimizer = torch.optim.SGD([torch.zeros(1, requires_grad=True)], lr=1.0)
     scheduler = get_scheduler("linear", optimizer=optimizer, num_warmup_steps=5, num_training_steps=10_000)
-    tools = {"lr_scheduler": scheduler, "optimizer": optimizer}
-    callback.on_train_begin(args, state, TrainerControl(), **tools)
-    for _ in range(WARMUP_STEPS + 3):
-        drive(callback, args, state, clock, 0.5, **tools)
+    tools = first_plan(callback, args, state, clock, scheduler)
     planned = callback.plan.total
     assert planned is not None and planned > 1000
     # SIGTERM at step 5; the ranks agree at the step's end, save its checkpoint (1 s), and on_save decides.
@@ -260,10 +266,7 @@ def test_a_re_plan_with_no_room_for_its_decay_decays_from_the_rate_it_finds(
         "warmup_stable_decay", optimizer=optimizer, num_warmup_steps=0, num_training_steps=10_000,
         scheduler_specific_kwargs={"num_decay_steps": 2000, "decay_type": "1-sqrt"},
     )  # fmt: skip
-    tools = {"lr_scheduler": scheduler, "optimizer": optimizer}
-    callback.on_train_begin(args, state, TrainerControl(), **tools)
-    for _ in range(WARMUP_STEPS + 3):
-        drive(callback, args, state, clock, 0.5, **tools)
+    tools = first_plan(callback, args, state, clock, scheduler)
     first = callback.plan.total
     assert first is not None and first > 300
     state.global_step, clock.now = 100, clock.now + 50  # 100 steps in, on plan
