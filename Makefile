@@ -46,14 +46,18 @@ system-deps: ## Install the OS tools the tests need (podman, debootstrap, chromi
 
 .PHONY: test
 test: venv system-deps lint audit ## Set up and run every test: lint, audit, unit + end-to-end, the image
-	# The image test (a container build: mostly one core unpacking wheels) runs beside the unit tests (one core);
-	# the end-to-end tests, which time runs and use both cores, then run alone. Its log follows the unit tests'.
+	# Beside the unit tests (one core) run the image test (a container build: mostly one core unpacking wheels)
+	# and the end-to-end runs that mostly wait (-m waits: Slurm's scheduling, a timeout); their logs follow the unit
+	# tests'. The other end-to-end tests, which time runs and use both cores, then run alone.
 	@mkdir -p build
 	@bash docker/image-test.sh >build/image-test.log 2>&1 & image=$$!; \
+		$(BIN)/python -m pytest -m waits --basetemp=build/pytest-waits --durations=5 $(PYTEST_ARGS) \
+			>build/pytest-waits.log 2>&1 & waits=$$!; \
 		$(BIN)/python -m pytest -m "not slow" --durations=10 $(PYTEST_ARGS); unit=$$?; \
+		wait $$waits; waited=$$?; cat build/pytest-waits.log; \
 		wait $$image; built=$$?; cat build/image-test.log; \
-		test $$unit -eq 0 -a $$built -eq 0
-	$(BIN)/python -m pytest -m slow --durations=25 $(PYTEST_ARGS)
+		test $$unit -eq 0 -a $$waited -eq 0 -a $$built -eq 0
+	$(BIN)/python -m pytest -m "slow and not waits" --durations=25 $(PYTEST_ARGS)
 
 .PHONY: pytest
 pytest: venv ## Run the Python test suite only (and list its 25 slowest tests)

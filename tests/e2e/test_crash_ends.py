@@ -104,6 +104,7 @@ def test_a_save_that_fails_ends_the_run_with_its_cause_and_keeps_the_earlier_che
     assert not [pid for pid in descendants(process.pid) if running(pid)]
 
 
+@pytest.mark.waits
 def test_a_rank_that_stops_answering_ends_the_run_after_ddp_timeout(tmp_path: Path) -> None:
     output = tmp_path / "out"
     env = tiny_env(output, **RESUMABLE, nproc_per_node="2", ddp_timeout="10", stop_timeout="5")
