@@ -44,6 +44,9 @@ def test_an_unknown_override_key_names_the_nearest_field_in_either_form(tmp_path
         scratch_config(load_config([], {**env, "MLM_CONFIG_OVERRIDES": "zzz=1"}))
     # a name the config maps to its own field is one (distilbert's num_hidden_layers is n_layers)
     assert scratch_config(load_config([], {**env, "MLM_CONFIG_OVERRIDES": "num_hidden_layers=2"})).n_layers == 2
+    # in a mapping, a key far from every field may be one the model's code reads with no default in its config
+    deberta = {"MLM_MODEL_NAME_OR_PATH": "scratch:deberta-v2", "MLM_CONFIG_OVERRIDES": '{"conv_kernel_size": 3}'}
+    assert scratch_config(load_config([], deberta)).conv_kernel_size == 3
 
 
 def test_a_config_the_model_would_reject_at_its_first_save_is_refused_before_any_data(tmp_path: Path) -> None:

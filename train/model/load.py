@@ -74,9 +74,9 @@ def override_values(arch: Any, overrides: str, label: str) -> dict[str, Any]:
     does, by the type of each field's current value. A key that is no field of ``arch`` is a ConfigError."""
     if overrides.lstrip().startswith("{"):
         values = dict(json.loads(overrides))  # the Bound has checked it is an object
-        check_override_keys(arch, values, label)
+        check_override_keys(arch, values, label, mapping=True)
         return values
-    check_override_keys(arch, (pair.split("=", 1)[0] for pair in overrides.split(",") if "=" in pair), label)
+    check_override_keys(arch, (pair.split("=", 1)[0] for pair in overrides.split(",") if "=" in pair), label, False)
     converted = copy.deepcopy(arch)
     try:
         converted.update_from_string(overrides)
@@ -90,11 +90,13 @@ def override_values(arch: Any, overrides: str, label: str) -> dict[str, Any]:
     return {key: getattr(converted, key) for key in (pair.split("=", 1)[0] for pair in overrides.split(","))}
 
 
-def check_override_keys(arch: Any, keys: Iterable[str], label: str) -> None:
+def check_override_keys(arch: Any, keys: Iterable[str], label: str, mapping: bool) -> None:
     """Each key must be a field of the model's config (an attribute, or a name it maps to one, as distilbert's
-    num_hidden_layers is its n_layers: update_from_string's own rule). Checked here for both forms, with the nearest
-    field: the pairs' error says only "isn't in the original config dict", and a mapping's unknown key would become
-    an attribute no model reads, so the run would train the default architecture without a word."""
+    num_hidden_layers is its n_layers: update_from_string's own rule), said with the nearest field: the pairs'
+    own error says only "isn't in the original config dict". In a mapping (JSON, YAML) a key the config has no
+    default for can still be one the model's code reads (DeBERTa-v2's conv_kernel_size, through getattr): it is
+    refused only when a field's name is near it (a typo: num_layers for n_layers, which would otherwise train the
+    default architecture without a word)."""
     for key in keys:
         if hasattr(arch, key):
             continue
@@ -102,6 +104,8 @@ def check_override_keys(arch: Any, keys: Iterable[str], label: str) -> None:
         common = set(PreTrainedConfig().to_dict())  # the fields every model's config has
         own = [name for name in fields if name not in common]
         near = difflib.get_close_matches(key, fields, n=1)
+        if mapping and not near:
+            continue
         hint = f"did you mean {near[0]!r}?" if near else f"expected one of {', '.join(own)}"
         model_type = getattr(arch, "model_type", "model")
         raise ConfigError(f"{label}: {key!r} is not a field of the {model_type} config; {hint}")
