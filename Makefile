@@ -50,12 +50,14 @@ test: venv system-deps lint audit ## Set up and run every test: lint, audit, uni
 	# and the end-to-end runs that mostly wait (-m waits: Slurm's scheduling, a timeout); their logs follow the unit
 	# tests'. The other end-to-end tests, which time runs and use both cores, then run alone.
 	@mkdir -p build
-	@bash docker/image-test.sh >build/image-test.log 2>&1 & image=$$!; \
+	@unit=0 waited=0 built=0; \
+		bash docker/image-test.sh >build/image-test.log 2>&1 & image=$$!; \
 		$(BIN)/python -m pytest -m waits --basetemp=build/pytest-waits --durations=5 $(PYTEST_ARGS) \
 			>build/pytest-waits.log 2>&1 & waits=$$!; \
-		$(BIN)/python -m pytest -m "not slow" --durations=10 $(PYTEST_ARGS); unit=$$?; \
-		wait $$waits; waited=$$?; cat build/pytest-waits.log; \
-		wait $$image; built=$$?; cat build/image-test.log; \
+		$(BIN)/python -m pytest -m "not slow" --durations=10 $(PYTEST_ARGS) || unit=$$?; \
+		wait $$waits || waited=$$?; cat build/pytest-waits.log; \
+		wait $$image || built=$$?; cat build/image-test.log; \
+		echo "make test: unit tests exit $$unit, waiting end-to-end tests exit $$waited, image test exit $$built"; \
 		test $$unit -eq 0 -a $$waited -eq 0 -a $$built -eq 0
 	$(BIN)/python -m pytest -m "slow and not waits" --durations=25 $(PYTEST_ARGS)
 

@@ -22,7 +22,7 @@ from tests.conftest import REPO, tiny_env
 from tests.e2e.runs import last_rate, records
 from tests.e2e.slurm_cluster import Cluster, Job, slurm_cluster
 
-pytestmark = [pytest.mark.slow, pytest.mark.waits]
+pytestmark = pytest.mark.slow
 
 SCRIPT = REPO / "slurm" / "train.sbatch"
 # 1,600 demo samples (1,280 to train) in batches of 16 on 2 ranks: 40 steps, a checkpoint every 10, no workers.
@@ -48,6 +48,7 @@ def read(path: Path) -> str:
     return path.read_text(errors="replace") if path.exists() else ""
 
 
+@pytest.mark.waits  # on Slurm's scheduling: it runs beside the unit tests (make test)
 def test_two_nodes_train_are_stopped_requeued_and_resume_to_one_final(cluster: Cluster, tmp_path: Path) -> None:
     output = tmp_path / "output"
     env = tiny_env(output, log_format="text", logging_steps="10", **RESUMABLE)
@@ -97,6 +98,7 @@ def test_two_nodes_train_are_stopped_requeued_and_resume_to_one_final(cluster: C
     assert facts["command"][facts["command"].index("--master-addr") + 1] == "mlmnode1"
 
 
+@pytest.mark.waits
 def test_plan_in_a_step_reads_slurm_and_the_batch_script_is_told_to_use_srun(cluster: Cluster, tmp_path: Path) -> None:
     """What Slurm really sets: ``plan`` in each task of ``srun --nodes=2 --ntasks-per-node=1``, and in the batch
     script of the same 2-node job (refused, exit 2); ``time_budget: slurm`` is the job's end time, asked of the
@@ -138,6 +140,9 @@ def test_plan_in_a_step_reads_slurm_and_the_batch_script_is_told_to_use_srun(clu
         assert plan["deadline"]["budget"].startswith(("6m", "7m")), plan["deadline"]
 
 
+# Not -m waits: it plans to a deadline, so it runs with the other end-to-end tests on an otherwise idle machine (beside
+# the unit tests and the image build its start-up alone took it past Slurm's one minute: issue 51's budget on a
+# loaded machine).
 def test_a_job_with_a_time_limit_and_the_slurm_budget_ends_decayed_with_final_before_its_limit(
     cluster: Cluster, tmp_path: Path
 ) -> None:
