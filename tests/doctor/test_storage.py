@@ -75,6 +75,15 @@ def test_output_holding_a_finished_model_fails_and_checkpoints_are_noted(env, tm
     assert checks()["output_dir"].status == "OK"
 
 
+def test_a_link_inside_the_output_directory_fails_as_the_job_would_refuse_it(env, tmp_path, monkeypatch):
+    no_driver(monkeypatch)
+    (tmp_path / "out" / "logs").mkdir(parents=True)
+    (tmp_path / "out" / "logs" / "train.jsonl").symlink_to(tmp_path / "elsewhere.txt")
+    found = checks()["output_dir"]
+    assert found.status == "FAIL" and "the job would refuse to start" in found.detail
+    assert "logs/train.jsonl (to " in found.detail and "is a symbolic link inside it" in found.detail
+
+
 def test_an_explicit_resume_path_that_is_no_checkpoint_fails(env, tmp_path, monkeypatch):
     no_driver(monkeypatch)
     monkeypatch.setenv("MLM_RESUME", str(tmp_path / "nowhere"))

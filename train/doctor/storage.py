@@ -53,14 +53,15 @@ def check_writable(name: str, path: Path, fix: str) -> Check:
 
 def check_output(config: Config) -> Check:
     """The output location as a run would find it: its local directory (output_dir, or a bucket's staging
-    directory) writable with room, the store reachable (a probe object written and removed), no finished model
-    to overwrite unless asked, who holds its lease, and what a run would do there."""
+    directory) writable with room, no symbolic link inside it, the store reachable (a probe object written and
+    removed), no finished model to overwrite unless asked, who holds its lease, and what a run would do there."""
     location = output_location(config)
     fix = f"mount a writable volume there (owned by the image's user) or set {config.source_of('output_dir')}"
     local = check_writable("output_dir", location.files.root, fix)
     if local.status == FAIL:
         return local
     try:
+        location.refuse_links()
         location.preflight()
         location.refuse_finished()
         facts = location.facts()

@@ -116,15 +116,20 @@ class OutputLocation(ABC):
             label = self.config.source_of("output_dir")  # MLM_STAGING_DIR for a bucket's staging directory
             message = f"{label}={str(self.files.root)!r}: not writable ({write_failure(exc)}); "
             raise EnvironmentProblem(message + "expected a writable directory") from None
+        self.refuse_links()
+        self.preflight()
+        if not dry_run:
+            self.refuse_finished()
+
+    def refuse_links(self) -> None:
+        """No symbolic link inside the local directory (ConfigError naming the first): a run writing, or starting
+        over and moving, through one could write outside it (train/common/paths.py's rule)."""
         link = first_link_under(self.files.root)
-        if link is not None:  # a run writing (or, starting over, moving) through it could write outside the directory
+        if link is not None:
             raise ConfigError(
                 f"{self.config.source_of('output_dir')}={str(self.files.root)!r}: {link} is a symbolic link inside "
                 "it; the job never writes through one: remove it, or choose another output_dir"
             )
-        self.preflight()
-        if not dry_run:
-            self.refuse_finished()
 
     def refuse_finished(self) -> None:
         """A finished ``final/`` is replaced only when asked (ConfigError otherwise)."""
