@@ -73,11 +73,12 @@ def logged_losses(output_dir: Path) -> dict[int, float]:
 
 def last_rate(run: dict) -> float:
     """The learning rate a budgeted run's last step trains at, as its plan has it: the 1-sqrt decay's last before
-    zero, over the decay ratio's share of the planned steps, or over a late re-plan's own decay steps (a slow
-    evaluation left no room for the share: train/run/budget.py late_decay)."""
-    budget = run["time_budget"]
-    decay = budget["plans"][-1].get("decay_steps") or math.ceil(run["config"]["decay_ratio"] * budget["planned_steps"])
-    return run["config"]["learning_rate"] * (1 - math.sqrt((decay - 1) / decay))
+    zero, from the peak over the decay ratio's share of the planned steps, or from the rate a late re-plan found
+    over its own decay steps (a slow evaluation left no time for another step: train/run/budget.py late_decay)."""
+    budget, config = run["time_budget"], run["config"]
+    last = budget["plans"][-1]
+    decay = last.get("decay_steps") or math.ceil(config["decay_ratio"] * budget["planned_steps"])
+    return last.get("decay_from_lr", config["learning_rate"]) * (1 - math.sqrt((decay - 1) / decay))
 
 
 def continues(resumed: dict[int, float], uninterrupted: dict[int, float], steps: list[int]) -> None:

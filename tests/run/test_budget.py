@@ -15,7 +15,7 @@ from transformers import TrainerControl, TrainerState, TrainingArguments, get_sc
 
 from train.common.handoff import Handoff
 from train.run import budget as budget_module
-from train.run.budget import WARMUP_STEPS, Costs, TimeBudget, steps_after_stop, steps_that_fit
+from train.run.budget import WARMUP_STEPS, Costs, TimeBudget, late_decay, steps_after_stop, steps_that_fit
 from train.run.budget_schedule import decay_after, decay_ahead, schedule_for, warmup_for
 from train.run.preemption import StopOnSignal
 
@@ -249,9 +249,9 @@ def test_a_stop_after_the_first_plan_goes_on_for_the_window_then_stops_without_s
 def test_a_re_plan_with_no_room_for_its_decay_decays_from_the_rate_it_finds(
     tmp_path: Any, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture
 ) -> None:
-    """An evaluation far slower than estimated, late in a warmup_stable_decay run (a loaded machine): the shorter
-    plan's decay would have begun in the past, so the rate decays from the stable rate over what is left plus half
-    the margin, instead of jumping down or ending the run at its peak; no re-plan undoes it."""
+    """An evaluation far slower than estimated, late in a warmup_stable_decay run (a loaded machine), leaves no time
+    for another step: the rate decays from the stable rate over what half the margin holds, instead of the run
+    ending at its peak; no re-plan undoes it. A re-plan that leaves steps is no such case (late_decay: None)."""
     clock = Clock()
     monkeypatch.setattr(budget_module, "time", clock)
     callback = TimeBudget(budget_handoff(clock.now, 200, "200s"), eval_batches=3, checkpoint_mb=20.0)
@@ -268,6 +268,8 @@ def test_a_re_plan_with_no_room_for_its_decay_decays_from_the_rate_it_finds(
     )  # fmt: skip
     tools = first_plan(callback, args, state, clock, scheduler)
     first = callback.plan.total
+    # a plan a few steps shorter, its decay's start now just behind the current step: the schedule is rebuilt
+    assert late_decay("warmup_stable_decay", args, (380, 305, 10_000), 0.2, room=10) is None
     assert first is not None and first > 300
     state.global_step, clock.now = 100, clock.now + 50  # 100 steps in, on plan
     callback.on_evaluate(args, state, TrainerControl())
@@ -279,7 +281,11 @@ def test_a_re_plan_with_no_room_for_its_decay_decays_from_the_rate_it_finds(
     rates = [scheduler.lr_lambdas[0](step) for step in range(101, 112)]  # what steps 102..112 would train at
     assert rates[0] == 1.0 and rates[-1] == 0.0 and rates == sorted(rates, reverse=True)
     assert rates[-2] == pytest.approx(1 - math.sqrt(9 / 10))  # the last step's rate, as a plan's own decay ends
-    assert "decays from its rate now over the last 10 steps, to step 111" in capsys.readouterr().err
+    assert plan.plans[-1]["decay_from_lr"] == 1.0  # the stable rate it had
+    assert (
+        "no time is left for another step, so the learning rate decays from its rate now over 10 more steps, to "
+        "step 111" in capsys.readouterr().err
+    )
     callback.on_save(args, state, TrainerControl())
     drive(callback, args, state, clock, 5.0, **tools)  # slower still: the decay stays as it is
     assert plan.total == 111 and len(plan.plans) == 2

@@ -43,7 +43,6 @@ from transformers import TrainerCallback
 from train.common import distributed, durations
 from train.common.console import say
 from train.common.handoff import Handoff
-from train.common.schedules import WSD
 from train.run.budget_schedule import decay_after, decay_ahead, schedule_for
 from train.run.preemption import StopOnSignal
 from train.run.trainer import schedule_kind, step_schedule
@@ -79,23 +78,20 @@ def steps_that_fit(now: float, deadline: float, costs: Costs, margin: float) -> 
 
 
 def late_decay(kind: str, args: Any, steps: tuple[int, int, int], decay_ratio: float, room: int) -> int | None:
-    """A re-plan whose shorter plan would have begun its decay before the current step: the steps to decay over
-    from here, or None when the plan's decay is still ahead (the rebuilt schedule then decays in full). ``steps``:
-    the new plan's total, the current step, the steps the options allow.
+    """A re-plan that leaves no step after the current one (an evaluation or a save far slower than measured: a
+    loaded machine): the steps to decay over from here, or None when the plan has steps left (the schedule rebuilt
+    for it then ends decayed at its last step). ``steps``: the new plan's total, the current step, the steps the
+    options allow.
 
-    Rebuilt for fewer steps, a warmup_stable_decay schedule would put the current step inside its decay (the rate
-    jumps down) or past it (no step left: the run ends at its stable rate, never decayed). Instead the rate decays
-    from where it is over the decay's share of the plan, or over what is left plus ``room`` steps (half the margin
-    at the measured step time) when that is fewer; at least one step, never past what the options allow. A schedule
-    that decays all along (linear, cosine) only needs a step left; a constant one has no decay to keep."""
+    With no step left the run would end at the rate it has now, never decayed (the stable rate of warmup_stable_decay).
+    Instead the rate decays from where it is over the decay's share of the plan or ``room`` steps (half the margin at
+    the measured step time), whichever is fewer; at least one step, never past what the options allow. (A re-plan
+    that only moves the decay's start by a few steps, as plans do from one evaluation to the next, is not one.)"""
     total, at, cap = steps
-    if kind in CONSTANT:
+    if kind in CONSTANT or total > at:
         return None
     share = decay_ahead(kind, args, total, 0, decay_ratio)
-    if (total - share >= at) if kind == WSD else (total > at):
-        return None
-    left = total - at
-    steps_left = min(max(min(share, left + room), left, 1), cap - at)
+    steps_left = min(max(min(share, room), 1), cap - at)
     return steps_left if steps_left > 0 else None
 
 
@@ -268,6 +264,7 @@ class TimeBudget(TrainerCallback):
         late = None if before is None else late_decay(kind, args, (total, at, cap), self.decay_ratio, room)
         if late is not None and inner is not None and optimizer is not None:
             late = agreed_minimum(late, args.device)  # the room differs by rank: all take the fewest steps
+            level = optimizer.param_groups[0]["lr"]  # the rate the decay starts from (the scheduler's at this step)
             total = at + late
             self.plan.late_decay = True  # no re-plan from here: one would rebuild the schedule, undoing the decay
             decay_after(inner, at, 0, late, kind, args.lr_scheduler_kwargs or {})
@@ -283,15 +280,15 @@ class TimeBudget(TrainerCallback):
                 "evaluation_s": round(costs.evaluation, 2),
                 "save_s": round(costs.save, 2),
                 "final_s": round(costs.final, 2),
-                **({"decay_steps": late} if self.plan.late_decay else {}),
+                **({"decay_steps": late, "decay_from_lr": level} if self.plan.late_decay else {}),
             }
         )
         if before == total or not distributed.is_world_zero():
             return
         if self.plan.late_decay:
             say(
-                f"time budget: re-planned at step {at}: the time left ends the run before its decay would have "
-                f"begun, so the learning rate decays from its rate now over the last {late} steps, to step {total} "
+                f"time budget: re-planned at step {at}: no time is left for another step, so the learning rate "
+                f"decays from its rate now over {late} more steps, to step {total} "
                 f"(a step {costs.step:.3g} s: up to half of the {self.plan.margin_s:.0f} s margin may be used)"
             )
             return
