@@ -74,16 +74,15 @@ def relative_name(path: str, files: list[str]) -> str:
 
 
 def local_entry(path: str, stat: os.stat_result, whole: bool) -> dict[str, Any]:
-    digest = hashlib.sha256()
+    sampled = not whole and stat.st_size > 3 * SAMPLE_BYTES
     with open(path, "rb") as handle:
-        if whole or stat.st_size <= 3 * SAMPLE_BYTES:
-            for block in iter(lambda: handle.read(2**20), b""):
-                digest.update(block)
+        if not sampled:
+            digest = hashlib.file_digest(handle, "sha256")
         else:
+            digest = hashlib.sha256()
             for offset in (0, stat.st_size // 2, stat.st_size - SAMPLE_BYTES):
                 handle.seek(offset)
                 digest.update(handle.read(SAMPLE_BYTES))
-    sampled = not whole and stat.st_size > 3 * SAMPLE_BYTES
     return {
         "size": stat.st_size,
         "modified": datetime.fromtimestamp(stat.st_mtime, UTC).isoformat(timespec="seconds"),
