@@ -15,7 +15,15 @@ from transformers import TrainerControl, TrainerState, TrainingArguments, get_sc
 
 from train.common.handoff import Handoff
 from train.run import budget as budget_module
-from train.run.budget import WARMUP_STEPS, Costs, TimeBudget, late_decay, steps_after_stop, steps_that_fit
+from train.run.budget import (
+    WARMUP_STEPS,
+    Costs,
+    TimeBudget,
+    late_decay,
+    step_time,
+    steps_after_stop,
+    steps_that_fit,
+)
 from train.run.budget_schedule import decay_after, decay_ahead, schedule_for, warmup_for
 from train.run.preemption import StopOnSignal
 
@@ -27,6 +35,13 @@ def test_the_steps_that_fit_leave_the_final_work_and_the_margin() -> None:
     assert steps_that_fit(now=95, deadline=100, costs=costs, margin=7) == 0
     none = Costs(step=0.5, evaluation=0, evaluate_every=math.inf, save=0, save_every=math.inf, final=0)
     assert steps_that_fit(now=0, deadline=10, costs=none, margin=0) == 20
+
+
+def test_a_step_costs_its_mean_wall_time_with_one_stall_capped() -> None:
+    # A loaded machine: one step in three waits for the CPU. The median (0.1 s) would plan three times too many.
+    assert step_time([0.1, 0.1, 0.7] * 5) == pytest.approx(0.3)
+    # One stall of 60 s among 0.1-s steps counts as ten steps' time, not six hundred.
+    assert step_time([0.1] * 19 + [60.0]) == pytest.approx((19 * 0.1 + 1.0) / 20)
 
 
 def arguments(tmp_path: Any, **options: Any) -> TrainingArguments:
@@ -54,7 +69,10 @@ def test_the_schedule_is_rebuilt_to_end_at_the_planned_step(tmp_path: Any) -> No
     scheduler = get_scheduler("linear", optimizer=optimizer, num_warmup_steps=2, num_training_steps=1000)
     before = lrs(scheduler, optimizer, 3)  # a few steps on the configured 1,000
     assert schedule_for(10, args, scheduler, optimizer, 0.2) == 2
-    assert optimizer.param_groups[0]["lr"] == before[-1]  # nothing changes before the next step
+    # The step ahead (the fourth) trains at the new plan's rate already, not the old one's: a plan re-made one step
+    # before its end ended at the old plan's rate.
+    assert before[-1] == pytest.approx((1000 - 3) / (1000 - 2))
+    assert optimizer.param_groups[0]["lr"] == scheduler.get_last_lr()[0] == pytest.approx((10 - 3) / (10 - 2))
     after = lrs(scheduler, optimizer, 7)
     assert after[-1] == 0.0 and after == sorted(after, reverse=True)  # decayed to zero at step 10
     assert after[0] == pytest.approx((10 - 4) / (10 - 2))
@@ -271,9 +289,10 @@ def test_a_re_plan_with_no_room_for_its_decay_decays_from_the_rate_it_finds(
     # a plan a few steps shorter, its decay's start now just behind the current step: the schedule is rebuilt
     assert late_decay("warmup_stable_decay", args, (380, 305, 10_000), 0.2, room=10) is None
     assert first is not None and first > 300
-    state.global_step, clock.now = 100, clock.now + 50  # 100 steps in, on plan
-    callback.on_evaluate(args, state, TrainerControl())
+    while state.global_step < 100:  # 100 steps in, on plan
+        drive(callback, args, state, clock, 0.5, **tools)
     clock.now += 130  # the evaluation took 130 s: no time is left for the rest of the plan
+    callback.on_evaluate(args, state, TrainerControl())
     control = drive(callback, args, state, clock, 0.5, **tools)
     plan = callback.plan
     assert not control.should_training_stop and plan.late_decay

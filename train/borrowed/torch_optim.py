@@ -21,9 +21,16 @@ def lr_functions(scheduler: Any) -> list[Callable[[int], float]] | None:
 
 @borrows("torch", "2.15", "optim/lr_scheduler.py LambdaLR.lr_lambdas, LambdaLR.get_lr")
 def replace_lr_functions(scheduler: Any, functions: Sequence[Callable[[int], float]]) -> None:
-    """Make the live ``LambdaLR`` follow ``functions`` from its next step on (torch 2.15,
+    """Make the live ``LambdaLR`` follow ``functions`` from the step ahead on (torch 2.15,
     ``torch/optim/lr_scheduler.py``: ``LambdaLR.get_lr`` calls ``self.lr_lambdas[i](self.last_epoch)`` at each
     step). The time budget re-plans mid-run: the Trainer built its scheduler (through accelerate's wrapper) before
     the plan existed, ``create_scheduler`` runs once, callbacks cannot swap the Trainer's scheduler, and a new one
-    would lose the step count the checkpoints record. Neither torch nor transformers can re-plan a live one."""
+    would lose the step count the checkpoints record. Neither torch nor transformers can re-plan a live one.
+
+    A re-plan comes after the step's own scheduler step, which has set the optimizer's rate for the step ahead from
+    the old functions: that rate is set again from the new ones, as the scheduler's step would (``last_epoch``
+    back one, then ``step``, both public). Left alone, the step after a re-plan trained at the old plan's rate,
+    and a plan re-made one step before its end ended at another plan's rate."""
     scheduler.lr_lambdas = list(functions)
+    scheduler.last_epoch -= 1
+    scheduler.step()

@@ -5,7 +5,11 @@ The rule, stated once:
 - The first ``WARMUP_STEPS`` steps of a session are not timed (allocator growth, loader start, first kernels);
   after ``TIMED_STEPS`` more, the first plan is made; every evaluation and save is timed as it happens, and the
   plan is made again after each, with what they cost.
-- A step costs its measured time plus its share of the evaluations and saves to come (each one's measured time,
+- A step costs its mean measured time over the last ``STEP_WINDOW`` steps (the mean, not the median: on a
+  machine shared with other work, a step that waited for the CPU costs wall time as any other; the median of a
+  loaded run's steps was a third of their mean, and plans ran past their deadline), each step counted at most
+  ``STALL_CAP`` times the median (one stall, a page-cache miss or a paused process, is not the run's pace)
+  plus its share of the evaluations and saves to come (each one's measured time,
   or until it happens an estimate: an evaluation a third of a training step per batch - a forward pass - and a
   save the checkpoint's size at ``ESTIMATED_WRITE_MB_S``).
 - Before the deadline stay the final evaluation, the final model's write, the publishing and a margin of
@@ -52,6 +56,8 @@ TIMED_STEPS = 3
 MARGIN_FRACTION = 0.05
 MIN_MARGIN_S = 10.0
 ESTIMATED_WRITE_MB_S = 200.0  # a local disk, until a save has been timed
+STEP_WINDOW = 20
+STALL_CAP = 10
 FORWARD_SHARE = 1 / 3  # an evaluation batch: a forward pass of a training step's forward + backward
 CONSTANT = ("constant", "constant_with_warmup", "inverse_sqrt", "reduce_lr_on_plateau")  # schedules with no decay
 
@@ -93,6 +99,12 @@ def late_decay(kind: str, args: Any, steps: tuple[int, int, int], decay_ratio: f
     share = decay_ahead(kind, args, total, 0, decay_ratio)
     steps_left = min(max(min(share, room), 1), cap - at)
     return steps_left if steps_left > 0 else None
+
+
+def step_time(times: list[float]) -> float:
+    """What a step costs in wall time: the mean of ``times``, each at most ``STALL_CAP`` times their median."""
+    cap = STALL_CAP * statistics.median(times)
+    return statistics.fmean(min(took, cap) for took in times)
 
 
 def margin_for(budget_s: float) -> float:
@@ -237,7 +249,7 @@ class TimeBudget(TrainerCallback):
 
     def costs(self, args: Any, state: Any) -> Costs:
         """The measured times (or estimates) of what is left."""
-        step = statistics.median(self.step_times[-20:])
+        step = step_time(self.step_times[-STEP_WINDOW:])
         evaluating = args.eval_strategy != "no" and self.eval_batches > 0
         evaluation = (self.evaluations[-1] if self.evaluations else self.eval_batches * step * FORWARD_SHARE) * (
             1 if evaluating else 0

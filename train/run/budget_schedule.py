@@ -30,8 +30,9 @@ def warmup_for(total: int, args: Any) -> int:
 
 def schedule_for(total: int, args: Any, scheduler: Any, optimizer: Any, decay_ratio: float) -> int | None:
     """The Trainer's scheduler made to end at step ``total``: its learning-rate functions replaced by those of the
-    same kind of schedule built for ``total`` steps (on a stand-in optimizer with as many groups, so the real
-    one's learning rates are left alone until the next step). Returns the warm-up steps, None where the schedule
+    same kind of schedule built for ``total`` steps (on a stand-in optimizer with as many groups: building one
+    sets its optimizer's rates to the schedule's first), the real optimizer's rate for the step ahead set from them
+    at once. Returns the warm-up steps, None where the schedule
     is not a function of the step (reduce_lr_on_plateau) and cannot follow the plan."""
     inner = step_schedule(scheduler)
     if inner is None or optimizer is None:
