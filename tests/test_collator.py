@@ -143,3 +143,65 @@ def test_documents_apart_packed_rows_and_flattened_batches() -> None:
     assert (
         facts["efficiency"] == 1.0 and collator(pad_to_multiple_of=None).measure([examples])["efficiency"] == 19 / 27
     )  # 3 rows of 9
+
+
+def test_a_rate_schedule_thins_masks_drawn_at_its_highest_rate_to_the_steps_rate() -> None:
+    """A schedule's collator masks as a plain one at its highest rate and hands the draws; thinned to a lower rate,
+    the kept masks are a subset masked at that rate, and every dropped position has its token back."""
+    from train.model.collator import MASK_DRAW, thin_masks
+
+    batch = [sample(i, 128) for i in range(200)]
+    plain = collator(mlm_probability=0.3)(batch)
+    drawn = collator(mlm_probability=0.3, mask_draws=True)(batch)
+    assert torch.equal(drawn["labels"], plain["labels"]) and torch.equal(drawn["input_ids"], plain["input_ids"])
+    assert MASK_DRAW not in plain and (drawn[MASK_DRAW][drawn["labels"] == IGNORE_INDEX] == 1.0).all()
+
+    same = thin_masks(drawn, 0.3)
+    assert MASK_DRAW not in same and torch.equal(same["labels"], plain["labels"])
+    thinned = thin_masks(drawn, 0.15)
+    kept = thinned["labels"] != IGNORE_INDEX
+    assert 0.13 < kept.float().sum() / (200 * 126) < 0.17
+    assert not (kept & (plain["labels"] == IGNORE_INDEX)).any()  # a subset of the masks drawn
+    dropped = (plain["labels"] != IGNORE_INDEX) & ~kept
+    assert torch.equal(thinned["input_ids"][dropped], plain["labels"][dropped])  # the original tokens
+    assert torch.equal(thinned["input_ids"][kept], plain["input_ids"][kept])  # kept masks as drawn (80/10/10)
+    assert 0.75 < ((thinned["input_ids"] == MASK) & kept).sum() / kept.sum() < 0.85
+
+
+def test_a_schedules_evaluation_masks_at_a_fixed_rate_without_draws() -> None:
+    from train.model.collator import MASK_DRAW, evaluation_rate
+
+    training = collator(mlm_probability=0.3, mask_draws=True, epoch=2)
+    assert evaluation_rate(0.3, 0.15, None) == 0.3 and evaluation_rate(0.3, 0.15, 0.2) == 0.2
+    assert evaluation_rate(0.3, None, None) is None
+    evaluation = training.for_evaluation(evaluation_rate(0.15, 0.3, None))  # a rising schedule: masks at 0.3
+    batch = [sample(i, 128) for i in range(200)]
+    out = evaluation(batch)
+    assert MASK_DRAW not in out and evaluation.epoch == 0
+    assert 0.13 < (out["labels"] != IGNORE_INDEX).float().sum() / (200 * 126) < 0.17
+
+
+def test_whole_words_and_flattened_batches_carry_their_draws() -> None:
+    import numpy as np
+    from transformers import BertConfig
+
+    from train.model.collator import MASK_DRAW, thin_masks
+    from train.model.packing import isolated_inputs
+
+    starts = np.arange(VOCAB) % 3 == 0
+    batch = [sample(i, 120) for i in range(50)]
+    words = collator(word_start=starts, mlm_probability=0.3, mask_draws=True)(batch)
+    thinned = thin_masks(words, 0.1)
+    for row, feature in enumerate(batch):  # a thinned word is still all masked or all not
+        ids = np.asarray(feature["input_ids"])
+        chosen = (thinned["labels"][row, : len(ids)] != IGNORE_INDEX).numpy()
+        word = np.cumsum(starts[ids] | (np.arange(len(ids)) <= 1))
+        for number in np.unique(word[1:-1]):
+            assert len(set(chosen[word == number])) == 1
+
+    config = BertConfig(vocab_size=VOCAB, hidden_size=32, num_hidden_layers=1, num_attention_heads=2)
+    isolate = functools.partial(isolated_inputs, config=config, attn_implementation="sdpa")
+    examples = [sample(1, 6), sample(2, 9), sample(3, 4)]
+    flat = collator(isolate=isolate, flatten=True, mlm_probability=0.5, mask_draws=True)(examples)
+    assert flat[MASK_DRAW].shape == flat["labels"].shape == (1, 19) and "position_ids" in flat
+    assert torch.equal(thin_masks(flat, 0.5)["labels"], flat["labels"])

@@ -229,10 +229,14 @@ def test_the_banner_says_the_masking_and_its_realised_rate(tmp_path):
         "whole_word_mask": True,
         "realised": 0.2712,
         "realised_on_samples": 256,
+        "final_mlm_probability": None,
     }
     unmeasured = replace(FACTS, masking=replace(masking, realised=None))
     stream = banner(config_for(tmp_path, "--log_format", "text"), unmeasured)
     assert "masking    30% of words (15% for evaluation)\n" in stream
+    scheduled = replace(FACTS, masking=replace(masking, final_mlm_probability=0.1))
+    said = banner(config_for(tmp_path, "--log_format", "text"), scheduled)
+    assert "masking    30% of words, falling linearly to 10% by the end (15% for evaluation); realised 27.1%" in said
 
 
 def test_the_banner_says_a_resume_on_another_number_of_ranks(tmp_path):
@@ -338,6 +342,7 @@ def test_text_line_format():
             "loss": 2.5,
             "learning_rate": 1e-4,
             "grad_norm": 1.25,
+            "mlm_probability": 0.225,
             "tokens_per_second": 12345.6,
             "samples_per_second": 96.4,
             "gpus": [{"index": 0, "util_pct": 97, "mem_used_mib": 30720, "mem_total_mib": 81920}],
@@ -346,7 +351,7 @@ def test_text_line_format():
         }
     )
     assert line == (
-        "[10:00:00] step 50/100 | epoch 0.50 | loss 2.5000 | lr 1.00e-04 | grad 1.25 | 12,346 tok/s | "
+        "[10:00:00] step 50/100 | epoch 0.50 | loss 2.5000 | lr 1.00e-04 | grad 1.25 | masking 22.5% | 12,346 tok/s | "
         "96.4 samples/s | gpu0 97% 30.0/80 GiB | elapsed 1m05s eta 1h02m"
     )
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 from datetime import timedelta
 from types import SimpleNamespace
 
+import pytest
 import torch
 import torch.distributed as dist
 from transformers import DistilBertConfig, DistilBertForMaskedLM
@@ -76,3 +77,50 @@ def test_saved_weights_follow_the_umask_as_every_other_file(tmp_path) -> None:
         os.umask(before)
     modes = {path.name: path.stat().st_mode & 0o777 for path in (tmp_path / "final").iterdir()}
     assert modes["model.safetensors"] == 0o640 and set(modes.values()) == {0o640}, modes
+
+
+def test_a_mask_rate_schedule_trains_each_step_at_its_rate_and_logs_it(tmp_path) -> None:
+    """The collator masks at the schedule's highest rate with draws; each optimizer step's batches reach the model
+    thinned to the step's rate (no draws among its inputs), counted after thinning, and each record logs the rate."""
+    from transformers import TrainingArguments
+
+    from train.common.schedules import mask_rate
+    from train.model.collator import IGNORE_INDEX, MaskingCollator
+    from train.run.trainer import MLMTrainer
+
+    config = DistilBertConfig(n_layers=1, dim=32, hidden_dim=64, n_heads=2, vocab_size=50, max_position_embeddings=64)
+    collator = MaskingCollator(pad_token_id=0, mask_token_id=4, vocab_size=50, mlm_probability=0.6, mask_draws=True)
+    rows = [
+        {"input_ids": [2, *[5 + (i + j) % 40 for j in range(60)], 3], "special_tokens_mask": [1] + [0] * 60 + [1],
+         "sample_index": i}
+        for i in range(64)
+    ]  # fmt: skip
+    args = TrainingArguments(
+        output_dir=str(tmp_path), use_cpu=True, report_to=[], max_steps=8, per_device_train_batch_size=8,
+        logging_steps=1, save_strategy="no", dataloader_num_workers=0, remove_unused_columns=False,
+    )  # fmt: skip
+    trainer = MLMTrainer(model=DistilBertForMaskedLM(config), args=args, train_dataset=rows, data_collator=collator)
+    trainer.mask_rates = (0.6, 0.1)
+    masked_shares = []
+    forward = trainer.model.forward
+
+    def counting(**inputs):  # what reaches the model: no draws, masks at the step's rate
+        assert set(inputs) == {"input_ids", "attention_mask", "labels", "num_items_in_batch"}, set(inputs)
+        masked = inputs["labels"] != IGNORE_INDEX
+        assert int(inputs["num_items_in_batch"]) == int(masked.sum())  # the loss's count is the thinned one
+        masked_shares.append(float(masked.float().mean()))
+        return forward(**inputs)
+
+    trainer.model.forward = counting
+    trainer.train()
+    rates = [record["mlm_probability"] for record in trainer.state.log_history if "loss" in record]
+    assert rates == [round(mask_rate(0.6, 0.1, step, 8), 6) for step in range(8)]
+    assert masked_shares[0] > 0.45 and masked_shares[-1] < 0.25, masked_shares
+
+
+def test_the_mask_rate_goes_linearly_from_the_first_to_the_final_rate_over_the_planned_steps() -> None:
+    from train.common.schedules import mask_rate
+
+    assert [mask_rate(0.3, 0.1, step, 4) for step in range(4)] == pytest.approx([0.3, 0.25, 0.2, 0.15])
+    assert mask_rate(0.3, None, 3, 4) == 0.3 and mask_rate(0.15, 0.3, 2, 4) == pytest.approx(0.225)
+    assert mask_rate(0.3, 0.1, 9, 4) == pytest.approx(0.1)  # a re-plan shorter than the steps done: the end

@@ -23,6 +23,8 @@ ENTRYPOINT = REPO / "entrypoint.sh"
 
 # 1,600 demo samples in batches of 16: 80 steps, a checkpoint every 10, no dataloader workers.
 RESUMABLE = {"demo_samples": "1600", "per_device_train_batch_size": "16", "save_strategy": "steps", "save_steps": "10"}
+# A mask rate falling from 30 % to 10 % over the run, logged every 10 steps
+SCHEDULED_MASKING = {"mlm_probability": "0.3", "final_mlm_probability": "0.1", "logging_steps": "10"}
 
 
 def entrypoint(
@@ -69,6 +71,15 @@ def records(log: Path) -> list[dict]:
 def logged_losses(output_dir: Path) -> dict[int, float]:
     """The training losses a run logged in its train.jsonl, by step."""
     return {r["step"]: r["loss"] for r in records(output_dir / "logs" / "train.jsonl") if "loss" in r}
+
+
+def mask_rates(output: Path) -> dict[int, float]:
+    """The mask rate each training record of a run under a mask rate schedule logged, by step (every session's)."""
+    return {
+        r["step"]: r["mlm_probability"]
+        for r in records(output / "logs" / "train.jsonl")
+        if r.get("event") == "train" and "loss" in r
+    }
 
 
 def last_rate(run: dict) -> float:

@@ -16,10 +16,12 @@ import torch
 from tests.conftest import tiny_env
 from tests.e2e.runs import (
     RESUMABLE,
+    SCHEDULED_MASKING,
     continues,
     entrypoint,
     is_descendant,
     logged_losses,
+    mask_rates,
     rank_pids,
     records,
     running,
@@ -34,11 +36,13 @@ pytestmark = pytest.mark.slow
 
 
 def test_sigterm_saves_resumes_and_ends_with_identical_weights(tmp_path: Path) -> None:
-    straight = entrypoint(env=tiny_env(tmp_path / "a", **RESUMABLE))
+    """Under a mask rate schedule too: the resumed steps mask at the rates the uninterrupted run's did."""
+    options = {**RESUMABLE, **SCHEDULED_MASKING}
+    straight = entrypoint(env=tiny_env(tmp_path / "a", **options))
     assert straight.returncode == 0, straight.stderr[-3000:]
 
     output = tmp_path / "b"
-    env = tiny_env(output, **RESUMABLE)
+    env = tiny_env(output, **options)
     process = start(env=env)
     wait_for(output / "checkpoint-20" / ".complete", process)
     process.send_signal(signal.SIGTERM)
@@ -54,6 +58,10 @@ def test_sigterm_saves_resumes_and_ends_with_identical_weights(tmp_path: Path) -
     assert "missing keys" not in resumed.stderr  # the tied output embedding is expected to be stored once
     first = (tmp_path / "a" / "final" / "model.safetensors").read_bytes()
     assert (output / "final" / "model.safetensors").read_bytes() == first
+    rates = mask_rates(tmp_path / "a")
+    assert mask_rates(output) == rates and len(rates) > 3, rates  # both sessions' records, the same rates
+    total = next(r["step"] for r in records(tmp_path / "a" / "logs" / "train.jsonl") if r["event"] == "train_end")
+    assert rates == {step: pytest.approx(0.3 + (0.1 - 0.3) * (step - 1) / total) for step in rates}
 
 
 def test_a_killed_rank_ends_the_job_without_hanging(tmp_path: Path) -> None:
@@ -204,7 +212,9 @@ def test_a_two_rank_run_resumed_on_one_keeps_its_global_batch(tmp_path: Path) ->
     one line, the epoch count goes on from where it was, and the losses go on as the uninterrupted run's (within
     2 %: the same weights and optimizer state, the examples in another order)."""
     output = tmp_path / "out"
-    options = {**RESUMABLE, "demo_samples": "800", "per_device_train_batch_size": "8", "logging_steps": "5"}
+    options = {
+        **RESUMABLE, **SCHEDULED_MASKING, "demo_samples": "800", "per_device_train_batch_size": "8", "logging_steps": "5"
+    }  # fmt: skip
     straight = entrypoint(env=tiny_env(tmp_path / "straight", nproc_per_node="2", **options))
     assert straight.returncode == 0, straight.stderr[-3000:]
     process = start(env=tiny_env(output, nproc_per_node="2", **options))
@@ -227,6 +237,7 @@ def test_a_two_rank_run_resumed_on_one_keeps_its_global_batch(tmp_path: Path) ->
     }
     uninterrupted = logged_losses(tmp_path / "straight")
     continues(whole, uninterrupted, [step for step in sorted(uninterrupted) if step - 5 >= stop])
+    assert mask_rates(output) == mask_rates(tmp_path / "straight")  # on one rank, the steps' rates as on two
 
 
 def test_a_second_job_on_the_same_output_dir_is_refused_and_the_first_is_unharmed(tmp_path: Path) -> None:

@@ -1,4 +1,5 @@
-"""The learning-rate schedule's one rule of our own: warmup_stable_decay's decay as a fraction of the steps.
+"""The schedules' rules of our own: warmup_stable_decay's decay as a fraction of the steps, and the mask rate's
+schedule (:func:`mask_rate`).
 
 transformers' ``get_wsd_schedule`` takes the decay as a number of steps, which is unknown until training starts
 (epochs over a corpus, a stream's max_steps, a time budget's plan): the Trainer's scheduler
@@ -27,3 +28,13 @@ def scheduler_kwargs(
         return kwargs
     decay = min(max(1, math.ceil(total * decay_ratio)), max(total - warmup, 0))
     return {**kwargs, "num_decay_steps": decay}
+
+
+def mask_rate(start: float, end: float | None, done: int, total: int) -> float:
+    """The training mask rate of the step after ``done`` of ``total`` steps: linear from ``start`` at the first step
+    towards ``end`` at the end (Ankner et al. 2023, "Dynamic Masking Rate Schedules for MLM Pretraining": 30 % ->
+    15 %, linear, beat both constant rates); ``start`` all along when ``end`` is None. ``total`` is the run's
+    planned steps as they stand (a time budget's re-plan moves them, and the rate follows)."""
+    if end is None or total <= 0:
+        return start
+    return start + (end - start) * min(max(done, 0) / total, 1.0)

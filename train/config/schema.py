@@ -117,7 +117,16 @@ class JobArguments:
     max_seq_length: int = option(
         128, "Longest sequence in tokens (longer text is cut).", integers(MIN_SEQ_LENGTH, MAX_SEQ_LENGTH)
     )
-    mlm_probability: float = option(0.15, "Fraction of tokens masked while training.", OPEN_FRACTION)
+    mlm_probability: float = option(
+        0.15, "Fraction of tokens masked while training (at the first step, with final_mlm_probability).", OPEN_FRACTION
+    )
+    final_mlm_probability: float | None = option(
+        None,
+        "The training mask rate at the end: the rate goes linearly from mlm_probability to it over the run's steps "
+        "(Ankner et al. 2023: 0.3 to 0.15); each training record logs the rate of its step, and evaluation keeps "
+        "its fixed rate. Default: none, mlm_probability all along.",
+        OPEN_FRACTION,
+    )
     eval_mlm_probability: float | None = option(
         None,
         "Fraction of tokens masked for evaluation; default: mlm_probability (ModernBERT and MosaicBERT train at 0.3 "

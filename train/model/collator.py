@@ -12,6 +12,13 @@ first token) and then all its tokens are masked; which tokens start words comes 
 (train/model/words.py), since packed blocks keep no offsets. A block that starts inside a word takes that fragment as
 a word of its own.
 
+A mask rate that changes during training (``final_mlm_probability``: Ankner et al. 2023, 30 % -> 15 %): the masks
+depend on the step being trained, which the collator, a batch ahead and perhaps in a worker process, cannot know.
+So the collator masks at the schedule's highest rate and hands each masked position its draw (``MASK_DRAW``); the
+Trainer, which knows the step, keeps the masks whose draw is under the step's rate (:func:`thin_masks`) before the
+batch's masked tokens are counted. A kept mask is what masking at that rate would have drawn: each token is chosen
+with the rate, and the 80/10/10 replacement is the same given that it was.
+
 Documents kept apart (``isolate``, train/model/packing.py): a packed block's ``document_lengths``, or with ``flatten``
 (padding-free) each example of the batch, become per-token document ids, from which the model gets position ids
 restarting at every document and block-diagonal attention. Flattened, the batch is one row of all its examples'
@@ -30,6 +37,7 @@ import torch
 from train.data import DOCUMENT_LENGTHS, SAMPLE_INDEX
 
 IGNORE_INDEX = -100
+MASK_DRAW = "mask_draw"  # a batch's per-position draws (mask_draws): 1.0 where nothing is masked
 
 
 @dataclass
@@ -51,16 +59,24 @@ class MaskingCollator:
     # (input_ids, document_ids) -> the model's inputs keeping documents apart (train/model/packing.py's isolated_inputs)
     isolate: Callable[[torch.Tensor, torch.Tensor], dict[str, Any]] | None = field(default=None, repr=False)
     flatten: bool = False  # padding-free: the batch as one row, one document per example (needs isolate)
+    mask_draws: bool = False  # each batch carries its masks' draws, for a rate schedule (thin_masks)
 
     def for_evaluation(self, mlm_probability: float | None) -> MaskingCollator:
-        """The same collator masking at ``mlm_probability`` (the evaluation rate); itself when that is None. Its
-        epoch stays 0: every evaluation masks the same positions, so evaluations compare."""
-        return self if mlm_probability is None else replace(self, mlm_probability=mlm_probability, epoch=0)
+        """The same collator masking at ``mlm_probability`` (the evaluation rate), with no draws; itself when that is
+        None and it hands none. Its epoch stays 0: every evaluation masks the same positions, so evaluations
+        compare."""
+        if mlm_probability is None and not self.mask_draws:
+            return self
+        rate = self.mlm_probability if mlm_probability is None else mlm_probability
+        return replace(self, mlm_probability=rate, epoch=0, mask_draws=False)
 
-    def _masks(self, index: int, tokens: np.ndarray, special: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    def _masks(self, index: int, tokens: np.ndarray, special: np.ndarray) -> tuple[np.ndarray, ...]:
+        """The sample's tokens as masked, its labels, and each position's draw (1.0 where not masked)."""
         rng = np.random.default_rng([self.seed, self.epoch, index])
-        drawn = rng.random(tokens.shape[0]) < self.mlm_probability
-        chosen = (self._whole_words(drawn, tokens, special) if self.word_start is not None else drawn) & ~special
+        draws = rng.random(tokens.shape[0])
+        if self.word_start is not None:
+            draws = self._whole_words(draws, tokens, special)
+        chosen = (draws < self.mlm_probability) & ~special
         labels = np.where(chosen, tokens, IGNORE_INDEX)
         roll = rng.random(tokens.shape[0])
         replaced = tokens.copy()
@@ -69,16 +85,16 @@ class MaskingCollator:
             chosen & (roll >= self.mask_replace_prob) & (roll < self.mask_replace_prob + self.random_replace_prob)
         )
         replaced[randomised] = rng.integers(0, self.vocab_size, size=int(randomised.sum()))
-        return replaced, labels
+        return replaced, labels, np.where(chosen, draws, 1.0).astype(np.float32)
 
-    def _whole_words(self, drawn: np.ndarray, tokens: np.ndarray, special: np.ndarray) -> np.ndarray:
+    def _whole_words(self, draws: np.ndarray, tokens: np.ndarray, special: np.ndarray) -> np.ndarray:
         """Each word's draw at its first token, spread over the word: a word starts at a token the vocabulary
         marks as a word start, or after a special (or padding) token."""
         assert self.word_start is not None
         after_special = np.concatenate(([True], special[:-1]))
         starts = ~special & (self.word_start[tokens] | after_special)
         word = np.cumsum(starts)  # each token's word number; 0 only before the first word (special tokens)
-        return np.concatenate(([False], drawn[starts]))[word]
+        return np.concatenate(([1.0], draws[starts]))[word]
 
     def measure(self, batches: list[list[dict[str, Any]]]) -> dict[str, float | None]:
         """Over these batches: the share of real (non-padding) tokens masked (``realised``: what
@@ -107,6 +123,7 @@ class MaskingCollator:
         input_ids = np.full((batch, longest), self.pad_token_id, dtype=np.int64)
         labels = np.full((batch, longest), IGNORE_INDEX, dtype=np.int64)
         attention = np.zeros((batch, longest), dtype=np.int64)
+        draws = np.ones((batch, longest), dtype=np.float32)
         documents = np.full((batch, longest), -1, dtype=np.int64)  # packing.PADDING
         for row, feature in enumerate(features):
             tokens = np.asarray(feature["input_ids"], dtype=np.int64)
@@ -116,34 +133,60 @@ class MaskingCollator:
                 else np.ones(tokens.shape[0], dtype=bool)
             )
             if "labels" in feature:  # flattened: masked example by example already
-                masked, target = tokens, np.asarray(feature["labels"], dtype=np.int64)
+                masked, target, drawn = tokens, np.asarray(feature["labels"], dtype=np.int64), feature[MASK_DRAW]
             else:
                 special = np.asarray(feature["special_tokens_mask"], dtype=bool) | ~real
-                masked, target = self._masks(int(feature[SAMPLE_INDEX]), tokens, special)
+                masked, target, drawn = self._masks(int(feature[SAMPLE_INDEX]), tokens, special)
             input_ids[row, : tokens.shape[0]] = masked
             labels[row, : tokens.shape[0]] = target
+            draws[row, : tokens.shape[0]] = drawn
             attention[row, : tokens.shape[0]] = real
             if self.isolate is not None:
                 lengths = feature.get(DOCUMENT_LENGTHS) or [tokens.shape[0]]
                 documents[row, : sum(lengths)] = np.repeat(np.arange(len(lengths)), lengths)
         out = {"input_ids": torch.from_numpy(input_ids), "labels": torch.from_numpy(labels)}
+        if self.mask_draws:
+            out[MASK_DRAW] = torch.from_numpy(draws)
         if self.isolate is None:
             return {**out, "attention_mask": torch.from_numpy(attention)}
         documents[attention == 0] = -1
-        return {**self.isolate(out["input_ids"], torch.from_numpy(documents)), "labels": out["labels"]}
+        return {**self.isolate(out.pop("input_ids"), torch.from_numpy(documents)), **out}
 
     def _flattened(self, features: list[dict[str, Any]]) -> dict[str, Any]:
         """The examples of a batch, each masked by its own sample index, laid end to end in one row."""
-        tokens, targets = [], []
+        tokens, targets, draws = [], [], []
         for feature in features:
             ids = np.asarray(feature["input_ids"], dtype=np.int64)
-            masked, target = self._masks(
+            masked, target, drawn = self._masks(
                 int(feature[SAMPLE_INDEX]), ids, np.asarray(feature["special_tokens_mask"], dtype=bool)
             )
             tokens.append(masked)
             targets.append(target)
+            draws.append(drawn)
         return {
             "input_ids": np.concatenate(tokens),
             "labels": np.concatenate(targets),
+            MASK_DRAW: np.concatenate(draws),
             DOCUMENT_LENGTHS: [len(t) for t in tokens],
         }
+
+
+def evaluation_rate(training: float, final: float | None, evaluation: float | None) -> float | None:
+    """Evaluation's own mask rate: ``evaluation`` when set; with a rate schedule (``final``) the training's first
+    rate, since the collator's own is the schedule's highest; else None (training's collator as it is)."""
+    if evaluation is not None:
+        return evaluation
+    return training if final is not None else None
+
+
+def thin_masks(batch: dict[str, Any], rate: float) -> dict[str, Any]:
+    """A batch masked at a schedule's highest rate (``mask_draws``) as masked at ``rate``: the masks whose draw is
+    under it stay, the others get their token back and no label; the draws leave the batch (the model takes no
+    such input)."""
+    batch = dict(batch)
+    draws = batch.pop(MASK_DRAW)
+    labels = batch["labels"]
+    dropped = (draws >= rate) & (labels != IGNORE_INDEX)
+    batch["input_ids"] = torch.where(dropped, labels, batch["input_ids"])
+    batch["labels"] = labels.masked_fill(dropped, IGNORE_INDEX)
+    return batch

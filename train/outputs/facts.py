@@ -25,8 +25,9 @@ class Masking:
     mlm_probability: float
     eval_mlm_probability: float
     whole_word_mask: bool
-    realised: float | None  # None for a stream without evaluation samples
+    realised: float | None  # None for a stream without evaluation samples (at the first step's rate)
     realised_on_samples: int
+    final_mlm_probability: float | None = None  # the training rate at the end of a rate schedule
 
 
 @dataclass(frozen=True)

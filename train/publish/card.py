@@ -117,7 +117,8 @@ def data_values(config: Config, run: dict[str, Any], results: dict[str, Any]) ->
         "eval_samples": _count(results.get("eval_samples")),
         "max_seq_length": str(job.max_seq_length),
         "padding": job.padding,
-        "mlm_probability": f"{job.mlm_probability:g}",
+        "mlm_probability": f"{job.mlm_probability:g}"
+        + (f" to {job.final_mlm_probability:g} (linearly)" if job.final_mlm_probability is not None else ""),
         # A resume on data that changed since its checkpoint (MLM_RESUME_ON_CHANGED_DATA): the model saw both.
         "data_changed": "; ".join(map(str, run.get("resumed_on_changed_data") or [])) or "no",
     }

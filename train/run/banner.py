@@ -110,6 +110,9 @@ def _masking_text(masking: Masking | None) -> str | None:
         return None
     unit = "words" if masking.whole_word_mask else "tokens"
     rates = f"{masking.mlm_probability:.0%} of {unit}"
+    final = masking.final_mlm_probability
+    if final is not None:
+        rates += f", {'falling' if final < masking.mlm_probability else 'rising'} linearly to {final:.0%} by the end"
     if masking.eval_mlm_probability != masking.mlm_probability:
         rates += f" ({masking.eval_mlm_probability:.0%} for evaluation)"
     if masking.realised is None:

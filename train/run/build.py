@@ -38,7 +38,7 @@ from train.data import (
 )
 from train.data.identity import changes
 from train.model import packing
-from train.model.collator import MaskingCollator
+from train.model.collator import MaskingCollator, evaluation_rate
 from train.model.companions import check_companions, companion_directory, keep_sentence_transformers
 from train.model.load import (
     attention_implementation,
@@ -208,8 +208,12 @@ def prepare(config: Config, files: RunFiles, choose_resume: Callable[[], str | N
             state_bytes,
         ],
     )
-    trainer.eval_collator = collator.for_evaluation(job.eval_mlm_probability)
+    trainer.eval_collator = collator.for_evaluation(
+        evaluation_rate(job.mlm_probability, job.final_mlm_probability, job.eval_mlm_probability)
+    )
     trainer.decay_ratio = job.decay_ratio
+    if job.final_mlm_probability is not None:
+        trainer.mask_rates = (job.mlm_probability, job.final_mlm_probability)
     losses_are_batch_means(trainer)
     masking, packing_facts = batch_facts(config, collator, corpus)
     return Prepared(
@@ -254,7 +258,9 @@ def masking_collator(config: Config, tokenizer: Any, model: Any) -> MaskingColla
         pad_token_id=tokenizer.pad_token_id,
         mask_token_id=tokenizer.mask_token_id,
         vocab_size=len(tokenizer),
-        mlm_probability=job.mlm_probability,
+        # With a rate schedule, masked at its highest rate; the Trainer keeps each step's share (thin_masks).
+        mlm_probability=max(job.mlm_probability, job.final_mlm_probability or 0.0),
+        mask_draws=job.final_mlm_probability is not None,
         mask_replace_prob=job.mask_replace_prob,
         random_replace_prob=job.random_replace_prob,
         seed=config.training.seed,
@@ -325,9 +331,11 @@ def batch_facts(config: Config, collator: MaskingCollator, corpus: Corpus) -> tu
     count = min(MEASURED_SAMPLES, len(dataset)) if dataset is not None else 0
     drawn = random.Random(config.training.seed).sample(range(len(dataset)), count) if dataset is not None else []
     sample = [dataset[i] for i in drawn]
-    measured = collator.measure([sample[i : i + size] for i in range(0, len(sample), size)])
+    at_first = collator.for_evaluation(job.mlm_probability)  # the first step's rate (a schedule masks at its highest)
+    measured = at_first.measure([sample[i : i + size] for i in range(0, len(sample), size)])
     masking = Masking(
         mlm_probability=job.mlm_probability,
+        final_mlm_probability=job.final_mlm_probability,
         eval_mlm_probability=job.eval_mlm_probability or job.mlm_probability,
         whole_word_mask=job.whole_word_mask,
         realised=_rounded(measured["realised"]),

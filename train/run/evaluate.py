@@ -33,6 +33,7 @@ from train.common.usage import usage, wants_help
 from train.config import Config, load_config, move_hub_token_to_env
 from train.config.model_source import model_source
 from train.data import RawData, load_raw, tokenize
+from train.model.collator import evaluation_rate
 from train.model.load import check_before_data, load_model, load_tokenizer
 from train.outputs.location import output_location
 from train.outputs.record import write_json_atomic
@@ -98,7 +99,9 @@ def evaluate(config: Config) -> dict[str, Any]:
         compute_metrics=masked_accuracy,
         preprocess_logits_for_metrics=argmax_logits,
     )
-    trainer.eval_collator = collator.for_evaluation(job.eval_mlm_probability)
+    trainer.eval_collator = collator.for_evaluation(
+        evaluation_rate(job.mlm_probability, job.final_mlm_probability, job.eval_mlm_probability)
+    )
     losses_are_batch_means(trainer)
     trainer.remove_callback(PrinterCallback)
     if not bars_drawn(resolve_format(job.log_format)):

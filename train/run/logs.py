@@ -73,6 +73,8 @@ def _text_line(record: dict[str, Any]) -> str:
             parts.append(f"lr {_float(record['learning_rate'], '.2e')}")
         if "grad_norm" in record:
             parts.append(f"grad {_float(record['grad_norm'], '.3g')}")
+        if "mlm_probability" in record:  # a mask rate schedule's rate at this step
+            parts.append(f"masking {record['mlm_probability']:.1%}")
         if record.get("tokens_per_second") is not None:
             parts.append(f"{record['tokens_per_second']:,.0f} tok/s")
         if record.get("samples_per_second") is not None:

@@ -1,9 +1,9 @@
 """The Hugging Face Trainer as the job uses it: one subclass (streamed and resumed loaders, evaluation's own masking,
-the scheduler's decay ratio, packed batches' token count, tied weights on resume) and the helpers the job calls on
-it. Whatever of it reaches into a private API of transformers or torch lives in train/borrowed/ (the private
-methods overridden: :class:`~train.borrowed.transformers_trainer.TrainerOverrides`, whose public-named hooks this
-subclass implements), each touch with its version and a canary: when a library moves, read docs/development.md's
-"Upgrading a library".
+the scheduler's decay ratio, a mask rate schedule, packed batches' token count, tied weights on resume) and the
+helpers the job calls on it. Whatever of it reaches into a private API of transformers or torch lives in
+train/borrowed/ (the private methods overridden: :class:`~train.borrowed.transformers_trainer.TrainerOverrides`,
+whose public-named hooks this subclass implements), each touch with its version and a canary: when a library moves,
+read docs/development.md's "Upgrading a library".
 """
 
 from __future__ import annotations
@@ -30,9 +30,10 @@ from train.borrowed.transformers_trainer import (
     train_batch_size,
 )
 from train.common import distributed
-from train.common.schedules import scheduler_kwargs
+from train.common.schedules import mask_rate, scheduler_kwargs
 from train.common.writable import follow_umask
 from train.data import ResumedStream, own_loader_state, stream_loader
+from train.model.collator import thin_masks
 from train.run.preemption import leave_signals_to_rank
 
 
@@ -45,6 +46,26 @@ class MLMTrainer(TrainerOverrides):
     stream_part: Any = None  # (rank, world size) -> that rank's part of the stream (train/data/corpus.py)
     eval_collator: Any = None  # evaluation's masking (its own rate), when it differs from training's
     decay_ratio: float = 0.2  # warmup_stable_decay's decay as a fraction of the steps (the decay_ratio option)
+    mask_rates: tuple[float, float] | None = None  # a mask rate schedule's first and final rates
+    mask_rate_now: float | None = None  # the rate of the step being trained, under a schedule
+
+    def get_batch_samples(self, epoch_iterator: Any, num_batches: int, device: Any) -> tuple[list, Any]:
+        """The batches of the next optimizer step (the Trainer's own), under a mask rate schedule each thinned to the
+        step's rate (train/model/collator.py thin_masks) before the Trainer counts their masked tokens for the
+        loss. The rate follows the planned steps as they stand (``state.max_steps``, which a time budget re-plans);
+        a resumed run has its step, so its rate, from the checkpoint."""
+        if self.mask_rates is None:
+            return super().get_batch_samples(epoch_iterator, num_batches, device)
+        first, final = self.mask_rates
+        rate = mask_rate(first, final, self.state.global_step, self.state.max_steps)
+        self.mask_rate_now = rate
+        return super().get_batch_samples((thin_masks(b, rate) for b in epoch_iterator), num_batches, device)
+
+    def log(self, logs: dict[str, float], start_time: float | None = None) -> None:
+        """The Trainer's log, a training record under a mask rate schedule with the rate of its step."""
+        if self.mask_rate_now is not None and "loss" in logs:
+            logs = {**logs, "mlm_probability": round(self.mask_rate_now, 6)}
+        super().log(logs, start_time)
 
     def create_scheduler(self, num_training_steps: int, optimizer: Any = None) -> Any:
         """The Trainer's scheduler, with warmup_stable_decay's decay given as a fraction of the steps
