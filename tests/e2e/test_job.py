@@ -171,3 +171,20 @@ def json_stdout_is_one_object_per_line(stdout: str) -> None:
     events = [r["event"] for r in records]
     assert events[0] == "banner" and events.count("eval") == 1 and events.count("train_end") == 1
     assert [r["step"] for r in records if r["event"] == "train"] == [2, 4]
+
+
+def test_the_start_up_is_recorded_phase_by_phase(finished_run: Path) -> None:
+    """One ``startup`` record, at the first step: every phase from the process's start (no launcher here), adding up
+    to the time the first step ended, with the tokenized cache's hit or miss."""
+    records = [json.loads(line) for line in (finished_run / "logs" / "train.jsonl").read_text().splitlines()]
+    startups = [r for r in records if r["event"] == "startup"]
+    assert len(startups) == 1, startups
+    startup = startups[0]
+    phases = startup["phases_s"]
+    assert startup["from"] == "process start" and "launcher" not in phases
+    assert list(phases) == [
+        "imports", "configuration", "checks", "reading data", "tokenizer", "resume", "tokenizing", "model",
+        "trainer", "to training", "first step",
+    ]  # fmt: skip
+    assert phases["imports"] > 0 and sum(phases.values()) == pytest.approx(startup["to_first_step_s"], abs=0.1)
+    assert startup["notes"] == {"tokenizing": "not cached"}  # the module's own HF_HOME: nothing cached before

@@ -40,6 +40,7 @@ class Corpus:
     # A stream's part for any (rank, world size): a run resumed on another number of ranks rebuilds the old ranks'
     # parts (train/data/stream_resume.py). None for a tokenized corpus.
     stream_part: Callable[[int, int], IterableDataset] | None = None
+    cached: bool | None = None  # the training split read from the tokenized cache (None: a stream, tokenized as read)
 
 
 def build_corpus(config: Config, raw: RawData, tokenizer: Any, rank: int, world_size: int) -> Corpus:
@@ -73,6 +74,7 @@ def build_corpus(config: Config, raw: RawData, tokenizer: Any, rank: int, world_
         truncation=truncation(train),
         train_documents=len(raw.splits["train"]),
         eval_documents=len(raw.splits["validation"]) if "validation" in raw.splits else 0,
+        cached=train.cached,
     )
     if is_world_zero():  # every rank counts the same cuts; one says so
         warn_truncation(corpus, config.job.max_seq_length)

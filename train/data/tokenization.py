@@ -119,8 +119,9 @@ class IndexedExamples:
     masks on), computed when read: a stored column would cost a full rewrite of the split or 8 bytes per example
     in memory. A map-style dataset for the DataLoader (len, getitem and the batched getitems torch uses)."""
 
-    def __init__(self, examples: Dataset) -> None:
+    def __init__(self, examples: Dataset, cached: bool = False) -> None:
         self.examples = examples
+        self.cached = cached  # read from the tokenized cache (not tokenized by this run)
 
     def __len__(self) -> int:
         return len(self.examples)
@@ -159,6 +160,8 @@ def tokenize(config: Config, raw: RawData, tokenizer: Any) -> dict[str, IndexedE
     result = {}
     for split, dataset in raw.splits.items():
         workers = preprocessing_workers(config, len(dataset))
+        last_step = "packed" if Padding(job.padding).packs else "tok"
+        cached = (cache_dir / f"{key}-{split}-{last_step}.arrow").exists()
         tokenized = dataset.map(
             encode,
             batched=True,
@@ -181,7 +184,7 @@ def tokenize(config: Config, raw: RawData, tokenizer: Any) -> dict[str, IndexedE
                 f"{config.source_of('dataset')}: the {split} split has no complete {job.max_seq_length}-token "
                 "block to pack; use padding dynamic or a smaller max_seq_length"
             )
-        result[split] = IndexedExamples(tokenized)
+        result[split] = IndexedExamples(tokenized, cached)
     return result
 
 

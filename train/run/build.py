@@ -59,6 +59,7 @@ from train.run.callbacks import CheckpointCompleteMarker, DivergenceGuard, Epoch
 from train.run.model_setup import set_up_model, shard_for_training
 from train.run.preemption import StopOnSignal
 from train.run.sharding import ShardedTrainer, StateBytes, check_sharding, resumed_mode, sharding_facts
+from train.run.startup import Startup
 from train.run.trainer import MLMTrainer, losses_are_batch_means
 
 
@@ -144,7 +145,12 @@ def argmax_logits(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
     return logits.argmax(dim=-1)
 
 
-def prepare(config: Config, files: RunFiles, choose_resume: Callable[[], str | None] = lambda: None) -> Prepared:
+def prepare(
+    config: Config,
+    files: RunFiles,
+    choose_resume: Callable[[], str | None] = lambda: None,
+    startup: Startup | None = None,
+) -> Prepared:
     """Data, tokenizer, model, collator and Trainer for this rank, and the checkpoint it resumes from.
 
     ``choose_resume`` (every rank calls it: train/run/job.py's agreement) runs once the options, the model's config
@@ -154,8 +160,11 @@ def prepare(config: Config, files: RunFiles, choose_resume: Callable[[], str | N
     Rank 0 reads the data, trains a tokenizer if one is needed and tokenizes; the other ranks then load the same
     results from the caches instead of repeating the work: each node's local rank 0 does it for its node, unless
     the nodes share the cache, where world rank 0 does it for all. A trained tokenizer is world rank 0's on every
-    node (and a resumed run's is its checkpoint's): train/model/tokenizer_training.py says why."""
+    node (and a resumed run's is its checkpoint's): train/model/tokenizer_training.py says why.
+
+    ``startup`` gets each phase's end (train/run/startup.py)."""
     training, job = config.training, config.job
+    mark = startup.mark if startup is not None else lambda phase, note=None: None
     padding = Padding(job.padding)
     stopper = StopOnSignal()  # first: a stop while the data is prepared (or a checkpoint downloads) is exit 75
     check_sharding(config)
@@ -167,28 +176,35 @@ def prepare(config: Config, files: RunFiles, choose_resume: Callable[[], str | N
         check_isolation(config, model_config, attention_implementation(config, model_config))
     shared = cache_shared_with_rank_0(training)
     trained = trains_its_tokenizer(config, arch)
+    mark("checks")
     with training.main_process_first(local=not shared, desc="preparing data"):
         raw = load_raw(config)
+        mark("reading data")
         tokenizer = None if trained else load_tokenizer(config, raw, arch)  # a named one: checked before resume
+    mark("tokenizer")
     resume = choose_resume()
     data_changed = None
     if resume:
         data_changed = resumed_data(config, Path(resume), raw.identity)  # other data: refused unless asked for
         resumed_mode(config, Path(resume))  # a mode set against the checkpoint's own: refused before tokenizing
         keep_the_global_batch(config, Path(resume))
+    mark("resume")
     if tokenizer is None:  # trained: the checkpoint's when resuming, world rank 0's on every node
         with training.main_process_first(local=not shared, desc="training the tokenizer"):
             tokenizer = load_tokenizer(config, raw, arch, resume)
         tokenizer = agree_on_tokenizer(tokenizer)
+        mark("tokenizer")
     with training.main_process_first(local=not shared, desc="tokenizing"):
         corpus = build_corpus(config, raw, tokenizer, training.process_index, training.world_size)
     check_stream_parts(config, corpus)  # a collective: after main_process_first, where every rank has its part
+    mark("tokenizing", {None: "streamed", True: "cached", False: "not cached"}[corpus.cached])
     built = set_up_model(config, arch, tokenizer, model_config, Path(resume) if resume else None)
     collator = masking_collator(config, tokenizer, built.model)  # prepares the model when documents are kept apart
     evaluating = corpus.validation is not None and training.eval_strategy != "no"
     guard = DivergenceGuard()
     budget = time_budget(config, built.model, corpus.validation if evaluating else None, stopper)
     model = shard_for_training(built, training)
+    mark("model")
     trainer_class = ShardedTrainer if built.sharding == "fsdp" else MLMTrainer
     state_bytes = StateBytes()
     trainer = trainer_class(
@@ -216,6 +232,7 @@ def prepare(config: Config, files: RunFiles, choose_resume: Callable[[], str | N
         trainer.mask_rates = (job.mlm_probability, job.final_mlm_probability)
     losses_are_batch_means(trainer)
     masking, packing_facts = batch_facts(config, collator, corpus)
+    mark("trainer")
     return Prepared(
         trainer=trainer, tokenizer=tokenizer, corpus=corpus, stopper=stopper, guard=guard, head=built.head,
         head_weights=built.head_weights, masking=masking, packing=packing_facts, resume=resume, budget=budget,

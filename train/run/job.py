@@ -48,16 +48,18 @@ from train.run.build import Prepared, prepare
 from train.run.callbacks import CheckpointSaved, finite_weights
 from train.run.outcome import divergence_message, evaluation_at, final_metrics, write_report_safely
 from train.run.preemption import EvaluationInterrupted
+from train.run.startup import Startup
 from train.run.trainer import apply_ddp_timeout, save_interrupted, tokens_seen_this_session
 
 
 def main(argv: list[str] | None = None) -> int:
+    startup = Startup.begin()
     config = load_config(sys.argv[1:] if argv is None else argv)
     apply_ddp_timeout(config.training)
     move_hub_token_to_env(config, os.environ)
     location = output_location(config)
     try:
-        return run(config, location)
+        return run(config, location, startup)
     except dist.DistBackendError as exc:
         # Another rank died (a node lost, killed or preempted without a checkpoint) or stopped answering: say so in
         # one line, and exit 1 (a crash, worth retrying) rather than the 2/3 that tell Kubernetes not to retry.
@@ -88,12 +90,14 @@ def timed_out(config: Config, exc: BaseException) -> UserError | None:
     return crash.collective_timeout(exc, config.source_of("ddp_timeout"), config.training.ddp_timeout)
 
 
-def run(config: Config, location: OutputLocation) -> int:
+def run(config: Config, location: OutputLocation, startup: Startup | None = None) -> int:
     """Check the outputs (unless this node's launcher did), hold the lease (world rank 0), train, and write what
-    the run amounts to."""
+    the run amounts to. ``startup``: where the start-up goes (train/run/startup.py), from ``main``'s start."""
     logs.configure_console(config)
     started = now()
     handoff = Handoff.from_environ()
+    startup = startup or Startup.begin()
+    startup.launched_at = handoff.launched_at if handoff is not None else None
     if handoff is None or not handoff.outputs_checked:  # a bare torchrun: nobody checked them yet
         location.check()
         check_cache_dir()
@@ -101,12 +105,13 @@ def run(config: Config, location: OutputLocation) -> int:
     lease = location.lease()
     if distributed.is_world_zero():  # before output_dir changes: a second job must leave the first unharmed
         lease.acquire(wait_s=config.job.stop_timeout)
+    startup.mark("configuration")  # the options, the output directory's check and the lease
     try:
         set_seed(config.training.seed)
-        prepared = prepare(config, files, lambda: agreed_resume(location))
+        prepared = prepare(config, files, lambda: agreed_resume(location), startup)
         resume = prepared.resume
         facts = prepared.facts(outputs=location.summary())
-        log = logs.attach(prepared.trainer, config, facts, handoff)
+        log = logs.attach(prepared.trainer, config, facts, handoff, startup)
         prepared.trainer.add_callback(prepared.stopper)
         prepared.trainer.add_callback(prepared.guard)
         prepared.trainer.add_callback(CheckpointSaved(location))  # after every callback that writes into one

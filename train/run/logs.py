@@ -30,6 +30,7 @@ from train.outputs.facts import RunFacts
 from train.outputs.runfiles import RunFiles
 from train.run.banner import TrainStart, banner, banner_record
 from train.run.outcome import perplexity, real_tokens_per_second
+from train.run.startup import FIRST_STEP, STARTUP_EVENT, Startup, startup_text
 
 if TYPE_CHECKING:
     from transformers import Trainer
@@ -88,6 +89,8 @@ def _text_line(record: dict[str, Any]) -> str:
         return f"[{clock}] " + " | ".join(parts)
     if event == "eval":
         return f"[{clock}] {_eval_text(record)}"
+    if event == STARTUP_EVENT:
+        return f"[{clock}] {startup_text(record)}"
     skip = {"event", "time", "step", "epoch"}
     values = [f"{k} {_float(v, '.4g')}" for k, v in record.items() if k not in skip and not isinstance(v, (list, dict))]
     return f"[{clock}] {event} step {record.get('step', '?')} | " + " | ".join(values)
@@ -143,8 +146,10 @@ class TrainingLog(TrainerCallback):
         config: Config | None = None,
         stream: TextIO | None = None,
         handoff: Handoff | None = None,
+        startup: Startup | None = None,
     ) -> None:
         self.output_dir = Path(output_dir)
+        self.startup = startup  # said and recorded once, at the session's first step
         self.log_format = log_format
         self.tokens_per_sample = facts.tokens_per_sample if facts is not None else None
         self.facts = facts
@@ -172,6 +177,8 @@ class TrainingLog(TrainerCallback):
 
     # -- Trainer events --
     def on_train_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        if self.startup is not None:
+            self.startup.mark("to training")  # the run's record and callbacks, the Trainer's own set-up
         self._started = self._mark = time.monotonic()
         self._start_step = state.global_step
         self._tokens_at_mark = state.num_input_tokens_seen or 0
@@ -185,12 +192,17 @@ class TrainingLog(TrainerCallback):
             print(text, file=self.stream or sys.stdout, flush=True)
 
     def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
-        now = time.monotonic()
+        if self.startup is not None:
+            self.startup.mark(FIRST_STEP)
+            if state.is_world_process_zero:
+                self._emit({**self.startup.record(), "time": now()})
+            self.startup = None
+        ended = time.monotonic()
         if self._mark is not None:
-            self._busy += now - self._mark
-            self._trained_s += now - self._mark
+            self._busy += ended - self._mark
+            self._trained_s += ended - self._mark
             self._steps_timed += 1
-        self._mark = now
+        self._mark = ended
 
     def _pause(self) -> None:
         """Evaluation and checkpointing are not training time: restart the step clock after them."""
@@ -314,21 +326,28 @@ def configure_console(config: Config) -> str:
     return log_format
 
 
-def callbacks(config: Config, facts: RunFacts | None = None, handoff: Handoff | None = None) -> list[TrainerCallback]:
+def callbacks(
+    config: Config, facts: RunFacts | None = None, handoff: Handoff | None = None, startup: Startup | None = None
+) -> list[TrainerCallback]:
     """Our logging callbacks for this rank. ``facts``: what the job's data preparation counted (train_samples,
     eval_samples, train_real_tokens, ...); without them the banner is skipped and tokens/s needs the Trainer's
-    count."""
+    count. ``startup``: the start-up's phases, recorded at the first step."""
     log_format = resolve_format(config.job.log_format)
-    found: list[TrainerCallback] = [
-        TrainingLog(config.training.output_dir, log_format, facts=facts, config=config, handoff=handoff)
-    ]
+    log = TrainingLog(
+        config.training.output_dir, log_format, facts=facts, config=config, handoff=handoff, startup=startup
+    )
+    found: list[TrainerCallback] = [log]
     if bars_drawn(log_format) and not config.training.disable_tqdm:
         found.append(QuietProgress())
     return found
 
 
 def attach(
-    trainer: Trainer, config: Config, facts: RunFacts | None = None, handoff: Handoff | None = None
+    trainer: Trainer,
+    config: Config,
+    facts: RunFacts | None = None,
+    handoff: Handoff | None = None,
+    startup: Startup | None = None,
 ) -> TrainingLog:
     """Replace the Trainer's console output with ours and route TensorBoard events to ``output_dir/logs``; the
     log it adds (whose evaluations run.json keeps as the quality curve).
@@ -338,7 +357,7 @@ def attach(
     """
     trainer.remove_callback(ProgressCallback)
     trainer.remove_callback(PrinterCallback)
-    added = callbacks(config, facts, handoff)
+    added = callbacks(config, facts, handoff, startup)
     for callback in added:
         trainer.add_callback(callback)
     from transformers.integrations import TensorBoardCallback
