@@ -123,6 +123,11 @@ _main() {
 
 	local engine
 	engine="$(pick_engine)"
+	if [[ -n "${ENGINE:-}" ]]; then
+		_log "engine: $engine (ENGINE)"
+	else
+		_log "engine: $engine ($([[ "$engine" == docker ]] && echo "a Docker engine answered" || echo "no Docker engine answered"))"
+	fi
 	local epoch created
 	epoch="${SOURCE_DATE_EPOCH:-$(commit_time)}"
 	[[ "$epoch" =~ ^[0-9]+$ ]] || _die "SOURCE_DATE_EPOCH=$epoch: expected whole seconds since 1970"

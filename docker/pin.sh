@@ -4,7 +4,7 @@
 # crane, `docker buildx imagetools` or skopeo (the first one found). Review the diff and rebuild.
 #
 # usage: bash docker/pin.sh              (make pin) keep the tag, refresh its digest
-#        bash docker/pin.sh REPO:TAG     move to another tag, e.g. nvidia/cuda:13.0.3-base-ubuntu24.04
+#        bash docker/pin.sh REPO:TAG     move to another tag, e.g. docker.io/nvidia/cuda:13.0.3-base-ubuntu24.04
 set -Eeuo pipefail
 
 DOCKERFILE="${DOCKERFILE:-$(dirname "${BASH_SOURCE[0]}")/Dockerfile}"

@@ -348,7 +348,7 @@ def test_the_sbom_is_valid_cyclonedx_with_the_locked_torch_and_the_base_digest()
     assert len(refs) == len(set(refs))
     (base,) = [c for c in bom["components"] if c["bom-ref"] == "base-image"]
     digest = dockerfile_base().split("@sha256:")[1]
-    assert (base["name"], base["hashes"]) == ("nvidia/cuda", [{"alg": "SHA-256", "content": digest}])
+    assert (base["name"], base["hashes"]) == ("docker.io/nvidia/cuda", [{"alg": "SHA-256", "content": digest}])
     assert base["purl"] == f"pkg:oci/cuda@sha256%3A{digest}?repository_url=docker.io/nvidia/cuda&tag={base['version']}"
     properties = {p["name"]: p["value"] for p in bom["metadata"]["properties"]}
     assert properties["mlm-trainer:base-image"] == dockerfile_base()
@@ -378,3 +378,10 @@ def test_ci_installs_as_a_user_with_plain_pypi_would():
     assert "export PIP_CONFIG_FILE=/dev/null" in text
     assert re.search(r"^unset .*PIP_FIND_LINKS", text, re.M)
     assert text.index("PIP_CONFIG_FILE=/dev/null") < text.index("make test")
+
+
+def test_the_base_image_is_named_with_its_registry() -> None:
+    """A default podman refuses a short name it has no alias for ("short-name ... did not resolve to an alias"):
+    the Dockerfile names its base with the registry, as every engine resolves it."""
+    registry = dockerfile_base().split("/", 1)[0]
+    assert "." in registry or registry == "localhost", dockerfile_base()

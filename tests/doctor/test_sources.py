@@ -9,7 +9,7 @@ from huggingface_hub.errors import RepositoryNotFoundError
 
 from tests.doctor.helpers import checks
 from tests.fakes import no_driver
-from train.doctor import sources
+from train.common import hub_reach
 
 
 def test_offline_hub_model_not_cached_fails_then_cached_passes(env, tmp_path, monkeypatch):
@@ -35,7 +35,7 @@ def test_online_hub_answers(env, monkeypatch):
     no_driver(monkeypatch)
     monkeypatch.delenv("HF_HUB_OFFLINE")
     asked: list[tuple[str, str]] = []
-    monkeypatch.setattr(sources, "hub_info", lambda repo, kind, timeout: asked.append((repo, kind)))
+    monkeypatch.setattr(hub_reach, "hub_info", lambda repo, kind, timeout: asked.append((repo, kind)))
     monkeypatch.setenv("MLM_MODEL_NAME_OR_PATH", "org/model")
     monkeypatch.setenv("MLM_DATASET", "org/data")
     found = checks()
@@ -51,14 +51,14 @@ def test_hub_unknown_repo_and_unreachable_hub(env, tmp_path, monkeypatch):
     def not_found(repo, kind, timeout):
         raise RepositoryNotFoundError("404", response=SimpleNamespace(headers={}, status_code=404, request=None))
 
-    monkeypatch.setattr(sources, "hub_info", not_found)
+    monkeypatch.setattr(hub_reach, "hub_info", not_found)
     found = checks()["model"]
     assert found.status == "FAIL" and "not on the hub" in found.detail and "HF_TOKEN_FILE" in found.fix
 
     def unreachable(repo, kind, timeout):
         raise ConnectionError("Name or service not known")
 
-    monkeypatch.setattr(sources, "hub_info", unreachable)
+    monkeypatch.setattr(hub_reach, "hub_info", unreachable)
     assert checks()["model"].status == "FAIL"
     (tmp_path / "hf" / "hub" / "models--org--model" / "snapshots").mkdir(parents=True)
     cached = checks()["model"]

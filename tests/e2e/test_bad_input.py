@@ -49,6 +49,18 @@ CASES = [
         2,
         "c.jsonl': cannot be read",
     ),
+    # a hub model while the hub is unreachable (nothing listens on the port): the launcher's one request, exit 3
+    # before torchrun, instead of the rank's retries (53 s) after the data
+    Case(
+        "hub unreachable",
+        lambda t: {
+            "HF_HUB_OFFLINE": "0",
+            "HF_ENDPOINT": "http://127.0.0.1:9",
+            "MLM_MODEL_NAME_OR_PATH": "someone/encoder",
+        },  # fmt: skip
+        3,
+        "MLM_MODEL_NAME_OR_PATH='someone/encoder': the hub is unreachable (",
+    ),
     # an output_dir the launcher cannot write: exit 3
     Case(
         "output dir not writable",

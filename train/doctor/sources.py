@@ -11,6 +11,14 @@ from pathlib import Path
 
 from train.common import hf
 from train.common.errors import ConfigError
+from train.common.hub_reach import (
+    GATED,
+    NOT_FOUND,
+    OFFLINE_CACHED,
+    OFFLINE_MISSING,
+    UNREACHABLE,
+    ask_hub,
+)
 from train.config import Config
 from train.config.model_source import ModelSource, model_source
 from train.data import is_remote, shown_url, source_files
@@ -18,64 +26,45 @@ from train.doctor.rows import FAIL, OK, WARN, Check
 from train.model.load import CONVERT, unsafe_weights
 from train.model.weights import head_state_before_loading
 
-HUB_TIMEOUT_S = 10.0
-
-
-def hub_info(repo_id: str, repo_type: str, timeout: float) -> None:
-    """Ask the hub about a repo (raises on any failure). Separate so tests replace it."""
-    import huggingface_hub
-
-    if repo_type == "model":
-        huggingface_hub.model_info(repo_id, timeout=timeout)
-    else:
-        huggingface_hub.dataset_info(repo_id, timeout=timeout)
-
 
 def check_hub(name: str, label: str, repo_id: str, repo_type: str, environ: Mapping[str, str]) -> Check:
-    cached = hf.in_hub_cache(repo_id, repo_type, environ)
-    if hf.offline(environ):
-        if cached:
-            return Check(name, OK, f"{repo_id}: offline mode, found in the cache")
+    """The row of a hub repository, from train/common/hub_reach.py's one request (the launcher asks the same)."""
+    answer = ask_hub(repo_id, repo_type, environ)
+    state, cached = answer.state, answer.cached
+    if state == OFFLINE_CACHED:
+        return Check(name, OK, f"{repo_id}: offline mode, found in the cache")
+    if state == OFFLINE_MISSING:
         return Check(
             name,
             FAIL,
             f"{repo_id}: offline mode (HF_HUB_OFFLINE) and not in the cache ({hf.hf_home(environ)})",
             f"fill the cache once with network access, or mount a local copy and point {label} at it",
         )
-    try:
-        hub_info(repo_id, repo_type, HUB_TIMEOUT_S)
-    except Exception as exc:
-        return _hub_failure(name, label, repo_id, exc, cached)
-    return Check(name, OK, f"{repo_id}: reachable on the hub" + (" (also cached)" if cached else ""))
-
-
-def _hub_failure(name: str, label: str, repo_id: str, exc: Exception, cached: bool) -> Check:
-    from huggingface_hub.errors import GatedRepoError, RepositoryNotFoundError
-
-    if isinstance(exc, GatedRepoError):
+    if state == GATED:
         return Check(name, FAIL, f"{repo_id}: gated on the hub", "accept its terms on the hub, then set HF_TOKEN_FILE")
-    if isinstance(exc, RepositoryNotFoundError):
+    if state == NOT_FOUND:
         return Check(
             name,
             FAIL,
             f"{repo_id}: not on the hub (or private)",
             f"check {label}; for a private repo set HF_TOKEN_FILE (or HF_TOKEN)",
         )
-    reason = " ".join(str(exc).split())[:200] or type(exc).__name__
-    if cached:
+    if state == UNREACHABLE and cached:
         return Check(
             name,
             WARN,
-            f"{repo_id}: hub unreachable ({reason}); a cached copy exists",
-            "set HF_HUB_OFFLINE=1 to use the cache without trying the network",
+            f"{repo_id}: hub unreachable ({answer.reason}); a cached copy exists",
+            "set HF_HUB_OFFLINE=1 to use the cache without trying the network (a launch does so itself)",
         )
-    return Check(
-        name,
-        FAIL,
-        f"{repo_id}: hub unreachable ({reason}) and not in the cache",
-        "allow access to huggingface.co (proxy: HTTPS_PROXY), or mount a local copy, or set HF_HUB_OFFLINE=1 "
-        "with a filled cache",
-    )
+    if state == UNREACHABLE:
+        return Check(
+            name,
+            FAIL,
+            f"{repo_id}: hub unreachable ({answer.reason}) and not in the cache",
+            "allow access to huggingface.co (proxy: HTTPS_PROXY), or mount a local copy, or set HF_HUB_OFFLINE=1 "
+            "with a filled cache",
+        )
+    return Check(name, OK, f"{repo_id}: reachable on the hub" + (" (also cached)" if cached else ""))
 
 
 def check_model(config: Config, environ: Mapping[str, str], field_name: str = "model_name_or_path") -> Check:

@@ -15,6 +15,7 @@ from train.common.usage import command_help, usage, wants_help
 from train.common.writable import check_cache_dir
 from train.config import Config, options_text
 from train.launch.deadline import deadline_line
+from train.launch.hub import reach_the_hub
 from train.launch.inputs import EVALUATE_MODULE, JOB_MODULE, Host, Launch
 from train.launch.plan import (
     Plan,
@@ -90,8 +91,12 @@ def plan_for(config: Config, environ: Mapping[str, str], args: Sequence[str], lo
 
 
 def start(config: Config, plan: Plan, environ: Mapping[str, str], log: Console) -> int:
-    """torchrun with the plan, once the cache is writable; the documented exit code."""
+    """torchrun with the plan, once the cache is writable and the hub answered for what the run reads from it
+    (train/launch/hub.py); the documented exit code."""
     check_cache_dir(environ)  # a run writes tokenized data there (3 when it cannot)
+    environ, said = reach_the_hub(config, environ)
+    for line in said:
+        log.warning(line)
     for warning in plan.warnings:
         log.warning(warning)
     log(summary(plan))
