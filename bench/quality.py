@@ -11,6 +11,12 @@ same tokenizer, seed and eval_mlm_probability, so the same masks, whoever traine
 judged loss of run_mlm.py's final checkpoint; a system's time to target is the wall time of its first checkpoint
 judged at or below it.
 
+run_mlm.py is given the learning rate its users would pick: its recipe trains once at each rate of
+``baseline_rates`` (run_mlm.py's own default, 5e-5, barely moves a model from scratch), each final checkpoint is
+judged, and the rate with the lowest judged loss is the baseline: its checkpoints make the curve and its final loss
+the target. Our classic recipe (run_mlm.py's optimizer, schedule and masking) takes that rate too; our default
+keeps its recipe's own.
+
 This module is the pure part (tested in tests/bench/test_quality.py): settings, each system's flags or options,
 the judge's options, the curve arithmetic, the summary and its report; bench/quality_series.py runs it.
 """
@@ -32,9 +38,11 @@ SYSTEMS: dict[str, str] = {
     "ours": "./entrypoint.sh with its defaults: a scratch model's modern recipe (30 % masking, warmup-stable-decay, "
     "learning rate 1e-3, AdamW 0.9/0.98, documents packed apart; masked-only head)",
     "ours-classic": "./entrypoint.sh with MLM_RECIPE=classic (run_mlm.py's optimizer, schedule and 15 % masking; "
-    "dynamic padding, masked-only head)",
-    "ours-packed": "./entrypoint.sh with MLM_RECIPE=classic and padding packed (128-token blocks, documents apart)",
+    "dynamic padding, masked-only head), at run_mlm.py's best learning rate",
+    "ours-packed": "./entrypoint.sh with MLM_RECIPE=classic and padding packed (128-token blocks, documents apart), "
+    "at run_mlm.py's best learning rate",
 }
+BASELINE_RATES = [1e-4, 3e-4, 5e-4, 1e-3]  # run_mlm.py's sweep: what a user would try for a small model from scratch
 DEFAULT_SYSTEMS = ["run_mlm", "ours", "ours-classic"]
 REFERENCE = "run_mlm"  # whose final judged loss is the target, and whose time to it is the numerator
 
@@ -50,6 +58,7 @@ class QualitySettings:
     heldout: int = 500  # held-out lines (documents), out of the training file, the judge's text
     corpus_mb: float = 8.0  # the real series' corpus (its 30,522-token tokenizer needs about 8 MiB of words)
     threads: int | None = None  # OMP_NUM_THREADS of the training runs; None: every core, as a user's job gets
+    baseline_rates: list[float] = field(default_factory=lambda: list(BASELINE_RATES))  # run_mlm.py's sweep
 
 
 def default_quality_settings(device: str) -> QualitySettings:
@@ -72,6 +81,8 @@ def check(settings: QualitySettings) -> None:
         raise ValueError(f"{REFERENCE} must run: its final judged loss is the target")
     if settings.batch_size < 1 or settings.heldout < 1:
         raise ValueError("batch_size and heldout must be at least 1")
+    if not settings.baseline_rates or any(rate <= 0 for rate in settings.baseline_rates):
+        raise ValueError(f"baseline_rates {settings.baseline_rates}: give at least one learning rate above 0")
     if not 1 <= settings.save_steps <= settings.max_steps:
         raise ValueError(f"save_steps={settings.save_steps} must be between 1 and max_steps={settings.max_steps}")
 
@@ -82,10 +93,14 @@ def checkpoint_steps(settings: QualitySettings) -> list[int]:
     return steps if steps[-1] == settings.max_steps else [*steps, settings.max_steps]
 
 
-def run_mlm_flags(settings: QualitySettings, train_file: str, tokenizer: str, output_dir: str) -> list[str]:
-    """run_mlm.py's command line (bench.run_mlm under torchrun): the real series' run_mlm recipe, saving a
-    checkpoint every save_steps and keeping them all (save_total_limit unset: the Trainer keeps every one)."""
+def run_mlm_flags(
+    settings: QualitySettings, train_file: str, tokenizer: str, output_dir: str, learning_rate: float
+) -> list[str]:
+    """run_mlm.py's command line (bench.run_mlm under torchrun): the real series' run_mlm recipe at
+    ``learning_rate``, saving a checkpoint every save_steps and keeping them all (save_total_limit unset: the
+    Trainer keeps every one)."""
     return [
+        "--learning_rate", f"{learning_rate:g}",
         "--model_type", "distilbert", "--config_overrides", MODELS[settings.model], "--tokenizer_name", tokenizer,
         "--train_file", train_file, "--max_seq_length", str(BLOCK), "--line_by_line", "true",
         "--per_device_train_batch_size", str(settings.batch_size), "--max_steps", str(settings.max_steps),
@@ -96,12 +111,17 @@ def run_mlm_flags(settings: QualitySettings, train_file: str, tokenizer: str, ou
 
 
 def our_options(
-    name: str, settings: QualitySettings, train_file: str, tokenizer: str, output_dir: str
+    name: str,
+    settings: QualitySettings,
+    train_file: str,
+    tokenizer: str,
+    output_dir: str,
+    baseline_rate: float | None = None,
 ) -> dict[str, str]:
     """Our job's options (MLM_<NAME> for ./entrypoint.sh): its defaults but for the model, the data, the steps and
     batch, and the checkpoints (every save_steps, all kept: save_total_limit 0). The whole file trains, as
     run_mlm.py's train_file does, without evaluating (our job requires eval_strategy no when nothing is held out);
-    the held-out text is the judge's alone."""
+    the held-out text is the judge's alone. The classic recipes take run_mlm.py's best rate (``baseline_rate``)."""
     if not name.startswith("ours"):
         raise ValueError(f"{name!r} is not one of our systems")
     options = {
@@ -114,6 +134,8 @@ def our_options(
     }  # fmt: skip
     if name in ("ours-classic", "ours-packed"):
         options["recipe"] = "classic"
+        if baseline_rate is not None:
+            options["learning_rate"] = f"{baseline_rate:g}"
     if name == "ours-packed":
         options["padding"] = "packed"
     return options
@@ -134,6 +156,15 @@ def judge_options(
         "validation_file": heldout_file, "max_seq_length": str(BLOCK), "seed": str(SEED),
         "eval_mlm_probability": str(EVAL_MLM_PROBABILITY), "output_dir": output_dir, "report_to": "none",
     }  # fmt: skip
+
+
+def best_rate(finals: dict[float, float]) -> float:
+    """The sweep's learning rate whose final checkpoint has the lowest judged loss (``finals``: rate -> loss; a
+    diverged run's NaN never wins)."""
+    finite = {rate: loss for rate, loss in finals.items() if loss == loss}
+    if not finite:
+        raise ValueError(f"every run_mlm.py rate diverged: {finals}")
+    return min(finite, key=lambda rate: finite[rate])
 
 
 def time_to_target(curve: Sequence[dict[str, Any]], target: float) -> dict[str, Any] | None:
@@ -192,9 +223,17 @@ def quality_markdown(result: dict[str, Any]) -> str:
     target = summary["target"]
     if target is None:
         return "\n".join([*lines, "run_mlm.py left no judged checkpoint: no target.", ""])
+    lines += [f"Target: run_mlm.py's final judged held-out loss, **{target:.4f}**.", ""]
+    sweep = result.get("sweep")
+    if sweep:
+        tried = ", ".join(f"{float(rate):g}: {loss:.4f}" for rate, loss in sweep["finals"].items())
+        lines += [
+            f"run_mlm.py's learning rate, swept (final judged loss at each): {tried}; the best, "
+            f"**{float(sweep['best']):g}**, is the baseline (its curve and target below), and our classic recipe's "
+            "rate.",
+            "",
+        ]
     lines += [
-        f"Target: run_mlm.py's final judged held-out loss, **{target:.4f}**.",
-        "",
         "| system | what | final step | final judged loss | process wall s | time to target s (step) "
         "| run_mlm time / its time |",
         "|---|---|---|---|---|---|---|",

@@ -1,6 +1,7 @@
 """Runs the time-to-quality series (its settings, flags, arithmetic and report: bench/quality.py): the real series'
 corpus and tokenizer, a held-out file taken out of the training text, each system's training run with a checkpoint
-every ``save_steps``, then one judge (``./entrypoint.sh evaluate``) over every checkpoint.
+every ``save_steps``, then one judge (``./entrypoint.sh evaluate``) over every checkpoint. run_mlm.py first, once at
+each rate of its sweep (each final checkpoint judged; the best rate's run is the baseline), then our systems.
 
 Results: ``bench/results/<date>-<host>-quality.json`` and ``.md``, and ``bench/results/latest-quality.md``; written
 after each system is judged, so a time limit keeps what was measured.
@@ -72,21 +73,22 @@ def timed(command: list[str], env: dict[str, str], log_path: Path) -> tuple[floa
 
 
 def train_system(
-    name: str, settings: quality.QualitySettings, workdir: Path, files: tuple[Path, Path]
+    name: str, settings: quality.QualitySettings, workdir: Path, files: tuple[Path, Path], rate: float
 ) -> tuple[Path, float, float]:
-    """One system's training run from a fresh directory: (its output_dir, launch, exit)."""
+    """One system's training run from a fresh directory: (its output_dir, launch, exit). ``rate``: run_mlm.py's
+    learning rate (the sweep's), or the baseline's best for our classic recipes."""
     train_file, tokenizer_dir = files
-    directory = fresh_run_dir(workdir, f"quality-{name}")
+    directory = fresh_run_dir(workdir, f"quality-{name}-{rate:g}" if name == quality.REFERENCE else f"quality-{name}")
     directory.mkdir(parents=True)
     output = directory / "output"
     if name == quality.REFERENCE:
-        argv = quality.run_mlm_flags(settings, str(train_file), str(tokenizer_dir), str(output))
+        argv = quality.run_mlm_flags(settings, str(train_file), str(tokenizer_dir), str(output), rate)
         backend = "gloo" if settings.device == "cpu" else "nccl"
         command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "1",
                    "-m", "bench.run_mlm", *argv, "--ddp_backend", backend]  # fmt: skip
         env = child_env(workdir, settings.threads)
     else:
-        options = quality.our_options(name, settings, str(train_file), str(tokenizer_dir), str(output))
+        options = quality.our_options(name, settings, str(train_file), str(tokenizer_dir), str(output), rate)
         command, env = [str(ROOT / "entrypoint.sh")], entrypoint_env(workdir, settings.threads, options)
     started, ended = timed(command, env, directory / "log.txt")
     return output, started, ended
@@ -135,7 +137,8 @@ def warm_caches(settings: quality.QualitySettings, workdir: Path, train_file: Pa
     scratch = str(workdir / "runs" / "quality-warm")
     for name in settings.systems:
         if name == quality.REFERENCE:
-            warm_run_mlm_cache(quality.run_mlm_flags(settings, str(train_file), str(tokenizer_dir), scratch), workdir)
+            flags = quality.run_mlm_flags(settings, str(train_file), str(tokenizer_dir), scratch, 1e-4)
+            warm_run_mlm_cache(flags, workdir)  # the tokenized cache: the same at every rate
         else:
             warm_cache(
                 quality.as_flags(quality.our_options(name, settings, str(train_file), str(tokenizer_dir), scratch))
@@ -165,9 +168,30 @@ def run_quality_series(
         "systems": {name: quality.SYSTEMS[name] for name in settings.systems},
         "tagged": tagged,
     }
-    trained: dict[str, tuple[Path, float, float]] = {}
-    for name in settings.systems:  # the reference first (check keeps it in): its target is known first
-        output, started, ended = train_system(name, settings, workdir, (train_file, tokenizer_dir))
+    judged: dict[str, float] = {}  # checkpoint path -> its judged loss
+
+    def judged_loss(path: str, label: str) -> float:
+        if path not in judged:
+            with_tokenizer(Path(path), tokenizer_dir)
+            judged[path] = judge(Path(path), label, workdir, settings, (train_file, heldout_file, tokenizer_dir))
+        return judged[path]
+
+    # run_mlm.py at each rate of the sweep, its final checkpoint judged: the best rate's run is the baseline.
+    sweep: dict[float, tuple[Path, float, float]] = {}
+    finals: dict[float, float] = {}
+    for rate in settings.baseline_rates:
+        output, started, ended = train_system(quality.REFERENCE, settings, workdir, (train_file, tokenizer_dir), rate)
+        sweep[rate] = (output, started, ended)
+        final = checkpoints(quality.REFERENCE, output, started)[-1]
+        finals[rate] = judged_loss(final["path"], f"{quality.REFERENCE}-{rate:g}-{final['step']}")
+        log(f"quality run_mlm at learning rate {rate:g}: {ended - started:.1f} s, final judged loss {finals[rate]:.4f}")
+    best = quality.best_rate(finals)
+    context["sweep"] = {"finals": {f"{rate:g}": loss for rate, loss in finals.items()}, "best": f"{best:g}"}
+    trained: dict[str, tuple[Path, float, float]] = {quality.REFERENCE: sweep[best]}
+    for name in settings.systems:
+        if name == quality.REFERENCE:
+            continue
+        output, started, ended = train_system(name, settings, workdir, (train_file, tokenizer_dir), best)
         trained[name] = (output, started, ended)
         log(f"quality {name}: trained in {ended - started:.1f} s (launch to exit)")
     curves: dict[str, list[dict[str, Any]]] = {}
@@ -176,9 +200,7 @@ def run_quality_series(
     for name, (output, started, _) in trained.items():
         curves[name] = []
         for point in checkpoints(name, output, started):
-            with_tokenizer(Path(point["path"]), tokenizer_dir)
-            loss = judge(Path(point["path"]), f"{name}-{point['step']}", workdir, settings,
-                         (train_file, heldout_file, tokenizer_dir))  # fmt: skip
+            loss = judged_loss(point["path"], f"{name}-{point['step']}")
             curves[name].append({"step": point["step"], "seconds": point["seconds"], "loss": loss})
             log(f"quality {name} checkpoint-{point['step']}: {point['seconds']:.1f} s since launch, loss {loss:.4f}")
         result = {**context, "walls": walls, "curves": curves, "summary": quality.summarise(curves, walls)}

@@ -139,6 +139,11 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     quality_options.add_argument("--quality-batch", type=int, help="samples per step (default 16 on CPU)")
     quality_options.add_argument("--quality-save-steps", type=int, help="a checkpoint every N steps (default 30)")
     quality_options.add_argument("--quality-heldout", type=int, help="held-out lines the judge scores (default 500)")
+    quality_options.add_argument(
+        "--quality-rates",
+        help="run_mlm.py's learning-rate sweep, comma-separated; the best is the baseline "
+        f"(default {','.join(f'{r:g}' for r in quality.BASELINE_RATES)})",
+    )
     parser.add_argument("--workdir", type=Path, help="caches and run outputs (default: a temporary directory)")
     parser.add_argument("--results-dir", type=Path, default=RESULTS)
     memory_options = parser.add_argument_group("memory series (bench/memory.py)")
@@ -242,6 +247,11 @@ def quality_settings(args: argparse.Namespace, device: str) -> quality.QualitySe
               threads=args.threads)  # fmt: skip
     if args.quality_systems:
         settings.systems = args.quality_systems.split(",")
+    if args.quality_rates:
+        try:
+            settings.baseline_rates = [float(rate) for rate in args.quality_rates.split(",")]
+        except ValueError:
+            raise ValueError(f"--quality-rates {args.quality_rates!r}: expected numbers separated by commas") from None
     quality.check(settings)
     return settings
 

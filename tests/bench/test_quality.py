@@ -38,6 +38,8 @@ def test_the_last_step_is_a_checkpoint_even_off_the_save_interval():
         ({"save_steps": 0}, "save_steps"),
         ({"save_steps": 300}, "save_steps"),
         ({"heldout": 0}, "heldout"),
+        ({"baseline_rates": []}, "baseline_rates"),
+        ({"baseline_rates": [0.0]}, "baseline_rates"),
     ],
 )
 def test_check_names_what_is_wrong(change, message):
@@ -48,7 +50,8 @@ def test_check_names_what_is_wrong(change, message):
 
 def test_both_systems_train_the_same_model_data_steps_batch_and_checkpoints():
     settings = quality.QualitySettings("cpu", max_steps=40, batch_size=8, save_steps=10)
-    theirs = quality.run_mlm_flags(settings, "/train.txt", "/tok", "/out")
+    theirs = quality.run_mlm_flags(settings, "/train.txt", "/tok", "/out", 3e-4)
+    assert flag(theirs, "--learning_rate") == "0.0003"
     assert flag(theirs, "--config_overrides") == MODELS["tiny"] and flag(theirs, "--model_type") == "distilbert"
     assert flag(theirs, "--train_file") == "/train.txt" and flag(theirs, "--tokenizer_name") == "/tok"
     assert flag(theirs, "--line_by_line") == "true" and flag(theirs, "--output_dir") == "/out"
@@ -64,6 +67,9 @@ def test_both_systems_train_the_same_model_data_steps_batch_and_checkpoints():
         assert ours["save_strategy"] == flag(theirs, "--save_strategy") == "steps"
     assert "padding" not in quality.our_options("ours", settings, "/t", "/k", "/o")  # our default, as shipped
     assert quality.our_options("ours-packed", settings, "/t", "/k", "/o")["padding"] == "packed"
+    # the classic recipe at run_mlm.py's best rate; our default keeps its recipe's own
+    assert quality.our_options("ours-classic", settings, "/t", "/k", "/o", 3e-4)["learning_rate"] == "0.0003"
+    assert "learning_rate" not in quality.our_options("ours", settings, "/t", "/k", "/o", 3e-4)
     with pytest.raises(ValueError):
         quality.our_options("run_mlm", settings, "/t", "/k", "/o")
 
@@ -80,6 +86,13 @@ def test_the_judge_scores_every_checkpoint_on_the_same_text_tokenizer_and_masks(
     assert same == {k: v for k, v in b.items() if k not in ("model_name_or_path", "output_dir")}
     assert same["validation_file"] == "/held.txt" and same["tokenizer_name"] == "/tok"
     assert same["seed"] == str(quality.SEED) and float(same["eval_mlm_probability"]) == quality.EVAL_MLM_PROBABILITY
+
+
+def test_the_baseline_is_the_sweeps_rate_with_the_lowest_final_judged_loss():
+    assert quality.BASELINE_RATES == [1e-4, 3e-4, 5e-4, 1e-3]
+    assert quality.best_rate({1e-4: 7.1, 3e-4: 6.4, 5e-4: 6.5, 1e-3: float("nan")}) == 3e-4
+    with pytest.raises(ValueError, match="diverged"):
+        quality.best_rate({1e-3: float("nan")})
 
 
 def test_time_to_target_is_the_first_checkpoint_at_or_below_it():
@@ -112,7 +125,8 @@ def test_report_states_the_target_each_time_and_the_ratio():
         "model": MODELS["tiny"], "corpus": {"train_lines": 1000, "heldout_lines": 50}, "curves": curves,
         "summary": quality.summarise(curves, {"run_mlm": 130.0, "ours": 12.0}),
     }  # fmt: skip
-    text = quality.quality_markdown(result)
+    text = quality.quality_markdown({**result, "sweep": {"finals": {"0.0001": 9.3, "0.0005": 9.0}, "best": "0.0005"}})
+    assert "0.0001: 9.3000, 0.0005: 9.0000; the best, **0.0005**, is the baseline" in text
     assert "CPU, 2 cores" in text and "**9.0000**" in text and "90 steps of 16" in text
     assert "| run_mlm |" in text and "120.0 (90)" in text and "**1.00x**" in text
     assert "| ours |" in text and "never" in text and "n/a" in text
