@@ -103,7 +103,7 @@ _main() {
 	done
 	local command="${1:-train}"
 	case "$command" in
-	train | plan | evaluate | replay)
+	train | plan | evaluate | finetune | replay)
 		[[ $# -gt 0 ]] && shift
 		withhold_secrets "$@"
 		wants_help "${ARGS[@]}" && exec "$PYTHON" -m train.common.usage "$command"
@@ -140,6 +140,11 @@ _main() {
 		shift
 		wants_help "$@" && exec "$PYTHON" -m train.common.usage "$command"
 		exec "$PYTHON" -m train.outputs.verify "$@"
+		;;
+	average)
+		shift
+		wants_help "$@" && exec "$PYTHON" -m train.common.usage "$command"
+		exec "$PYTHON" -m train.run.average "$@"
 		;;
 	*)
 		# A word that is no program on PATH (a mistyped command: trian) gets one line naming the nearest command,

@@ -390,6 +390,8 @@ def test_progress_bars_only_in_text_on_a_terminal(tmp_path, monkeypatch):
         def isatty(self) -> bool:
             return True
 
+    datasets.enable_progress_bars()  # as a process starts (an earlier test in this one may have run in JSON)
+    hf_logging.enable_progress_bar()
     try:
         monkeypatch.setattr(sys, "stderr", Terminal())
         assert logs.configure_console(config_for(tmp_path, "--log_format", "text")) == "text"

@@ -188,3 +188,18 @@ def test_the_start_up_is_recorded_phase_by_phase(finished_run: Path) -> None:
     ]  # fmt: skip
     assert phases["imports"] > 0 and sum(phases.values()) == pytest.approx(startup["to_first_step_s"], abs=0.1)
     assert startup["notes"] == {"tokenizing": "not cached"}  # the module's own HF_HOME: nothing cached before
+
+
+def test_a_model_averaged_with_itself_is_itself_and_verifies(finished_run: Path, tmp_path: Path) -> None:
+    """``./entrypoint.sh average`` as a user types it: two models (here the same final/ twice, whose mean is itself
+    bit for bit) into a final/ that loads, verifies, and keeps the tokenizer."""
+    final = finished_run / "final"
+    out = tmp_path / "averaged"
+    done = entrypoint("average", str(final), str(final), "--output_dir", str(out), env=tiny_env(out))
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert f"averaged 2 models into {out / 'final'}" in done.stderr
+    assert "intact" in verify(out / "final", "averaged")
+    merged, original = (AutoModelForMaskedLM.from_pretrained(d) for d in (out / "final", final))
+    for (name, p), q in zip(merged.state_dict().items(), original.state_dict().values(), strict=True):
+        assert torch.equal(p, q), name
+    assert AutoTokenizer.from_pretrained(out / "final").mask_token == AutoTokenizer.from_pretrained(final).mask_token

@@ -27,6 +27,10 @@ COMMANDS = {
         "evaluate [--option value ...]",
         "score a model or checkpoint (MLM_MODEL_NAME_OR_PATH) on the held-out text; writes eval_results.json",
     ),
+    "finetune": (
+        "finetune --task DIR [--option value ...]",
+        "fine-tune a model or checkpoint on a labelled classification task, over seeds; writes finetune_results.json",
+    ),
     "replay": (
         "replay RUN_JSON [--output_dir DIR] [--anyway] [--option value ...]",
         "run a finished run's recipe again; refused where something differs; says if final/ is identical",
@@ -36,6 +40,10 @@ COMMANDS = {
     "doctor": ("doctor [--option value ...]", "preflight checks of the next run's options, before a long job"),
     "report": ("report OUTPUT_DIR", "write report.html and loss.png for a finished or interrupted run"),
     "verify": ("verify DIR_OR_URL", "check a final model or a checkpoint against its files' sizes and SHA-256"),
+    "average": (
+        "average DIR DIR... --output_dir OUT [--weights W,W,...]",
+        "average final models' or checkpoints' weights into OUT/final (verified inputs, one architecture)",
+    ),
     "help": ("help [COMMAND | options | options --all]", "this text; one command's; the options"),
 }
 

@@ -271,6 +271,39 @@ class JobArguments:
         "Job's deadline, computed when it is submitted).",
         DURATION,
     )
+    task: str | None = option(
+        None,
+        "finetune: a local directory holding a labelled sequence-classification task, train.* and test.* "
+        "(csv, jsonl/json or parquet) with a text column, optionally a second text column (a pair) and a label "
+        "column of integers or strings (docs/downstream.md).",
+        non_blank("a local directory"),
+    )
+    task_text_column: str = option("text", "finetune: the task's column holding the text.", non_blank("a column"))
+    task_text_pair_column: str = option(
+        "text_pair",
+        "finetune: the task's column holding a pair's second text; used when the files have it (named "
+        "explicitly, it must be there).",
+        non_blank("a column"),
+    )
+    task_label_column: str = option("label", "finetune: the task's label column.", non_blank("a column"))
+    task_learning_rate: float = option(
+        1e-4,
+        "finetune: the peak learning rate of the fixed recipe (ELECTRA's fine-tuning default for small and base "
+        "models; the rest of the recipe does not change).",
+        POSITIVE,
+    )
+    task_epochs: int = option(3, "finetune: epochs over the task's training split.", integers(1, 1000))
+    task_seeds: int = option(
+        3,
+        "finetune: how many times the fine-tuning runs, with seeds 0 to n-1 (the head's initialisation and the "
+        "batches' order); the score is the mean and standard deviation over them.",
+        integers(1, 100),
+    )
+    task_baselines: bool = option(
+        False,
+        "finetune: also fine-tune a randomly initialised model of the same architecture with the same recipe and "
+        "seeds, so the results show what pretraining added.",
+    )
     image_revision: str | None = option(None, "Source revision of the image (set by it).")
 
 

@@ -16,7 +16,7 @@ from train.common.writable import check_cache_dir
 from train.config import Config, options_text
 from train.launch.deadline import deadline_line
 from train.launch.hub import reach_the_hub
-from train.launch.inputs import EVALUATE_MODULE, JOB_MODULE, Host, Launch
+from train.launch.inputs import EVALUATE_MODULE, FINETUNE_MODULE, JOB_MODULE, Host, Launch
 from train.launch.plan import (
     Plan,
     launcher_config,
@@ -40,7 +40,9 @@ from train.machine.gpus import detect, torch_cuda_version
 from train.machine.resources import shm_size, usable_cpus
 from train.outputs.location import output_location
 
-USAGE = "usage: ./entrypoint.sh [train|plan|evaluate|replay|help] [--option value ...]"
+USAGE = "usage: ./entrypoint.sh [train|plan|evaluate|finetune|replay|help] [--option value ...]"
+# The commands that launch ranks other than the training job: the same plan, another program.
+SCORING_MODULES = {"evaluate": EVALUATE_MODULE, "finetune": FINETUNE_MODULE}
 
 
 def help_text(topic: Sequence[str]) -> str:
@@ -51,8 +53,8 @@ def help_text(topic: Sequence[str]) -> str:
 
 
 def main(argv: Sequence[str] | None = None, environ: Mapping[str, str] | None = None) -> int:
-    """``train``: launch and exit with the documented code; ``plan``: print the decisions as JSON; ``evaluate``:
-    launch the scoring program instead; ``replay``: a run's recipe again (train/launch/replay.py)."""
+    """``train``: launch and exit with the documented code; ``plan``: print the decisions as JSON; ``evaluate``,
+    ``finetune``: launch a scoring program instead; ``replay``: a run's recipe again (train/launch/replay.py)."""
     args = list(sys.argv[1:] if argv is None else argv)
     environ = os.environ if environ is None else environ
     named = bool(args) and not args[0].startswith("-")
@@ -60,7 +62,7 @@ def main(argv: Sequence[str] | None = None, environ: Mapping[str, str] | None = 
     if command == "help":
         print(help_text(args))
         return 0
-    if command not in ("train", "plan", "evaluate", "replay"):
+    if command not in ("train", "plan", "replay", *SCORING_MODULES):
         raise ConfigError(f"unknown command {command!r}; {USAGE}")
     if wants_help(args):  # with no command named, the front door's usage
         print(usage(command if named else None))
@@ -71,9 +73,9 @@ def main(argv: Sequence[str] | None = None, environ: Mapping[str, str] | None = 
     config = launcher_config(args, environ)
     # auto is judged once, on the launcher's stdout: the ranks' stdout is a pipe under torchrun.
     log_format = resolve_format(config.job.log_format)
-    plan = plan_for(config, environ, args, log_format, EVALUATE_MODULE if command == "evaluate" else JOB_MODULE)
+    plan = plan_for(config, environ, args, log_format, SCORING_MODULES.get(command, JOB_MODULE))
     # The job's own checks, before torchrun: an unwritable output_dir (3) or a finished final/ there (2, but
-    # a dry run only reports it; an evaluation writes its results beside a finished model).
+    # a dry run only reports it; a score is written beside a finished model).
     location = output_location(config)
     location.check(dry_run=command != "train")
     if command == "plan":

@@ -12,6 +12,7 @@ from train.machine.gpus import Inventory
 
 JOB_MODULE = "train.run.job"
 EVALUATE_MODULE = "train.run.evaluate"  # ./entrypoint.sh evaluate: the same launch, scoring instead of training
+FINETUNE_MODULE = "train.run.finetune"  # ./entrypoint.sh finetune: the same launch, a downstream task's score
 
 
 @dataclass(frozen=True)
@@ -30,4 +31,4 @@ class Launch:
 
     torchrun: Sequence[str] = ("torchrun",)
     log_format: str = "json"
-    module: str = JOB_MODULE  # the job, or evaluate (EVALUATE_MODULE)
+    module: str = JOB_MODULE  # the job, evaluate (EVALUATE_MODULE) or finetune (FINETUNE_MODULE)

@@ -44,6 +44,9 @@ NOT_THE_RECIPE = (
     "save_strategy", "save_steps", "save_total_limit", "push_to_hub", "hub_model_id", "hub_private_repo",
     "hub_token", "max_restarts", "stop_timeout", "rdzv_timeout", "store_retry_timeout", "dataloader_num_workers",
     "require_gpu",
+    # finetune's task (./entrypoint.sh finetune): a training run never reads them
+    "task", "task_text_column", "task_text_pair_column", "task_label_column", "task_learning_rate", "task_epochs",
+    "task_seeds", "task_baselines",
 )  # fmt: skip
 # Never taken from a run.json: the person replaying gives them on the command line or in the environment.
 RUNS_CODE = ("trust_remote_code",)  # a model's own Python code, from the hub or its directory

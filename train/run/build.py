@@ -6,17 +6,13 @@ from __future__ import annotations
 
 import contextlib
 import copy
-import functools
 import os
-import random
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-import torch
 import torch.distributed as dist
 from transformers import TrainingArguments
 
@@ -37,8 +33,7 @@ from train.data import (
     stream_training_overrides,
 )
 from train.data.identity import changes
-from train.model import packing
-from train.model.collator import MaskingCollator, evaluation_rate
+from train.model.collator import evaluation_rate
 from train.model.companions import check_companions, companion_directory, keep_sentence_transformers
 from train.model.load import (
     attention_implementation,
@@ -46,14 +41,13 @@ from train.model.load import (
     load_tokenizer,
     scratch_config,
     settle_tokenizer,
-    tokenizer_label,
     trains_its_tokenizer,
 )
 from train.model.tokenizer_training import agree_on_tokenizer
-from train.model.words import word_starts
 from train.outputs.checkpoints import DATA_IDENTITY, kept_global_batch, resumed_options, saved_options, saved_world_size
 from train.outputs.facts import Masking, ModelFacts, Packing, RunFacts, Sharding
 from train.outputs.runfiles import RunFiles
+from train.run.batches import argmax_logits, batch_facts, check_isolation, masked_accuracy, masking_collator
 from train.run.budget import TimeBudget
 from train.run.callbacks import CheckpointCompleteMarker, DivergenceGuard, EpochForCollator
 from train.run.model_setup import set_up_model, shard_for_training
@@ -131,18 +125,6 @@ class Prepared:
             "choice": self.sharding_choice,
             "ddp_estimate": self.ddp_estimate,
         }
-
-
-def masked_accuracy(eval_pred: Any) -> dict[str, float]:
-    predictions, labels = eval_pred
-    predictions, labels = np.asarray(predictions), np.asarray(labels)
-    masked = labels != -100
-    return {"accuracy": float((predictions[masked] == labels[masked]).mean()) if masked.any() else 0.0}
-
-
-def argmax_logits(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
-    """Keep predicted ids, not [batch, length, vocab] logits, across evaluation batches."""
-    return logits.argmax(dim=-1)
 
 
 def prepare(
@@ -256,38 +238,6 @@ def time_budget(config: Config, model: Any, validation: Any, stopper: StopOnSign
     return TimeBudget(handoff, batches, 3 * weights_mb, job.decay_ratio, stopper, job.stop_timeout)
 
 
-def masking_collator(config: Config, tokenizer: Any, model: Any) -> MaskingCollator:
-    """The batches' masking and layout (train/model/collator.py), as the padding mode has them: for documents kept
-    apart, the model is prepared to take their boundaries (train/model/packing.py). Training and evaluate-only
-    (train/run/evaluate.py) build it here, so an evaluation masks as training's does."""
-    job, padding = config.job, Padding(config.job.padding)
-    isolate = None
-    if padding.isolates:
-        check_isolation(config, model.config, attn_implementation(model.config))
-        packing.prepare_model(model)
-        isolate = functools.partial(
-            packing.isolated_inputs,
-            config=model.config,
-            attn_implementation=attn_implementation(model.config),
-            dtype=model.dtype,
-        )
-    return MaskingCollator(
-        pad_token_id=tokenizer.pad_token_id,
-        mask_token_id=tokenizer.mask_token_id,
-        vocab_size=len(tokenizer),
-        # With a rate schedule, masked at its highest rate; the Trainer keeps each step's share (thin_masks).
-        mlm_probability=max(job.mlm_probability, job.final_mlm_probability or 0.0),
-        mask_draws=job.final_mlm_probability is not None,
-        mask_replace_prob=job.mask_replace_prob,
-        random_replace_prob=job.random_replace_prob,
-        seed=config.training.seed,
-        pad_to_multiple_of=padding.pad_multiple(job.pad_to_multiple_of),
-        word_start=word_starts(tokenizer, tokenizer_label(config)) if job.whole_word_mask else None,
-        isolate=isolate,
-        flatten=padding.flattens,
-    )
-
-
 def resumed_data(config: Config, checkpoint: Path, identity: dict[str, Any]) -> list[str] | None:
     """What changed in the data since ``checkpoint`` was saved (train/data/identity.py): refused (ConfigError) unless
     MLM_RESUME_ON_CHANGED_DATA, then said and returned for run.json and the card; None when nothing changed."""
@@ -321,53 +271,6 @@ def keep_the_global_batch(config: Config, checkpoint: Path) -> None:
         config.training.gradient_accumulation_steps = accumulation
     if distributed.is_world_zero():
         (say if accumulation is not None else warn)(line)
-
-
-MEASURED_SAMPLES = 256  # samples collated to measure the masking rate and the efficiency: a few milliseconds
-
-
-def check_isolation(config: Config, model_config: Any, attn_implementation: str | None) -> None:
-    """ConfigError, naming MLM_PADDING, when this model cannot keep a row's documents apart."""
-    reason = packing.unsupported_reason(model_config, attn_implementation)
-    if reason is not None:
-        raise ConfigError(
-            f"{config.source_of('padding')}={config.job.padding}: {reason}; use padding packed_crossing or dynamic"
-        )
-
-
-def batch_facts(config: Config, collator: MaskingCollator, corpus: Corpus) -> tuple[Masking, Packing]:
-    """How the training data is masked and laid out, measured on samples drawn at random (seeded) in training-size
-    batches, as the Trainer's shuffled sampler draws them: neighbouring lines of a file tend to be alike in length,
-    so the first ones would overstate a padded layout's efficiency (a stream's are not read twice: its evaluation
-    samples, masked as training masks them, stand in; None without either): the configured rates and the
-    realised share of real tokens masked (special tokens are never masked, and whole words mask as many tokens as
-    the chosen words have, so it is what the loss really averages over); the padding mode and its efficiency,
-    real tokens per position computed."""
-    job, size = config.job, config.training.per_device_train_batch_size
-    dataset = corpus.train if not corpus.streaming else corpus.validation
-    count = min(MEASURED_SAMPLES, len(dataset)) if dataset is not None else 0
-    drawn = random.Random(config.training.seed).sample(range(len(dataset)), count) if dataset is not None else []
-    sample = [dataset[i] for i in drawn]
-    at_first = collator.for_evaluation(job.mlm_probability)  # the first step's rate (a schedule masks at its highest)
-    measured = at_first.measure([sample[i : i + size] for i in range(0, len(sample), size)])
-    masking = Masking(
-        mlm_probability=job.mlm_probability,
-        final_mlm_probability=job.final_mlm_probability,
-        eval_mlm_probability=job.eval_mlm_probability or job.mlm_probability,
-        whole_word_mask=job.whole_word_mask,
-        realised=_rounded(measured["realised"]),
-        realised_on_samples=len(sample),
-    )
-    layout = Packing(
-        padding=job.padding,
-        documents_apart=Padding(job.padding).isolates,
-        efficiency=_rounded(measured["efficiency"]),
-    )
-    return masking, layout
-
-
-def _rounded(value: float | None) -> float | None:
-    return None if value is None else round(value, 4)
 
 
 def trainer_arguments(training: TrainingArguments, corpus: Corpus) -> TrainingArguments:

@@ -38,7 +38,7 @@ from train.model.load import check_before_data, load_model, load_tokenizer
 from train.outputs.location import output_location
 from train.outputs.record import write_json_atomic
 from train.outputs.verify import fetch
-from train.run.build import argmax_logits, masked_accuracy, masking_collator
+from train.run.batches import argmax_logits, masked_accuracy, masking_collator
 from train.run.logs import bars_drawn, configure_console
 from train.run.trainer import MLMTrainer, losses_are_batch_means
 

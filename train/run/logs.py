@@ -138,6 +138,8 @@ class TrainingLog(TrainerCallback):
     ``facts``.
     """
 
+    startup: Startup | None = None  # the start-up's phases, said and recorded once, at the session's first step
+
     def __init__(
         self,
         output_dir: str | Path,
@@ -146,10 +148,8 @@ class TrainingLog(TrainerCallback):
         config: Config | None = None,
         stream: TextIO | None = None,
         handoff: Handoff | None = None,
-        startup: Startup | None = None,
     ) -> None:
         self.output_dir = Path(output_dir)
-        self.startup = startup  # said and recorded once, at the session's first step
         self.log_format = log_format
         self.tokens_per_sample = facts.tokens_per_sample if facts is not None else None
         self.facts = facts
@@ -333,9 +333,8 @@ def callbacks(
     eval_samples, train_real_tokens, ...); without them the banner is skipped and tokens/s needs the Trainer's
     count. ``startup``: the start-up's phases, recorded at the first step."""
     log_format = resolve_format(config.job.log_format)
-    log = TrainingLog(
-        config.training.output_dir, log_format, facts=facts, config=config, handoff=handoff, startup=startup
-    )
+    log = TrainingLog(config.training.output_dir, log_format, facts=facts, config=config, handoff=handoff)
+    log.startup = startup
     found: list[TrainerCallback] = [log]
     if bars_drawn(log_format) and not config.training.disable_tqdm:
         found.append(QuietProgress())

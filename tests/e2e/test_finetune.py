@@ -1,0 +1,35 @@
+"""./entrypoint.sh finetune end to end: the launcher, torchrun, one rank (the tiny model and task of
+tests/run/test_finetune.py)."""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import tiny_env
+from tests.e2e.runs import entrypoint
+from tests.run.test_finetune import build_model, write_task
+from train.run.finetune import FINETUNE_RESULTS
+
+pytestmark = pytest.mark.slow
+
+
+def test_finetune_through_the_front_door(tmp_path: Path) -> None:
+    """./entrypoint.sh finetune: the launcher, torchrun, one rank, JSON lines on stdout and the results file."""
+    model, task = build_model(tmp_path / "final"), write_task(tmp_path / "task")
+    env = tiny_env(tmp_path / "out", task_epochs="1", task_seeds="2", log_format="json")
+    started = time.monotonic()
+    run = entrypoint("finetune", "--model_name_or_path", str(model), "--task", str(task), env=env, timeout=300)
+    took = time.monotonic() - started
+    assert run.returncode == 0, run.stderr[-3000:]
+    records = [json.loads(line) for line in run.stdout.splitlines() if line.startswith("{")]
+    seeds = [r for r in records if r.get("event") == "finetune_seed"]
+    (final,) = [r for r in records if r.get("event") == "finetune"]
+    assert [r["seed"] for r in seeds] == [0, 1] and final["written"] == f"{tmp_path / 'out'}/{FINETUNE_RESULTS}"
+    results = json.loads((tmp_path / "out" / FINETUNE_RESULTS).read_text())
+    assert results["pretrained"]["seeds"] == [{k: v for k, v in r.items() if k not in ("event", "kind")} for r in seeds]
+    assert results["world_size"] == 1 and "baseline" not in results
+    print(f"finetune through the front door: {took:.1f} s, accuracy {results['pretrained']['mean']['accuracy']:.3f}")

@@ -1,0 +1,114 @@
+"""The batches as training and evaluation see them: the masking collator the padding mode and the mask options call
+for (train/model/collator.py), the masked-token metrics of an evaluation, and the facts of the masking and layout
+measured on drawn samples (the banner's and run.json's). Training (train/run/build.py) and evaluate-only
+(train/run/evaluate.py) build them here, so an evaluation masks as training's does."""
+
+from __future__ import annotations
+
+import functools
+import random
+from typing import Any
+
+import numpy as np
+import torch
+
+from train.borrowed.transformers_models import attn_implementation
+from train.common.errors import ConfigError
+from train.config import Config
+from train.data import Corpus, Padding
+from train.model import packing
+from train.model.collator import MaskingCollator
+from train.model.load import tokenizer_label
+from train.model.words import word_starts
+from train.outputs.facts import Masking, Packing
+
+
+def masked_accuracy(eval_pred: Any) -> dict[str, float]:
+    predictions, labels = eval_pred
+    predictions, labels = np.asarray(predictions), np.asarray(labels)
+    masked = labels != -100
+    return {"accuracy": float((predictions[masked] == labels[masked]).mean()) if masked.any() else 0.0}
+
+
+def argmax_logits(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+    """Keep predicted ids, not [batch, length, vocab] logits, across evaluation batches."""
+    return logits.argmax(dim=-1)
+
+
+def masking_collator(config: Config, tokenizer: Any, model: Any) -> MaskingCollator:
+    """The batches' masking and layout (train/model/collator.py), as the padding mode has them: for documents kept
+    apart, the model is prepared to take their boundaries (train/model/packing.py). Training and evaluate-only
+    (train/run/evaluate.py) build it here, so an evaluation masks as training's does."""
+    job, padding = config.job, Padding(config.job.padding)
+    isolate = None
+    if padding.isolates:
+        check_isolation(config, model.config, attn_implementation(model.config))
+        packing.prepare_model(model)
+        isolate = functools.partial(
+            packing.isolated_inputs,
+            config=model.config,
+            attn_implementation=attn_implementation(model.config),
+            dtype=model.dtype,
+        )
+    return MaskingCollator(
+        pad_token_id=tokenizer.pad_token_id,
+        mask_token_id=tokenizer.mask_token_id,
+        vocab_size=len(tokenizer),
+        # With a rate schedule, masked at its highest rate; the Trainer keeps each step's share (thin_masks).
+        mlm_probability=max(job.mlm_probability, job.final_mlm_probability or 0.0),
+        mask_draws=job.final_mlm_probability is not None,
+        mask_replace_prob=job.mask_replace_prob,
+        random_replace_prob=job.random_replace_prob,
+        seed=config.training.seed,
+        pad_to_multiple_of=padding.pad_multiple(job.pad_to_multiple_of),
+        word_start=word_starts(tokenizer, tokenizer_label(config)) if job.whole_word_mask else None,
+        isolate=isolate,
+        flatten=padding.flattens,
+    )
+
+
+MEASURED_SAMPLES = 256  # samples collated to measure the masking rate and the efficiency: a few milliseconds
+
+
+def check_isolation(config: Config, model_config: Any, attn_implementation: str | None) -> None:
+    """ConfigError, naming MLM_PADDING, when this model cannot keep a row's documents apart."""
+    reason = packing.unsupported_reason(model_config, attn_implementation)
+    if reason is not None:
+        raise ConfigError(
+            f"{config.source_of('padding')}={config.job.padding}: {reason}; use padding packed_crossing or dynamic"
+        )
+
+
+def batch_facts(config: Config, collator: MaskingCollator, corpus: Corpus) -> tuple[Masking, Packing]:
+    """How the training data is masked and laid out, measured on samples drawn at random (seeded) in training-size
+    batches, as the Trainer's shuffled sampler draws them: neighbouring lines of a file tend to be alike in length,
+    so the first ones would overstate a padded layout's efficiency (a stream's are not read twice: its evaluation
+    samples, masked as training masks them, stand in; None without either): the configured rates and the
+    realised share of real tokens masked (special tokens are never masked, and whole words mask as many tokens as
+    the chosen words have, so it is what the loss really averages over); the padding mode and its efficiency,
+    real tokens per position computed."""
+    job, size = config.job, config.training.per_device_train_batch_size
+    dataset = corpus.train if not corpus.streaming else corpus.validation
+    count = min(MEASURED_SAMPLES, len(dataset)) if dataset is not None else 0
+    drawn = random.Random(config.training.seed).sample(range(len(dataset)), count) if dataset is not None else []
+    sample = [dataset[i] for i in drawn]
+    at_first = collator.for_evaluation(job.mlm_probability)  # the first step's rate (a schedule masks at its highest)
+    measured = at_first.measure([sample[i : i + size] for i in range(0, len(sample), size)])
+    masking = Masking(
+        mlm_probability=job.mlm_probability,
+        final_mlm_probability=job.final_mlm_probability,
+        eval_mlm_probability=job.eval_mlm_probability or job.mlm_probability,
+        whole_word_mask=job.whole_word_mask,
+        realised=_rounded(measured["realised"]),
+        realised_on_samples=len(sample),
+    )
+    layout = Packing(
+        padding=job.padding,
+        documents_apart=Padding(job.padding).isolates,
+        efficiency=_rounded(measured["efficiency"]),
+    )
+    return masking, layout
+
+
+def _rounded(value: float | None) -> float | None:
+    return None if value is None else round(value, 4)

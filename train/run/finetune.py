@@ -1,0 +1,336 @@
+"""``./entrypoint.sh finetune --task DIR [--option value ...]`` (under torchrun, as training and ``evaluate`` run):
+a trained model or a checkpoint (``MLM_MODEL_NAME_OR_PATH``: a directory, a hub id, or either in a bucket) judged
+where it will be used: fine-tuned on a labelled sequence-classification task (train/data/tasks.py) and scored on
+its test split. A masked-LM loss says how well a model fills in blanks; a downstream score says whether what it
+learnt helps, and two checkpoints with the same loss can differ there.
+
+One fixed recipe for every task (Cramming's way, Geiping & Goldstein 2023: one set of fine-tuning settings for all
+of GLUE, so that scores compare models, not tuning effort); its values are ELECTRA's fine-tuning defaults
+(configure_finetuning.py: learning rate 1e-4, batch 32, 3 epochs, 10 % warm-up then linear decay, weight decay
+0.01), without its layer-wise decay. Only the learning rate and the epochs are options. The fine-tuning is run
+with seeds 0..n-1 (``task_seeds``); the score is the mean and standard deviation over them, since one seed of a
+small task can move accuracy by points. ``task_baselines`` adds the same recipe on a randomly initialised model
+of the same architecture: what pretraining added.
+
+World rank 0 prints one line per seed and one for the score (JSON with ``MLM_LOG_FORMAT=json``) and writes
+``finetune_results.json`` where the outputs live. It is plain ``transformers.Trainer``: a separate program from the
+masked-LM job, nothing of that job's Trainer applies.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch.distributed as dist
+from datasets import Dataset
+from transformers import (
+    AutoConfig,
+    AutoModelForSequenceClassification,
+    AutoTokenizer,
+    DataCollatorWithPadding,
+    Trainer,
+    TrainingArguments,
+    set_seed,
+)
+from transformers.trainer_callback import PrinterCallback, ProgressCallback
+
+from train.common import distributed
+from train.common.console import resolve_format, say
+from train.common.errors import ConfigError, exit_process, first_line, run_main
+from train.common.usage import usage, wants_help
+from train.config import Config, load_config, move_hub_token_to_env
+from train.config.model_source import model_source
+from train.data.tasks import PAIR, TEXT, Task, load_task
+from train.model.load import quiet_transformers, refuse_unsafe_weights
+from train.outputs.location import output_location
+from train.outputs.record import write_json_atomic
+from train.run.evaluate import fetched_model
+from train.run.logs import bars_drawn, configure_console
+from train.run.task_scores import classification_scores, scores_text, summary, summary_text
+from train.run.trainer import losses_are_batch_means
+
+FINETUNE_RESULTS = "finetune_results.json"
+BATCH_SIZE = 32  # in total across ranks
+WARMUP = 0.1  # a fraction of the steps (TrainingArguments' warmup_steps below 1)
+WEIGHT_DECAY = 0.01
+SCHEDULER = "linear"
+OPTIMIZER = "adamw_torch"  # AdamW with the Trainer's betas (0.9, 0.999) and eps 1e-8
+
+
+@dataclass(frozen=True)
+class Recipe:
+    """Every setting of the fine-tuning, as finetune_results.json records it."""
+
+    learning_rate: float
+    epochs: int
+    seeds: list[int]
+    max_length: int
+    batch_size: int = BATCH_SIZE
+    per_device_batch_size: int = BATCH_SIZE
+    warmup_ratio: float = WARMUP
+    lr_scheduler: str = SCHEDULER
+    weight_decay: float = WEIGHT_DECAY
+    optimizer: str = OPTIMIZER
+
+
+@dataclass(frozen=True)
+class Subject:
+    """What is fine-tuned: the model's name (as loaded), its config with the task's labels, its tokenizer, the
+    task tokenized and the recipe."""
+
+    name: str
+    model_config: Any
+    tokenizer: Any
+    train: Dataset
+    test: Dataset
+    recipe: Recipe
+
+
+def load_tokenizer(config: Config) -> Any:
+    """MLM_TOKENIZER_NAME's tokenizer, else the model's (a final/ or checkpoint-N/ directory holds its own)."""
+    name = config.job.tokenizer_name or config.job.model_name_or_path
+    option = config.source_of("tokenizer_name" if config.job.tokenizer_name else "model_name_or_path")
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(name, trust_remote_code=config.job.trust_remote_code)
+    except (OSError, ValueError) as exc:
+        raise ConfigError(f"{option}={name!r}: cannot load the tokenizer ({first_line(exc)})") from None
+    if tokenizer.pad_token is None:
+        raise ConfigError(f"{option}={name!r}: the tokenizer has no padding token; batches of texts need one")
+    return tokenizer
+
+
+def load_model_config(config: Config, task: Task) -> Any:
+    """The model's config with the task's labels: the classification head is built from it."""
+    job = config.job
+    source = model_source(job.model_name_or_path, job.config_overrides)
+    option = config.source_of("model_name_or_path")
+    if source.kind == "scratch":
+        raise ConfigError(
+            f"{option}={job.model_name_or_path!r}: finetune needs a trained model (a final/ directory, a "
+            "checkpoint-N/ directory or a hub id), not an architecture"
+        )
+    if source.kind == "local":
+        if not Path(job.model_name_or_path).expanduser().is_dir():
+            raise ConfigError(f"{option}={job.model_name_or_path!r}: no such model directory")
+        refuse_unsafe_weights(config, Path(job.model_name_or_path).expanduser())
+    try:
+        return AutoConfig.from_pretrained(
+            job.model_name_or_path,
+            num_labels=task.num_labels,
+            id2label=dict(enumerate(task.labels)),
+            label2id={label: i for i, label in enumerate(task.labels)},
+            trust_remote_code=job.trust_remote_code,
+        )
+    except (OSError, ValueError) as exc:
+        raise ConfigError(f"{option}={job.model_name_or_path!r}: cannot load the model ({first_line(exc)})") from None
+
+
+def longest(config: Config, model_config: Any, tokenizer: Any) -> int:
+    """max_seq_length, unless the model's positions or its tokenizer's stated limit are shorter."""
+    limits = [config.job.max_seq_length, getattr(model_config, "max_position_embeddings", None)]
+    if tokenizer.model_max_length < 1_000_000:  # unset, transformers says 1e30
+        limits.append(tokenizer.model_max_length)
+    return min(limit for limit in limits if limit)
+
+
+def tokenized(task_split: Dataset, tokenizer: Any, max_length: int) -> Dataset:
+    """A split as the model reads it: token ids (pairs as the tokenizer joins them, the longer text cut first)
+    and the label ids."""
+    pair = PAIR in task_split.column_names
+
+    def encode(batch: dict[str, list[Any]]) -> dict[str, Any]:
+        return tokenizer(batch[TEXT], batch[PAIR] if pair else None, truncation=True, max_length=max_length)
+
+    return task_split.map(encode, batched=True, remove_columns=[TEXT, PAIR] if pair else [TEXT])
+
+
+def prepare(config: Config) -> tuple[Task, Subject]:
+    """Every rank: the task read and checked, the model's config and tokenizer, the splits tokenized; every
+    ConfigError comes from here, before anything is trained."""
+    training = config.training
+    with training.main_process_first(desc="reading the task"):
+        task = load_task(config)
+    fetched_model(config)
+    model_config = load_model_config(config, task)
+    tokenizer = load_tokenizer(config)
+    max_length = longest(config, model_config, tokenizer)
+    per_device = max(1, BATCH_SIZE // training.world_size)
+    recipe = Recipe(
+        learning_rate=config.job.task_learning_rate,
+        epochs=config.job.task_epochs,
+        seeds=list(range(config.job.task_seeds)),
+        max_length=max_length,
+        batch_size=per_device * training.world_size,
+        per_device_batch_size=per_device,
+    )
+    subject = Subject(
+        name=config.job.model_name_or_path,
+        model_config=model_config,
+        tokenizer=tokenizer,
+        train=tokenized(task.train, tokenizer, max_length),
+        test=tokenized(task.test, tokenizer, max_length),
+        recipe=recipe,
+    )
+    return task, subject
+
+
+def arguments(config: Config, recipe: Recipe, seed: int) -> TrainingArguments:
+    """The recipe as TrainingArguments; from the run's own only what the launcher decided for this machine (CPU
+    or GPU, precision, the backend, the loader's workers): nothing is saved, evaluated during training or tracked."""
+    training = config.training
+    return TrainingArguments(
+        output_dir=training.output_dir,
+        learning_rate=recipe.learning_rate,
+        num_train_epochs=recipe.epochs,
+        per_device_train_batch_size=recipe.per_device_batch_size,
+        per_device_eval_batch_size=training.per_device_eval_batch_size,
+        lr_scheduler_type=recipe.lr_scheduler,
+        warmup_steps=recipe.warmup_ratio,
+        weight_decay=recipe.weight_decay,
+        optim=recipe.optimizer,
+        seed=seed,
+        data_seed=seed,
+        eval_strategy="no",
+        save_strategy="no",
+        logging_strategy="no",
+        report_to=[],
+        use_cpu=training.use_cpu,
+        bf16=training.bf16,
+        fp16=training.fp16,
+        ddp_backend=training.ddp_backend,
+        ddp_timeout=training.ddp_timeout,
+        dataloader_num_workers=training.dataloader_num_workers,
+        dataloader_pin_memory=training.dataloader_pin_memory and not training.use_cpu,
+        disable_tqdm=not bars_drawn(resolve_format(config.job.log_format)),
+    )
+
+
+def classifier(config: Config, subject: Subject, pretrained: bool) -> tuple[Any, list[str]]:
+    """The model with a new classification head: the pretrained weights (and the names of the tensors they lack,
+    the head's among them, which start random), or all of it random (a baseline)."""
+    trust = config.job.trust_remote_code
+    with quiet_transformers():  # its "newly initialized" report is for a person fine-tuning by hand; ours says it
+        if not pretrained:
+            return AutoModelForSequenceClassification.from_config(subject.model_config, trust_remote_code=trust), []
+        try:
+            model, loading = AutoModelForSequenceClassification.from_pretrained(
+                subject.name, config=subject.model_config, trust_remote_code=trust, output_loading_info=True
+            )
+        except (OSError, ValueError) as exc:
+            option = config.source_of("model_name_or_path")
+            raise ConfigError(f"{option}={subject.name!r}: no classifier from it ({first_line(exc)})") from None
+    return model, sorted(loading["missing_keys"])
+
+
+def fine_tune(config: Config, subject: Subject, seed: int, pretrained: bool) -> tuple[dict[str, Any], list[str]]:
+    """One seed of the recipe, trained then scored on the test split; the scores and the newly initialised tensors."""
+    set_seed(seed)  # the head's initialisation (and a baseline's every weight) is the seed's
+    model, new = classifier(config, subject, pretrained)
+    trainer = Trainer(
+        model=model,
+        args=arguments(config, subject.recipe, seed),
+        train_dataset=subject.train,
+        data_collator=DataCollatorWithPadding(subject.tokenizer, pad_to_multiple_of=config.job.pad_to_multiple_of),
+        processing_class=subject.tokenizer,
+    )
+    # A classifier's loss is a mean over its micro-batch, as the MLM heads' are: without this the Trainer scales it
+    # by the world size (2 ranks: a logged loss and gradient twice as large).
+    losses_are_batch_means(trainer)
+    trainer.remove_callback(PrinterCallback)
+    if not bars_drawn(resolve_format(config.job.log_format)):
+        trainer.remove_callback(ProgressCallback)
+    started = time.monotonic()
+    trained = trainer.train()
+    predicted = trainer.predict(subject.test)
+    logits = predicted.predictions[0] if isinstance(predicted.predictions, tuple) else predicted.predictions
+    scores = classification_scores(np.argmax(logits, axis=-1), predicted.label_ids, subject.model_config.num_labels)
+    run = {"seed": seed, **scores, "train_loss": trained.training_loss, "seconds": time.monotonic() - started}
+    return run, new
+
+
+def finetune(config: Config) -> dict[str, Any]:
+    """Every rank: the task, every seed of the recipe (and of the baseline); the results (the same on every rank)."""
+    started = time.monotonic()
+    shown = config.job.model_name_or_path
+    task, subject = prepare(config)
+    kinds = ["pretrained", "baseline"] if config.job.task_baselines else ["pretrained"]
+    results: dict[str, Any] = {
+        "task": task.path,
+        "task_files": task.files,
+        "model": shown,
+        "labels": list(task.labels),
+        "pair": task.pair,
+        "train_examples": len(task.train),
+        "test_examples": len(task.test),
+        "recipe": asdict(subject.recipe),
+        "world_size": config.training.world_size,
+    }
+    for kind in kinds:
+        runs = []
+        for seed in subject.recipe.seeds:
+            run, new = fine_tune(config, subject, seed, pretrained=kind == "pretrained")
+            runs.append(run)
+            if kind == "pretrained":
+                results["new_weights"] = new
+            said(config, {"event": "finetune_seed", "kind": kind, **run}, f"{kind} seed {seed}: {scores_text(run)}")
+        results[kind] = {"seeds": runs, **summary(runs)}
+    results["wall_time_s"] = time.monotonic() - started
+    return results
+
+
+def said(config: Config, record: dict[str, Any], text: str) -> None:
+    """World rank 0's line: a JSON record, or ``mlm-trainer: finetune ...`` for a person."""
+    if not distributed.is_world_zero():
+        return
+    if resolve_format(config.job.log_format) == "json":
+        print(json.dumps(record), flush=True)
+    else:
+        say(f"finetune {text}")
+
+
+def write_results(config: Config, results: dict[str, Any]) -> None:
+    """finetune_results.json where the outputs live, and the score's line."""
+    location = output_location(config)
+    path = location.files.root / FINETUNE_RESULTS
+    path.parent.mkdir(parents=True, exist_ok=True)
+    write_json_atomic(path, results)
+    location.sync(path)
+    written = f"{location.shown}/{FINETUNE_RESULTS}"
+    runs = len(results["recipe"]["seeds"])
+    text = (
+        f"{results['model']} on {results['task']} ({results['train_examples']:,} train, {results['test_examples']:,} "
+        f"test, {len(results['labels'])} labels), {runs} seed(s): {summary_text(results['pretrained'])}"
+    )
+    if "baseline" in results:
+        text += f"; random-init baseline: {summary_text(results['baseline'])}"
+    said(config, {"event": "finetune", **results, "written": written}, f"{text}; written to {written}")
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = sys.argv[1:] if argv is None else argv
+    if wants_help(args):
+        print(usage("finetune"))
+        return 0
+    config = load_config(args)
+    move_hub_token_to_env(config, os.environ)
+    configure_console(config)
+    results = finetune(config)
+    if distributed.is_world_zero():
+        write_results(config, results)
+    return 0
+
+
+if __name__ == "__main__":
+    try:
+        code = run_main(main)
+    finally:
+        if distributed.initialized():
+            dist.destroy_process_group()
+    exit_process(code)
