@@ -16,7 +16,7 @@ The command line of the series; it runs the selected ones one after the other, e
   efficiency, speed, and the held-out loss of documents kept apart against attending across, on the real series'
   text; bench/packing.py and bench/packing_series.py. Results: ``bench/results/<date>-<host>-packing.json`` and
   ``.md``, and ``bench/results/latest-packing.md``.
-- the quality series (``--series quality``; on a CPU it runs after the real series by default: about 18
+- the quality series (``--series quality``; on a CPU it runs after the real series by default: about 15
   minutes on 2 cores): time to quality, from launch, against transformers' run_mlm.py recipe: every checkpoint
   of each judged by ``./entrypoint.sh evaluate`` on the same held-out text and masks; bench/quality.py and
   bench/quality_series.py.
@@ -59,7 +59,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         help="comma-separated: demo (seed vs ours on the demo data), real (ours vs run_mlm.py on real text, "
         "bench/real.py), heads (masked-only vs dense head per architecture, bench/heads.py; only when asked), "
         "packing (the padding modes: efficiency, speed, held-out loss apart vs across, bench/packing.py; only "
-        "when asked), quality (time to run_mlm.py's final held-out loss, bench/quality.py; about 18 min on 2 "
+        "when asked), quality (time to run_mlm.py's final held-out loss, bench/quality.py; about 15 min on 2 "
         "cores), memory (each rank's state and peak under ddp and fsdp by model size, bench/memory.py; only when "
         "asked); default demo,real,quality on CPU, demo on GPU (bench/gpu.sh's budget)",
     )

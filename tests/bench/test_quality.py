@@ -70,6 +70,7 @@ def test_both_systems_train_the_same_model_data_steps_batch_and_checkpoints():
     # the classic recipe at run_mlm.py's best rate; our default keeps its recipe's own
     assert quality.our_options("ours-classic", settings, "/t", "/k", "/o", 3e-4)["learning_rate"] == "0.0003"
     assert "learning_rate" not in quality.our_options("ours", settings, "/t", "/k", "/o", 3e-4)
+    assert quality.our_options("ours-mask-schedule", settings, "/t", "/k", "/o")["final_mlm_probability"] == "0.15"
     with pytest.raises(ValueError):
         quality.our_options("run_mlm", settings, "/t", "/k", "/o")
 
@@ -89,7 +90,7 @@ def test_the_judge_scores_every_checkpoint_on_the_same_text_tokenizer_and_masks(
 
 
 def test_the_baseline_is_the_sweeps_rate_with_the_lowest_final_judged_loss():
-    assert quality.BASELINE_RATES == [1e-4, 3e-4, 5e-4, 1e-3]
+    assert quality.BASELINE_RATES == [1e-4, 3e-4, 5e-4, 1e-3, 2e-3, 4e-3]  # 2e-3 won on 2026-12-05: bracketed
     assert quality.best_rate({1e-4: 7.1, 3e-4: 6.4, 5e-4: 6.5, 1e-3: float("nan")}) == 3e-4
     with pytest.raises(ValueError, match="diverged"):
         quality.best_rate({1e-3: float("nan")})
