@@ -436,3 +436,17 @@ def test_each_evaluation_is_a_point_of_quality_against_time(tmp_path):
     assert 100 <= point["since_launch_s"] < 160 and 0 < point["train_s"] < point["since_launch_s"]
     written = [json.loads(line) for line in RunFiles(tmp_path / "out").train_jsonl.read_text().splitlines()]
     assert point.items() <= written[-1].items()  # the eval record carries the same point
+
+
+def test_the_eta_never_passes_a_time_budgets_deadline(tmp_path, capsys):
+    """Before its plan a budgeted run's steps are the options' (far more than fit): the ETA is then the deadline's."""
+    config = config_for(tmp_path, "--log_format", "json", "--max_steps", "100000", "--logging_steps", "2")
+    handoff = Handoff("fp32", 4, "batch", "1", deadline=time.time() + 60.0)
+    log = logs.TrainingLog(tmp_path / "out", "json", facts=FACTS, config=config, handoff=handoff)
+    state = SimpleNamespace(
+        is_world_process_zero=True, global_step=2, max_steps=100_000, epoch=0.0, num_input_tokens_seen=0
+    )
+    args = SimpleNamespace(per_device_train_batch_size=4, world_size=1, gradient_accumulation_steps=1)
+    log._started, log._start_step = time.monotonic() - 1.0, 0  # 2 steps in 1 s: 50,000 s to go by the steps
+    eta = log._speed(args, state)["eta_s"]
+    assert 55.0 < eta <= 60.0

@@ -308,3 +308,18 @@ def test_a_re_plan_with_no_room_for_its_decay_decays_from_the_rate_it_finds(
     callback.on_save(args, state, TrainerControl())
     drive(callback, args, state, clock, 5.0, **tools)  # slower still: the decay stays as it is
     assert plan.total == 111 and len(plan.plans) == 2
+
+
+def test_no_periodic_evaluation_a_few_steps_before_the_final_one(tmp_path: Any) -> None:
+    """An evaluation due within half an interval of the plan's last step is left to the final one (the run
+    evaluates there anyway); one further away stays."""
+    callback = TimeBudget(budget_handoff(1_000.0, 200, "200s"), eval_batches=3, checkpoint_mb=20.0)
+    args = arguments(tmp_path, max_steps=10_000, eval_strategy="steps", eval_steps=10)
+    state = TrainerState()
+    state.max_steps, state.eval_steps = 10_000, 10
+    callback.plan.total = 84
+    for step, kept in ((70, True), (80, False), (84, True)):  # 84: the last step's own evaluation
+        state.global_step = step
+        control = TrainerControl(should_evaluate=True)
+        callback.on_step_end(args, state, control)
+        assert control.should_evaluate is kept, step

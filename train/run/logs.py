@@ -268,7 +268,11 @@ class TrainingLog(TrainerCallback):
             done = state.global_step - self._start_step
             out["elapsed_s"] = round(elapsed, 1)
             if done > 0 and state.max_steps:
-                out["eta_s"] = round(elapsed / done * max(state.max_steps - state.global_step, 0), 1)
+                eta = elapsed / done * max(state.max_steps - state.global_step, 0)
+                deadline = self.handoff.deadline if self.handoff else None
+                if deadline is not None:  # a time budget ends the run by then, whatever the steps before its plan say
+                    eta = min(eta, max(deadline - time.time(), 0.0))
+                out["eta_s"] = round(eta, 1)
         gpus = self.gpus.sample()
         if gpus:
             out["gpu_util_pct"] = round(sum(g["util_pct"] for g in gpus) / len(gpus), 1)
