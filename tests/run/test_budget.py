@@ -323,3 +323,21 @@ def test_no_periodic_evaluation_a_few_steps_before_the_final_one(tmp_path: Any) 
         control = TrainerControl(should_evaluate=True)
         callback.on_step_end(args, state, control)
         assert control.should_evaluate is kept, step
+
+
+def test_a_plan_of_few_steps_says_it_is_of_little_use_and_what_to_change(
+    tmp_path: Any, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture
+) -> None:
+    clock = Clock()
+    monkeypatch.setattr(budget_module, "time", clock)
+    callback = TimeBudget(budget_handoff(clock.now, 30, "30s"), eval_batches=3, checkpoint_mb=20.0)
+    args = arguments(tmp_path, max_steps=10_000, warmup_steps=2, eval_strategy="steps", eval_steps=50)
+    state = TrainerState()
+    state.max_steps, state.eval_steps, state.save_steps = 10_000, 50, 500
+    optimizer = torch.optim.SGD([torch.zeros(1, requires_grad=True)], lr=1.0)
+    scheduler = get_scheduler("linear", optimizer=optimizer, num_warmup_steps=2, num_training_steps=10_000)
+    first_plan(callback, args, state, clock, scheduler)
+    total = callback.plan.total
+    assert total is not None and total < budget_module.FEW_STEPS
+    said = capsys.readouterr().err
+    assert f"only {total} steps fit before" in said and "give a longer MLM_TIME_BUDGET" in said

@@ -45,7 +45,7 @@ import torch.distributed as dist
 from transformers import TrainerCallback
 
 from train.common import distributed, durations
-from train.common.console import say
+from train.common.console import say, warn
 from train.common.handoff import Handoff
 from train.run.budget_schedule import decay_after, decay_ahead, schedule_for
 from train.run.preemption import StopOnSignal
@@ -57,6 +57,7 @@ MARGIN_FRACTION = 0.05
 MIN_MARGIN_S = 10.0
 ESTIMATED_WRITE_MB_S = 200.0  # a local disk, until a save has been timed
 STEP_WINDOW = 20
+FEW_STEPS = 50  # a plan of fewer steps is said to be of little use (a 3-minute budget planned 5)
 STALL_CAP = 10
 FORWARD_SHARE = 1 / 3  # an evaluation batch: a forward pass of a training step's forward + backward
 CONSTANT = ("constant", "constant_with_warmup", "inverse_sqrt", "reduce_lr_on_plateau")  # schedules with no decay
@@ -326,6 +327,12 @@ class TimeBudget(TrainerCallback):
             f"{costs.step:.3g} s, an evaluation {costs.evaluation:.3g} s, a save {costs.save:.3g} s; the final "
             f"evaluation and save {costs.final:.3g} s and a margin of {self.plan.margin_s:.0f} s before {ends}"
         )
+        if fit < cap and total < FEW_STEPS and (before is None or before >= FEW_STEPS):
+            warn(
+                f"time budget: only {total} steps fit before {ends}: a model trained that few steps is rarely of "
+                f"use; give a longer MLM_TIME_BUDGET, or make a step cheaper (a smaller model, batch or "
+                f"max_seq_length){' or the evaluation smaller (max_eval_samples)' if costs.final > costs.step else ''}"
+            )
 
     def _cut_short(self, args: Any, state: Any, control: Any, scheduler: Any, optimizer: Any) -> None:
         """After the stop's checkpoint: the steps that fit the stop's window, decaying (the module's rule)."""
