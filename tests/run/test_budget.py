@@ -341,3 +341,25 @@ def test_a_plan_of_few_steps_says_it_is_of_little_use_and_what_to_change(
     assert total is not None and total < budget_module.FEW_STEPS
     said = capsys.readouterr().err
     assert f"only {total} steps fit before" in said and "give a longer MLM_TIME_BUDGET" in said
+
+
+def test_a_stop_inside_an_evaluation_records_no_window(tmp_path: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The job saves the step of a stop that came inside an evaluation itself, outside the Trainer's loop: no steps
+    follow, so no stop window may be planned (on CI one was recorded, and final/ claimed 924 decayed steps that never
+    ran)."""
+    clock = Clock()
+    monkeypatch.setattr(budget_module, "time", clock)
+    stopper = StopOnSignal()
+    callback = TimeBudget(budget_handoff(clock.now, 600, "10m"), eval_batches=3, checkpoint_mb=20.0, stopper=stopper)
+    args = arguments(tmp_path, max_steps=10_000, warmup_steps=2)
+    state = TrainerState()
+    state.max_steps, state.eval_steps, state.save_steps = 10_000, 10, 10
+    optimizer = torch.optim.SGD([torch.zeros(1, requires_grad=True)], lr=1.0)
+    scheduler = get_scheduler("linear", optimizer=optimizer, num_warmup_steps=2, num_training_steps=10_000)
+    tools = first_plan(callback, args, state, clock, scheduler)
+    stopper.stopped = stopper.interrupted_evaluation = True  # as train/run/job.py's except branch has it
+    callback.on_save(args, state, TrainerControl(), **tools)
+    assert callback.cut is None and not stopper.finishing
+    stopper.interrupted_evaluation = False  # a stop between steps: the window is planned
+    callback.on_save(args, state, TrainerControl(), **tools)
+    assert callback.cut is not None and stopper.finishing

@@ -223,7 +223,13 @@ class TimeBudget(TrainerCallback):
         self.saves.append(self._since_mark())
         self.replan = True
         stopper = self.stopper
-        if stopper is not None and stopper.stopped and self.cut is None and self.plan.total is not None:
+        if (
+            stopper is not None
+            and stopper.stopped
+            and not stopper.interrupted_evaluation
+            and self.cut is None
+            and (self.plan.total is not None)
+        ):
             self._cut_short(args, state, control, kwargs.get("lr_scheduler"), kwargs.get("optimizer"))
 
     def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:

@@ -182,6 +182,9 @@ def train(config: Config, prepared: Prepared, resume: str | None) -> dict[str, A
             step = trainer.state.global_step
             metrics.update(evaluation_at(trainer.state.log_history, step) or trainer.evaluate())
     except EvaluationInterrupted:
+        # The Trainer's loop is left: the save below is the stop's, with no steps after it (a time budget's window
+        # would be recorded, and final/ claimed, for steps that never run).
+        stopper.interrupted_evaluation = True
         if not stopper.stopped:  # stopped inside an evaluation: its step has no checkpoint yet
             save_interrupted(trainer)
         stopper.stopped = True

@@ -47,6 +47,8 @@ class StopOnSignal(TrainerCallback):
         self.received_at: float | None = None  # when it came (seconds since the epoch)
         self.stopped = False  # the ranks agreed and stopped: a checkpoint holds the last step
         self.finishing = False  # stopped, then a cut-short decay (train/run/budget.py): no saves, no evaluations
+        # Stopped inside an evaluation: the training loop is left, the job saves the step itself (no window after it)
+        self.interrupted_evaluation = False
         for signum in STOP_SIGNALS:
             signal.signal(signum, self._handle)
 
