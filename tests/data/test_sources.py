@@ -12,6 +12,7 @@ from train.common import hf
 from train.common.errors import ConfigError
 from train.data import load_raw
 from train.data.sources import data_format, is_remote, resolve, resolve_files, shown_url, source_files
+from train.launch.hub import hub_repositories
 
 
 def test_format_looks_through_one_compression_suffix() -> None:
@@ -61,6 +62,24 @@ def test_the_suffixes_are_one_list() -> None:
         assert data_format(f"x{suffix}") and hf.looks_local(f"x{suffix}")
         for compression in hf.COMPRESSIONS:
             assert data_format(f"x{suffix}{compression}") and hf.looks_local(f"x{suffix}{compression}")
+
+
+@pytest.mark.parametrize(
+    ("name", "hub"),
+    [("demo", False), ("wikitext", True), ("org/corpus", True), ("./corpus", False), ("corpus.jsonl", False),
+     ("s3://bucket/corpus", False), ("hf://datasets/org/corpus", False), ("file:///data/dir", False)],
+)  # fmt: skip
+def test_what_a_dataset_name_is_decided_by_one_rule(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, name: str, hub: bool
+) -> None:
+    """The resolver (what the job reads), the launcher's hub check, doctor and the model card all ask
+    hf.is_hub_dataset: a name is a hub id for each of them or for none."""
+    monkeypatch.chdir(tmp_path)
+    assert hf.is_hub_dataset(name) is hub
+    config = config_for(name)
+    assert (("MLM_DATASET", name, "dataset") in hub_repositories(config)) is hub
+    if hub:
+        assert resolve(name, "MLM_DATASET").kind == "hub"
 
 
 def test_a_glob_and_a_directory_list_only_data_files(tmp_path: Path) -> None:

@@ -323,6 +323,14 @@ def test_no_periodic_evaluation_a_few_steps_before_the_final_one(tmp_path: Any) 
         control = TrainerControl(should_evaluate=True)
         callback.on_step_end(args, state, control)
         assert control.should_evaluate is kept, step
+    # Evaluated each epoch (of 20 steps here): the interval is the epoch's, not eval_steps' (which was 10).
+    args = arguments(tmp_path, max_steps=-1, num_train_epochs=5, eval_strategy="epoch", eval_steps=10)
+    callback.per_epoch = 20
+    for step, kept in ((60, True), (76, False)):
+        state.global_step = step
+        control = TrainerControl(should_evaluate=True)
+        callback.on_step_end(args, state, control)
+        assert control.should_evaluate is kept, step
 
 
 def test_a_plan_of_few_steps_says_it_is_of_little_use_and_what_to_change(

@@ -17,6 +17,7 @@ from pathlib import Path
 
 from train.borrowed.datasets import hub_offline_lifted
 from train.borrowed.transformers_integrations import kubeflow_check_answered_by
+from train.common.urls import URL
 
 # huggingface_hub.constants.ENV_VARS_TRUE_VALUES
 TRUE_VALUES = {"1", "ON", "YES", "TRUE"}
@@ -28,6 +29,7 @@ COMPRESSIONS = (".gz", ".bz2", ".xz", ".zst")
 # A name ending in one of these is a local file even before it exists (corpus.jsonl.zst ends in .zst).
 LOCAL_SUFFIXES = (*BUILDERS, *COMPRESSIONS)
 OUR_CACHE = "mlm-trainer"
+DEMO_DATASET = "demo"  # the built-in corpus: the seed's sentence repeated
 
 
 def _env(environ: Mapping[str, str] | None) -> Mapping[str, str]:
@@ -79,6 +81,13 @@ def offline(environ: Mapping[str, str] | None = None) -> bool:
 def looks_local(name: str) -> bool:
     """A path-like name (``/``, ``.``, ``~``), a known data-file suffix, or an existing path is local; else a hub id."""
     return name.startswith(("/", ".", "~")) or Path(name).suffix.lower() in LOCAL_SUFFIXES or os.path.exists(name)
+
+
+def is_hub_dataset(name: str) -> bool:
+    """The one rule for what the dataset option names: a hub dataset id, unless it is the built-in demo, a URL
+    (files fsspec reads: s3://, hf://, https://, file://) or a local path (:func:`looks_local`). The job's
+    resolver, the launcher's hub check, doctor and the model card all ask this."""
+    return name != DEMO_DATASET and not URL.match(name) and not looks_local(name)
 
 
 def in_hub_cache(repo_id: str, repo_type: str, environ: Mapping[str, str] | None = None) -> bool:

@@ -19,10 +19,10 @@ from typing import Literal
 from datasets import Dataset
 
 from train.common.errors import ConfigError, first_line
-from train.common.hf import BUILDERS, COMPRESSIONS, looks_local
+from train.common.hf import BUILDERS, COMPRESSIONS, DEMO_DATASET, is_hub_dataset
 from train.config import shown
 
-DEMO = "demo"
+DEMO = DEMO_DATASET
 DEMO_SENTENCE = "This is a training sample for multi-GPU demonstration."
 REMOTE = re.compile(r"^(?P<scheme>[a-z][a-z0-9+.-]*)://", re.I)
 GLOB = re.compile(r"[*?\[]")
@@ -49,9 +49,9 @@ def resolve(name: str, label: str, config_name: str | None = None) -> Source:
     or a hub id. Files are listed and checked now, so a missing or unreadable one is a one-line error."""
     if name == DEMO:
         return Source("demo", name, label)
-    if is_remote(name) or looks_local(name):
-        return resolve_files(name, label)
-    return Source("hub", name, label, config_name=config_name)
+    if is_hub_dataset(name):
+        return Source("hub", name, label, config_name=config_name)
+    return resolve_files(name, label)
 
 
 def resolve_files(path: str, label: str) -> Source:

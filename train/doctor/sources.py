@@ -158,12 +158,12 @@ def check_files(name: str, label: str) -> Check:
 
 def check_dataset(config: Config, environ: Mapping[str, str]) -> Check:
     name, label = config.job.dataset, config.source_of("dataset")
-    if name == "demo":
+    if name == hf.DEMO_DATASET:
         result = Check("dataset", OK, "demo: built in")
-    elif is_remote(name) or hf.looks_local(name):
-        result = check_files(name, label)
-    else:
+    elif hf.is_hub_dataset(name):
         result = check_hub("dataset", label, name, "dataset", environ)
+    else:
+        result = check_files(name, label)
     validation = config.job.validation_file
     if validation and not Path(validation).expanduser().exists():
         return Check(

@@ -31,9 +31,8 @@ def hub_repositories(config: Config) -> list[tuple[str, str, str]]:
         found.append((config.source_of("model_name_or_path"), source.name, "model"))
     if job.tokenizer_name and not hf.looks_local(job.tokenizer_name) and not is_store_url(job.tokenizer_name):
         found.append((config.source_of("tokenizer_name"), job.tokenizer_name, "model"))
-    dataset = job.dataset
-    if dataset != "demo" and not is_store_url(dataset) and not hf.looks_local(dataset):
-        found.append((config.source_of("dataset"), dataset, "dataset"))
+    if hf.is_hub_dataset(job.dataset):
+        found.append((config.source_of("dataset"), job.dataset, "dataset"))
     return found
 
 

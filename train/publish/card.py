@@ -16,10 +16,9 @@ from pathlib import Path
 from string import Template
 from typing import Any
 
-from train.common.hf import looks_local
+from train.common.hf import is_hub_dataset
 from train.config import SECRET_FIELDS, Config
 from train.config.model_source import model_source
-from train.data.sources import DEMO, is_remote
 from train.publish.common import read_json
 
 CARD = "README.md"
@@ -76,12 +75,6 @@ def header_values(config: Config, repo_id: str | None) -> dict[str, str]:
     ).to_yaml()
     name = (repo_id or config.training.hub_model_id or "mlm-trainer model").split("/")[-1]
     return {"metadata": metadata.rstrip(), "name": name, "model": source.description}
-
-
-def is_hub_dataset(name: str) -> bool:
-    """A dataset option naming a hub dataset: not the demo, not a local path, not a remote URL (as train.data's
-    resolver decides, without listing any files)."""
-    return name != DEMO and not is_remote(name) and not looks_local(name)
 
 
 def result_values(config: Config, run: dict[str, Any], results: dict[str, Any], step: int) -> dict[str, str]:

@@ -248,16 +248,16 @@ class TimeBudget(TrainerCallback):
             self._make_plan(args, state, kwargs.get("lr_scheduler"), kwargs.get("optimizer"))
         if self.plan.total is not None and state.global_step >= self.plan.total:
             control.should_training_stop = True
-        elif self.plan.total is not None and control.should_evaluate and self._final_evaluation_near(state):
+        elif self.plan.total is not None and control.should_evaluate and self._final_evaluation_near(args, state):
             control.should_evaluate = False  # the final evaluation follows in a few steps: one evaluation, not two
 
-    def _final_evaluation_near(self, state: Any) -> bool:
+    def _final_evaluation_near(self, args: Any, state: Any) -> bool:
         """Within half an evaluation interval of the plan's last step, whose evaluation the run makes anyway: an
         evaluation here would be a second one a few steps before it (a plan's end falls anywhere; two evaluations of
         20 s each at steps 80 and 81 were seen)."""
         assert self.plan.total is not None
-        every = state.eval_steps or 0
-        return every > 0 and self.plan.total - state.global_step < every / 2
+        every = _every(args.eval_strategy, self.per_epoch, state.eval_steps)
+        return math.isfinite(every) and self.plan.total - state.global_step < every / 2
 
     def _since_mark(self) -> float:
         now = time.monotonic()

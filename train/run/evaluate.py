@@ -13,7 +13,6 @@ training split too; here only the held-out text is read.
 from __future__ import annotations
 
 import hashlib
-import json
 import math
 import os
 import shutil
@@ -35,11 +34,10 @@ from train.config.model_source import model_source
 from train.data import RawData, load_raw, tokenize
 from train.model.collator import evaluation_rate
 from train.model.load import check_before_data, load_model, load_tokenizer
-from train.outputs.location import output_location
-from train.outputs.record import write_json_atomic
 from train.outputs.verify import fetch
 from train.run.batches import argmax_logits, masked_accuracy, masking_collator
 from train.run.logs import bars_drawn, configure_console
+from train.run.results import write_results
 from train.run.trainer import MLMTrainer, losses_are_batch_means
 
 EVAL_RESULTS = "eval_results.json"
@@ -134,23 +132,13 @@ def main(argv: list[str] | None = None) -> int:
     move_hub_token_to_env(config, os.environ)
     configure_console(config)
     results = evaluate(config)
-    if distributed.is_world_zero():
-        location = output_location(config)
-        path = location.files.root / EVAL_RESULTS
-        path.parent.mkdir(parents=True, exist_ok=True)
-        write_json_atomic(path, results)
-        location.sync(path)
-        shown = f"{location.shown}/{EVAL_RESULTS}"
-        if resolve_format(config.job.log_format) == "json":
-            print(json.dumps({"event": "evaluate", **results, "written": shown}), flush=True)
-        else:
-            accuracy = results["eval_accuracy"]
-            say(
-                f"evaluated {results['model']} on {results['eval_samples']:,} held-out samples: loss "
-                f"{results['eval_loss']:.4f}, perplexity {results['perplexity']:.2f}"
-                + (f", masked-token accuracy {accuracy:.4f}" if accuracy is not None else "")
-                + f"; written to {shown}"
-            )
+    accuracy = results["eval_accuracy"]
+    text = (
+        f"evaluated {results['model']} on {results['eval_samples']:,} held-out samples: loss "
+        f"{results['eval_loss']:.4f}, perplexity {results['perplexity']:.2f}"
+        + (f", masked-token accuracy {accuracy:.4f}" if accuracy is not None else "")
+    )
+    write_results(config, EVAL_RESULTS, results, "evaluate", text)
     return 0
 
 

@@ -49,10 +49,9 @@ from train.config import Config, load_config, move_hub_token_to_env
 from train.config.model_source import model_source
 from train.data.tasks import PAIR, TEXT, Task, load_task
 from train.model.load import quiet_transformers, refuse_unsafe_weights
-from train.outputs.location import output_location
-from train.outputs.record import write_json_atomic
 from train.run.evaluate import fetched_model
 from train.run.logs import bars_drawn, configure_console
+from train.run.results import write_results
 from train.run.task_scores import classification_scores, scores_text, summary, summary_text
 from train.run.trainer import losses_are_batch_means
 
@@ -295,22 +294,17 @@ def said(config: Config, record: dict[str, Any], text: str) -> None:
         say(f"finetune {text}")
 
 
-def write_results(config: Config, results: dict[str, Any]) -> None:
-    """finetune_results.json where the outputs live, and the score's line."""
-    location = output_location(config)
-    path = location.files.root / FINETUNE_RESULTS
-    path.parent.mkdir(parents=True, exist_ok=True)
-    write_json_atomic(path, results)
-    location.sync(path)
-    written = f"{location.shown}/{FINETUNE_RESULTS}"
+def results_text(results: dict[str, Any]) -> str:
+    """The score's line: the model, the task's size, and the mean and spread over the seeds (and the baseline's)."""
     runs = len(results["recipe"]["seeds"])
     text = (
-        f"{results['model']} on {results['task']} ({results['train_examples']:,} train, {results['test_examples']:,} "
-        f"test, {len(results['labels'])} labels), {runs} seed(s): {summary_text(results['pretrained'])}"
+        f"finetune {results['model']} on {results['task']} ({results['train_examples']:,} train, "
+        f"{results['test_examples']:,} test, {len(results['labels'])} labels), {runs} seed(s): "
+        f"{summary_text(results['pretrained'])}"
     )
     if "baseline" in results:
         text += f"; random-init baseline: {summary_text(results['baseline'])}"
-    said(config, {"event": "finetune", **results, "written": written}, f"{text}; written to {written}")
+    return text
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -322,8 +316,7 @@ def main(argv: list[str] | None = None) -> int:
     move_hub_token_to_env(config, os.environ)
     configure_console(config)
     results = finetune(config)
-    if distributed.is_world_zero():
-        write_results(config, results)
+    write_results(config, FINETUNE_RESULTS, results, "finetune", results_text(results))
     return 0
 
 
