@@ -36,6 +36,18 @@ def _no_user_options(monkeypatch: pytest.MonkeyPatch) -> None:
             monkeypatch.delenv(name)
 
 
+@pytest.fixture(autouse=True)
+def _progress_bars_restored() -> Iterator[None]:
+    """A command's main() run in-process (evaluate, finetune) turns the libraries' progress bars off for JSON logs
+    (train/run/logs.py configure_console), for the whole process: on again after the test, as a new process has them."""
+    import datasets
+
+    shown = datasets.is_progress_bar_enabled()
+    yield
+    if shown and not datasets.is_progress_bar_enabled():
+        datasets.enable_progress_bars()
+
+
 @pytest.fixture(scope="session")
 def hf_home(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """One HF cache for the session (trained tokenizers and tokenized data are reused across tests)."""

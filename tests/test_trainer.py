@@ -124,3 +124,44 @@ def test_the_mask_rate_goes_linearly_from_the_first_to_the_final_rate_over_the_p
     assert [mask_rate(0.3, 0.1, step, 4) for step in range(4)] == pytest.approx([0.3, 0.25, 0.2, 0.15])
     assert mask_rate(0.3, None, 3, 4) == 0.3 and mask_rate(0.15, 0.3, 2, 4) == pytest.approx(0.225)
     assert mask_rate(0.3, 0.1, 9, 4) == pytest.approx(0.1)  # a re-plan shorter than the steps done: the end
+
+
+def test_a_mixtures_evaluation_gives_a_loss_per_source_and_their_weighted_mean_in_one_record(tmp_path) -> None:
+    from transformers import TrainerCallback, TrainingArguments
+
+    from train.model.collator import MaskingCollator
+    from train.run.trainer import MLMTrainer
+
+    torch.manual_seed(0)
+    config = DistilBertConfig(n_layers=1, dim=32, hidden_dim=64, n_heads=2, vocab_size=50, max_position_embeddings=16)
+    collator = MaskingCollator(pad_token_id=0, mask_token_id=4, vocab_size=50, mlm_probability=0.5)
+
+    def rows(tokens: list[int], count: int, first: int) -> list[dict]:
+        return [
+            {"input_ids": [2, *tokens, 3], "special_tokens_mask": [1] + [0] * len(tokens) + [1], "sample_index": i}
+            for i in range(first, first + count)
+        ]
+
+    parts = {"news": rows([7, 8, 9, 10], 6, 0), "legal": rows([30, 31, 32, 33, 34, 35], 2, 6)}
+    whole = parts["news"] + parts["legal"]
+    seen: list[dict] = []
+
+    class Evaluations(TrainerCallback):
+        def on_evaluate(self, args, state, control, metrics=None, **kwargs):  # noqa: ANN001, ANN201
+            seen.append(dict(metrics or {}))
+
+    args = TrainingArguments(
+        output_dir=str(tmp_path), use_cpu=True, report_to=[], per_device_eval_batch_size=2, remove_unused_columns=False
+    )
+    trainer = MLMTrainer(
+        model=DistilBertForMaskedLM(config), args=args, eval_dataset=whole, data_collator=collator,
+        callbacks=[Evaluations()],
+    )  # fmt: skip
+    trainer.eval_parts = parts
+    metrics = trainer.evaluate()
+    assert len(seen) == 1 and seen[0]["eval_news_loss"] == metrics["eval_news_loss"]  # one evaluation, not three
+    expected = (6 * metrics["eval_news_loss"] + 2 * metrics["eval_legal_loss"]) / 8
+    assert metrics["eval_loss"] == pytest.approx(expected)
+    assert metrics["eval_news_loss"] != metrics["eval_legal_loss"]
+    other = trainer.evaluate(eval_dataset=parts["legal"])  # a set given by name: evaluated as it is
+    assert "eval_legal_loss" not in other and other["eval_loss"] > 0

@@ -9,6 +9,7 @@ import pytest
 
 from tests.config.helpers import value_of, write_yaml
 from train.common.errors import EXIT_CONFIG, ConfigError
+from train.common.mixture import mixture_parts
 from train.config import load_config
 
 INT64_OVER = str(2**63)
@@ -209,3 +210,25 @@ def test_a_huge_value_is_echoed_short() -> None:
             load_config(argv, env)
         assert "…" in str(info.value) and "9" * 61 not in str(info.value)
         assert len(str(info.value)) < 200
+
+
+@pytest.mark.parametrize(
+    ("env", "message"),
+    [
+        ({"MLM_STREAMING": "true", "MLM_MAX_STEPS": "5"}, "MLM_STREAMING='true': expected false with a mixture"),
+        ({"MLM_VALIDATION_FILE": "held.txt"}, "MLM_VALIDATION_FILE='held.txt': expected unset with a mixture"),
+        ({"MLM_DATASET_CONFIG_NAME": "en"}, "MLM_DATASET_CONFIG_NAME='en': expected unset with a mixture"),
+        ({"MLM_DATASET": "a.txt=1,b.txt=-1"}, "MLM_DATASET: the weight of 'b.txt' is '-1'"),
+    ],
+)
+def test_a_mixture_refuses_what_it_cannot_do_naming_the_option(env: dict, message: str) -> None:
+    with pytest.raises(ConfigError) as info:
+        load_config([], {"MLM_DATASET": "a.txt=0.7,b.txt=0.3", **env})
+    assert str(info.value).startswith(message) and info.value.exit_code == EXIT_CONFIG
+
+
+def test_a_mixture_in_yaml_is_a_mapping_of_source_and_weight(tmp_path: Path) -> None:
+    path = write_yaml(tmp_path, {"dataset": {"news.txt": 1, "legal.txt": 3}})
+    config = load_config([], {"MLM_CONFIG": path})
+    parts = mixture_parts(config.job.dataset, config.source_of("dataset")) or ()
+    assert {(part.name, part.weight) for part in parts} == {("news.txt", 0.25), ("legal.txt", 0.75)}

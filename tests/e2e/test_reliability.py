@@ -36,8 +36,13 @@ pytestmark = pytest.mark.slow
 
 
 def test_sigterm_saves_resumes_and_ends_with_identical_weights(tmp_path: Path) -> None:
-    """Under a mask rate schedule too: the resumed steps mask at the rates the uninterrupted run's did."""
-    options = {**RESUMABLE, **SCHEDULED_MASKING}
+    """Under a mask rate schedule, on a mixture of two corpora: the resumed steps mask at the rates the uninterrupted
+    run's did, the mixture is rebuilt from the seed, and each evaluation has a loss per source."""
+    legal = tmp_path / "legal.txt"
+    legal.write_text(
+        "".join(f"the licensee may copy and modify the work under clause {i} of this licence\n" for i in range(200))
+    )
+    options = {**RESUMABLE, **SCHEDULED_MASKING, "demo_samples": "1000", "dataset": f"demo=0.6,{legal}=0.4"}
     straight = entrypoint(env=tiny_env(tmp_path / "a", **options))
     assert straight.returncode == 0, straight.stderr[-3000:]
 
@@ -62,6 +67,11 @@ def test_sigterm_saves_resumes_and_ends_with_identical_weights(tmp_path: Path) -
     assert mask_rates(output) == rates and len(rates) > 3, rates  # both sessions' records, the same rates
     total = next(r["step"] for r in records(tmp_path / "a" / "logs" / "train.jsonl") if r["event"] == "train_end")
     assert rates == {step: pytest.approx(0.3 + (0.1 - 0.3) * (step - 1) / total) for step in rates}
+    mixture = json.loads((output / "run.json").read_text())["mixture"]
+    assert [(m["key"], m["weight"]) for m in mixture] == [("demo", 0.6), ("legal", 0.4)]
+    assert all(abs(m["share"] - m["weight"]) < 0.02 for m in mixture), mixture  # the token shares, as asked
+    evaluations = [r for r in records(output / "logs" / "train.jsonl") if "eval_loss" in r]
+    assert evaluations and all(r["eval_demo_loss"] > 0 and r["eval_legal_loss"] > 0 for r in evaluations)
 
 
 def test_a_killed_rank_ends_the_job_without_hanging(tmp_path: Path) -> None:

@@ -100,8 +100,12 @@ class JobArguments:
         "demo",
         "demo (the seed's data); a .txt/.jsonl/.json/.csv/.parquet file (text formats also .gz, .bz2, "
         ".xz, .zst), a directory or glob of them, local or remote (s3://, gs://, hf://, https://), or a local "
-        "directory written by datasets.save_to_disk; or a hub dataset id.",
+        "directory written by datasets.save_to_disk; or a hub dataset id. Several, mixed by their share of the "
+        "training tokens: SOURCE=WEIGHT,SOURCE=WEIGHT (YAML: a mapping of source: weight; docs/data.md#mixtures).",
         non_blank("demo, a local path or a hub dataset id"),
+    )
+    mixture_exhausted: Literal["repeat", "stop"] = option(
+        "repeat", "A mixture's epoch ends once every source was read whole (repeat) or the first one was (stop)."
     )
     dataset_config_name: str | None = option(None, "Config name of a hub dataset.")
     text_column: str = option("text", "Column holding the text.")
@@ -191,6 +195,13 @@ class JobArguments:
         "Compute the vocabulary projection only at masked positions while training (same loss, less compute; "
         "every masked-LM whose head works position by position, checked before training); the saved model is "
         "unchanged.",
+    )
+    head_warmup_steps: int = option(
+        0, "Steps at the start that train the MLM head alone, the encoder frozen (docs/models.md).", integers(0)
+    )
+    head_learning_rate: float | None = option(None, "The MLM head's own peak rate (default: learning_rate).", POSITIVE)
+    freeze_layers: int | None = option(
+        None, "Keep a pretrained model's embeddings and first N layers as loaded (0: the embeddings).", integers(0)
     )
     sharding: Literal["ddp", "fsdp", "auto"] = option(
         "ddp",
@@ -303,6 +314,9 @@ class JobArguments:
         False,
         "finetune: also fine-tune a randomly initialised model of the same architecture with the same recipe and "
         "seeds, so the results show what pretraining added.",
+    )
+    task_all_checkpoints: bool = option(
+        False, "finetune: model_name_or_path is a run's output_dir: score each checkpoint-N/ and final/ in it."
     )
     image_revision: str | None = option(None, "Source revision of the image (set by it).")
 

@@ -13,6 +13,7 @@ from collections.abc import Mapping
 from typing import Any, NoReturn
 
 from train.common.errors import ConfigError
+from train.common.mixture import mixture_parts
 from train.config.bounds import INT64, shown
 from train.config.schema import BOUNDS, EPOCHS
 
@@ -41,5 +42,13 @@ def validate(values: Mapping[str, Any], sources: Mapping[str, str]) -> None:
     if values["mask_replace_prob"] + values["random_replace_prob"] > 1:
         expected = f"at most 1 - mask_replace_prob ({1 - values['mask_replace_prob']:g})"
         fail("random_replace_prob", values["random_replace_prob"], expected)
+    if mixture_parts(values["dataset"], sources.get("dataset", "dataset")) is not None:
+        mixed = f"unset with a mixture of datasets ({sources.get('dataset', 'dataset')})"
+        if values["streaming"]:
+            fail("streaming", "true", "false with a mixture of datasets: a mixture is read in memory (not streamed)")
+        if values["validation_file"]:
+            fail("validation_file", values["validation_file"], f"{mixed}: each source holds out its own part")
+        if values["dataset_config_name"]:
+            fail("dataset_config_name", values["dataset_config_name"], mixed)
     if values["pad_to_multiple_of"] > values["max_seq_length"]:
         fail("pad_to_multiple_of", values["pad_to_multiple_of"], f"at most max_seq_length ({values['max_seq_length']})")

@@ -9,12 +9,13 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from datasets import DatasetDict, IterableDataset
+from datasets import DatasetDict, IterableDataset, concatenate_datasets
 
 from train.common.console import warn
 from train.common.distributed import gather_from_every_rank, is_world_zero
 from train.common.errors import ConfigError
 from train.config import Config
+from train.data.mixture import MixedSource, mix
 from train.data.raw import RawData
 from train.data.stream import tokenized_stream
 from train.data.tokenization import IndexedExamples, real_token_count, tokenize, truncation
@@ -41,6 +42,9 @@ class Corpus:
     # parts (train/data/stream_resume.py). None for a tokenized corpus.
     stream_part: Callable[[int, int], IterableDataset] | None = None
     cached: bool | None = None  # the training split read from the tokenized cache (None: a stream, tokenized as read)
+    # A mixture's held-out part per source (its key: eval_<key>_loss) and what the epoch takes of each source.
+    validation_parts: dict[str, IndexedExamples] | None = None
+    mixture: list[MixedSource] | None = None
 
 
 def build_corpus(config: Config, raw: RawData, tokenizer: Any, rank: int, world_size: int) -> Corpus:
@@ -61,8 +65,13 @@ def build_corpus(config: Config, raw: RawData, tokenizer: Any, rank: int, world_
             eval_documents=len(held_out["validation"]) if "validation" in held_out else 0,
             stream_part=functools.partial(tokenized_stream, config, raw.stream, tokenizer),
         )
-    splits = tokenize(config, raw, tokenizer)
-    train, validation = splits["train"], splits.get("validation")
+    if raw.parts is not None:
+        train, validation, parts, facts = mixed_splits(config, raw, tokenizer)
+        real_tokens = sum(fact.tokens for fact in facts)
+    else:
+        splits = tokenize(config, raw, tokenizer)
+        train, validation, parts, facts = splits["train"], splits.get("validation"), None, None
+        real_tokens = real_token_count(train, tokenizer.pad_token_id)
     corpus = Corpus(
         train=train,
         validation=validation,
@@ -70,15 +79,37 @@ def build_corpus(config: Config, raw: RawData, tokenizer: Any, rank: int, world_
         streaming=False,
         train_samples=len(train),
         eval_samples=len(validation) if validation is not None else 0,
-        train_real_tokens=real_token_count(train, tokenizer.pad_token_id),
+        train_real_tokens=real_tokens,
         truncation=truncation(train),
         train_documents=len(raw.splits["train"]),
         eval_documents=len(raw.splits["validation"]) if "validation" in raw.splits else 0,
         cached=train.cached,
+        validation_parts=parts,
+        mixture=facts,
     )
     if is_world_zero():  # every rank counts the same cuts; one says so
         warn_truncation(corpus, config.job.max_seq_length)
     return corpus
+
+
+def mixed_splits(
+    config: Config, raw: RawData, tokenizer: Any
+) -> tuple[IndexedExamples, IndexedExamples | None, dict[str, IndexedExamples] | None, list[MixedSource]]:
+    """A mixture's sources tokenized (and packed) each alone, then mixed by their token shares
+    (train/data/mixture.py): the training set, the held-out parts together and apart (for a loss per source), and
+    what the epoch takes of each source."""
+    assert raw.parts is not None
+    tokenized = [(part, tokenize(config, part_raw, tokenizer)) for part, part_raw in raw.parts]
+    mixed, facts = mix(
+        [(part, splits["train"]) for part, splits in tokenized],
+        config.job.mixture_exhausted,
+        config.training.seed,
+        tokenizer.pad_token_id,
+    )
+    train = IndexedExamples(mixed, cached=all(splits["train"].cached for _, splits in tokenized))
+    held_out = {part.key: splits["validation"] for part, splits in tokenized if "validation" in splits}
+    validation = IndexedExamples(concatenate_datasets([v.examples for v in held_out.values()])) if held_out else None
+    return train, validation, held_out or None, facts
 
 
 def warn_truncation(corpus: Corpus, max_seq_length: int) -> None:

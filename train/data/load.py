@@ -11,17 +11,19 @@ read: the evaluation examples and a bounded sample a tokenizer trained from scra
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import itertools
 from dataclasses import replace
 
 import datasets
-from datasets import Dataset, DatasetDict
+from datasets import Dataset, DatasetDict, concatenate_datasets
 
 from train.borrowed.datasets import fingerprint as fingerprint_of
 from train.common.console import warn
 from train.common.distributed import is_world_zero
 from train.common.errors import ConfigError
 from train.common.hf import cache_key, cache_root, offline_hint, stores_other_than_the_hub_online
+from train.common.mixture import Part, mixture_parts
 from train.config import Config
 from train.data.identity import data_identity
 from train.data.raw import RawData, TextStream
@@ -34,9 +36,34 @@ TOKENIZER_SAMPLE = 100_000  # examples of a stream a tokenizer trained from scra
 
 def load_raw(config: Config) -> RawData:
     """The configured data: train (+ validation) splits of one ``text``-like column, or for ``streaming`` the
-    training stream with its held-out evaluation examples."""
+    training stream with its held-out evaluation examples; for a mixture, each source's read alone."""
+    parts = mixture_parts(config.job.dataset, config.source_of("dataset"))
+    if parts is not None:
+        return _mixed(config, parts)
     raw = _streamed(config) if config.job.streaming else _in_memory(config)
     return replace(raw, identity=data_identity(config, raw.fingerprint))
+
+
+def _mixed(config: Config, parts: tuple[Part, ...]) -> RawData:
+    """Each source of a mixture read as if it were the dataset option alone (its own held-out part, its own
+    max_train_samples and max_eval_samples), and their concatenation for what reads the corpus whole."""
+    read = []
+    for part in parts:
+        alone = dataclasses.replace(config, job=dataclasses.replace(config.job, dataset=part.name))
+        raw = _in_memory(alone)
+        identity = {f"{part.key}:{name}": entry for name, entry in data_identity(alone, raw.fingerprint).items()}
+        read.append((part, replace(raw, identity=identity)))
+    splits = DatasetDict(
+        {
+            split: concatenate_datasets([raw.splits[split] for _, raw in read])
+            for split in ("train", "validation")
+            if all(split in raw.splits for _, raw in read)
+        }
+    )
+    weights = [(part.name, round(part.weight, 6)) for part in parts]
+    fingerprint = "mixture-" + cache_key([raw.fingerprint for _, raw in read], weights)
+    identity = {name: entry for _, raw in read for name, entry in raw.identity.items()}
+    return RawData(splits=splits, fingerprint=fingerprint, identity=identity, parts=tuple(read))
 
 
 def _in_memory(config: Config) -> RawData:

@@ -10,6 +10,8 @@ from typing import Any
 
 from datasets import DatasetDict, IterableDataset
 
+from train.common.mixture import Part
+
 
 @dataclass(frozen=True)
 class TextStream:
@@ -40,3 +42,6 @@ class RawData:
     stream: TextStream | None = None
     # What identifies the data as read (train/data/identity.py): each checkpoint and run.json record it.
     identity: dict[str, dict[str, Any]] = field(default_factory=dict)
+    # A mixture's sources, each read alone (``splits`` is then their concatenation: what a new tokenizer learns
+    # from); train/data/mixture.py mixes them once tokenized.
+    parts: tuple[tuple[Part, RawData], ...] | None = None

@@ -19,6 +19,7 @@ from train.common.hub_reach import (
     UNREACHABLE,
     ask_hub,
 )
+from train.common.mixture import dataset_names
 from train.config import Config
 from train.config.model_source import ModelSource, model_source
 from train.data import is_remote, shown_url, source_files
@@ -156,14 +157,22 @@ def check_files(name: str, label: str) -> Check:
     return Check("dataset", OK, f"{shown_url(name)}: {len(files)} {where} {builder} file(s)")
 
 
-def check_dataset(config: Config, environ: Mapping[str, str]) -> Check:
-    name, label = config.job.dataset, config.source_of("dataset")
+def check_source(name: str, label: str, environ: Mapping[str, str]) -> Check:
+    """One source the dataset option names."""
     if name == hf.DEMO_DATASET:
-        result = Check("dataset", OK, "demo: built in")
-    elif hf.is_hub_dataset(name):
-        result = check_hub("dataset", label, name, "dataset", environ)
-    else:
-        result = check_files(name, label)
+        return Check("dataset", OK, "demo: built in")
+    if hf.is_hub_dataset(name):
+        return check_hub("dataset", label, name, "dataset", environ)
+    return check_files(name, label)
+
+
+def check_dataset(config: Config, environ: Mapping[str, str]) -> Check:
+    label = config.source_of("dataset")
+    checks = [check_source(name, label, environ) for name in dataset_names(config.job.dataset, label)]
+    # A mixture's row: its first failing source's, else each source's words in one row.
+    result = next((check for check in checks if check.status != OK), None) or (
+        checks[0] if len(checks) == 1 else Check("dataset", OK, "mixture: " + "; ".join(c.detail for c in checks))
+    )
     validation = config.job.validation_file
     if validation and not Path(validation).expanduser().exists():
         return Check(

@@ -17,6 +17,7 @@ from collections.abc import Mapping
 from train.common import hf
 from train.common.errors import ConfigError, EnvironmentProblem
 from train.common.hub_reach import GATED, NOT_FOUND, UNREACHABLE, HubAnswer, ask_hub
+from train.common.mixture import dataset_names
 from train.common.urls import is_store_url
 from train.config import Config
 from train.config.model_source import model_source
@@ -31,8 +32,9 @@ def hub_repositories(config: Config) -> list[tuple[str, str, str]]:
         found.append((config.source_of("model_name_or_path"), source.name, "model"))
     if job.tokenizer_name and not hf.looks_local(job.tokenizer_name) and not is_store_url(job.tokenizer_name):
         found.append((config.source_of("tokenizer_name"), job.tokenizer_name, "model"))
-    if hf.is_hub_dataset(job.dataset):
-        found.append((config.source_of("dataset"), job.dataset, "dataset"))
+    for name in dataset_names(job.dataset, config.source_of("dataset")):
+        if hf.is_hub_dataset(name):
+            found.append((config.source_of("dataset"), name, "dataset"))
     return found
 
 

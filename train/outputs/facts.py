@@ -69,6 +69,7 @@ class RunFacts:
     resumed_from_ranks: int | None = None  # the ranks that saved the checkpoint this run resumes from
     sharding: Sharding | None = None
     outputs: str | None = None  # where the outputs live, in words (the output location's summary)
+    mixture: list[dict[str, Any]] | None = None  # a mixture's sources: shares asked and had (train/data/mixture.py)
 
     @property
     def tokens_per_sample(self) -> float | None:

@@ -59,6 +59,8 @@ def run_facts(config: Config, facts: RunFacts, *, started: str, status: str, han
         "resumed_on_changed_data": facts.resumed_on_changed_data,
         # Training examples longer than max_seq_length, and the tokens truncation dropped from them.
         "truncation": facts.truncation,
+        # A mixture's sources: the token share each was asked for and had, and how much of it an epoch read.
+        "mixture": facts.mixture,
         # The attention implementation that ran and the head the loss went through (masked-only or dense).
         "model": as_json(facts.model),
         # The masking rates set, and the share of real tokens the first training samples had masked.

@@ -11,6 +11,7 @@ which lists the checkpoint directories (their validation and the resume choice a
                             stream_state.json
       run.json              what ran (options redacted, versions, hardware, status)
       all_results.json      the finished run's metrics
+      finetune_results.json a downstream score (train/run/finetune.py), or a series over the run's checkpoints
       logs/train.jsonl      one JSON record per log step
       logs/crash-rank-N.txt the traceback of rank N's crash (its console has one line)
       report.html, loss.png the report
@@ -24,6 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 CHECKPOINT_PREFIX = "checkpoint-"
+FINETUNE_RESULTS = "finetune_results.json"  # written by ./entrypoint.sh finetune where its output_dir is
 ASIDE_PREFIX = ".invalid-"  # a checkpoint moved aside: .invalid-checkpoint-15-<pid>
 # Inside a checkpoint (the Trainer's own files besides):
 COMPLETE_MARKER = ".complete"  # written once the Trainer's on_save has run
@@ -67,6 +69,10 @@ class RunFiles:
     @property
     def all_results(self) -> Path:
         return self.root / "all_results.json"
+
+    @property
+    def finetune_results(self) -> Path:
+        return self.root / FINETUNE_RESULTS
 
     @property
     def logs(self) -> Path:

@@ -17,6 +17,7 @@ from string import Template
 from typing import Any
 
 from train.common.hf import is_hub_dataset
+from train.common.mixture import dataset_names
 from train.config import SECRET_FIELDS, Config
 from train.config.model_source import model_source
 from train.publish.common import read_json
@@ -71,7 +72,7 @@ def header_values(config: Config, repo_id: str | None) -> dict[str, str]:
         pipeline_tag="fill-mask",
         tags=CARD_TAGS,
         base_model=source.name if source.kind == "hub" else None,
-        datasets=[job.dataset] if is_hub_dataset(job.dataset) else None,
+        datasets=[n for n in dataset_names(job.dataset, "dataset") if is_hub_dataset(n)] or None,
     ).to_yaml()
     name = (repo_id or config.training.hub_model_id or "mlm-trainer model").split("/")[-1]
     return {"metadata": metadata.rstrip(), "name": name, "model": source.description}

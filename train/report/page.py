@@ -19,6 +19,7 @@ from typing import Any
 from train.common.console import now
 from train.outputs.runfiles import RunFiles
 from train.report.plots import (
+    downstream_figure,
     gpu_figure,
     line_figure,
     loss_figure,
@@ -203,6 +204,13 @@ def _write_atomic(path: Path, data: bytes) -> None:
 
 AGAINST_TIME = ("Held-out loss against time since launch", "minutes since the launch", 60.0)
 AGAINST_TOKENS = ("Held-out loss against tokens seen", "millions of tokens", 1e6)
+DOWNSTREAM_TIME = ("Downstream score against time since launch", "minutes since the launch", 60.0)
+DOWNSTREAM_TOKENS = ("Downstream score against tokens seen", "millions of tokens", 1e6)
+DOWNSTREAM_NOTE = (
+    "Each checkpoint fine-tuned on the task of finetune_results.json (./entrypoint.sh finetune "
+    "--task_all_checkpoints true): the mean over its seeds, their standard deviation as bars; the held-out loss "
+    "dashed, on the right axis."
+)
 QUALITY_NOTE = (
     "Wall time from the launch: start-up, evaluations and saves included; a resumed run's sessions end to end."
 )
@@ -225,6 +233,8 @@ def write_report(output_dir: str | Path) -> Path:
     for name, make, note in (
         ("quality-time", lambda: quality_figure(log, "since_launch_s", *AGAINST_TIME), QUALITY_NOTE),
         ("quality-tokens", lambda: quality_figure(log, "tokens_seen", *AGAINST_TOKENS), ""),
+        ("downstream-time", lambda: downstream_figure(log, "since_launch_s", *DOWNSTREAM_TIME), DOWNSTREAM_NOTE),
+        ("downstream-tokens", lambda: downstream_figure(log, "tokens_seen", *DOWNSTREAM_TOKENS), ""),
         ("learning-rate", lambda: lr_figure(log, schedule), caption),
         ("throughput", lambda: throughput_figure(log), ""),
         ("grad-norm", lambda: line_figure(log, "grad_norm", "Gradient norm", "grad norm", "tab:brown"), ""),

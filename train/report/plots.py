@@ -1,5 +1,6 @@
-"""The report's charts (matplotlib, drawn off-screen): loss, the held-out loss against time and tokens, learning
-rate, throughput, gradient norm, GPU memory.
+"""The report's charts (matplotlib, drawn off-screen): loss, the held-out loss against time and tokens, the
+downstream score of the run's checkpoints beside it (finetune_results.json), learning rate, throughput, gradient
+norm, GPU memory.
 Imported only when a report is written, and matplotlib only inside the functions that draw, so a training step
 never pays for it.
 
@@ -108,26 +109,102 @@ def loss_figure(log: RunLog, log_scale: bool = True) -> Any:
     return fig
 
 
-def quality_figure(log: RunLog, x_key: str, title: str, xlabel: str, scale: float = 1.0) -> Any | None:
-    """The held-out loss against ``x_key`` of each evaluation (the wall time since the launch, the tokens seen):
-    what a run bought for its time; None when no evaluation recorded it (a log from before these were kept). The
-    sessions of a resumed run are laid end to end (the time between them, the run not running, left out)."""
-    xs, ys = [], []
+def _end_to_end(log: RunLog, x_key: str) -> dict[int, float]:
+    """Each evaluation's step and its ``x_key`` (the wall time since the launch, the tokens seen), the sessions of
+    a resumed run laid end to end (each counts from its own launch; the time between them, the run not running,
+    left out)."""
+    at: dict[int, float] = {}
     offset, previous = 0.0, None
     for record in log.evals:
-        x, y = number(record.get(x_key)), number(record.get("eval_loss"))
-        if x is None or y is None or not math.isfinite(y):
+        x = number(record.get(x_key))
+        if x is None:
             continue
         if previous is not None and x < previous:  # a resumed session counts from its own launch: end to end
             offset += previous
         previous = x
-        xs.append((x + offset) / scale)
-        ys.append(y)
+        at[record["step"]] = x + offset
+    return at
+
+
+def quality_figure(log: RunLog, x_key: str, title: str, xlabel: str, scale: float = 1.0) -> Any | None:
+    """The held-out loss against ``x_key`` of each evaluation (the wall time since the launch, the tokens seen):
+    what a run bought for its time; None when no evaluation recorded it (a log from before these were kept). The
+    sessions of a resumed run are laid end to end (the time between them, the run not running, left out)."""
+    xs, ys = _held_out(log, x_key, scale)
     if not xs:
         return None
     fig, ax = _figure(title, "eval loss")
     ax.set_xlabel(xlabel)
     _plot(ax, xs, ys, "tab:orange", gid=f"quality-{x_key.replace('_', '-')}")
+    fig.tight_layout()
+    return fig
+
+
+def _held_out(log: RunLog, x_key: str, scale: float) -> tuple[list[float], list[float]]:
+    """(x / scale, held-out loss) of each evaluation that recorded both."""
+    at = _end_to_end(log, x_key)
+    xs, ys = [], []
+    for record in log.evals:
+        y = number(record.get("eval_loss"))
+        if record["step"] in at and y is not None and math.isfinite(y):
+            xs.append(at[record["step"]] / scale)
+            ys.append(y)
+    return xs, ys
+
+
+DOWNSTREAM_METRICS = (("accuracy", "accuracy", "tab:green"), ("macro_f1", "macro F1", "tab:purple"))
+
+
+def _score(point: Any, metric: str) -> tuple[float, float] | None:
+    """(mean, spread) of ``metric`` in one model's block of finetune_results.json (spread 0 for one seed)."""
+    if not isinstance(point, dict) or not isinstance(point.get("mean"), dict):
+        return None
+    mean = number(point["mean"].get(metric))
+    spread = number(point["std"].get(metric)) if isinstance(point.get("std"), dict) else None
+    return None if mean is None else (mean, spread or 0.0)
+
+
+def downstream_figure(log: RunLog, x_key: str, title: str, xlabel: str, scale: float = 1.0) -> Any | None:
+    """The downstream score of each model of the run (finetune_results.json's series: the mean over the seeds,
+    their standard deviation as error bars) against ``x_key``, with the held-out loss on a second axis beside it;
+    None without a series. A model is placed where the run's evaluation at its step is (so a resumed run's
+    sessions lie end to end as in the loss's chart); one without such an evaluation where the series recorded it,
+    unless the run resumed (its own clock would be another session's)."""
+    series = (log.downstream or {}).get("series")
+    if not isinstance(series, list):
+        return None
+    at = _end_to_end(log, x_key)
+    fig, ax = _figure(title, "downstream score")
+    ax.set_xlabel(xlabel)
+    drawn = False
+    for metric, label, color in DOWNSTREAM_METRICS:
+        xs, ys, spreads = [], [], []
+        for point in series:
+            step = point.get("step") if isinstance(point, dict) else None
+            x = at.get(step) if isinstance(step, int) else None
+            if x is None and not log.resumed_at and isinstance(point, dict):
+                x = number(point.get(x_key))
+            score = _score(point, metric)
+            if x is not None and score is not None:
+                xs.append(x / scale)
+                ys.append(score[0])
+                spreads.append(score[1])
+        if xs:
+            bars = ax.errorbar(xs, ys, yerr=spreads, color=color, marker="o", markersize=4, capsize=3, label=label)
+            bars.lines[0].set_gid(f"downstream-{metric.replace('_', '-')}-{x_key.replace('_', '-')}")
+            drawn = True
+    if not drawn:
+        return None
+    lxs, lys = _held_out(log, x_key, scale)
+    if lxs:
+        twin = ax.twinx()
+        twin.set_ylabel("eval loss")
+        (line,) = twin.plot(lxs, lys, color="tab:orange", linestyle="--", linewidth=1, label="held-out loss")
+        line.set_gid(f"downstream-eval-loss-{x_key.replace('_', '-')}")
+        handles, labels = ax.get_legend_handles_labels()
+        ax.legend(handles + [line], labels + ["held-out loss"], fontsize=8)
+    else:
+        _legend(ax)
     fig.tight_layout()
     return fig
 

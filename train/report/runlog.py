@@ -33,6 +33,7 @@ class RunLog:
     summary: Record = field(default_factory=dict)  # the Trainer's train_end record
     run: Record | None = None  # run.json
     results: Record | None = None  # all_results.json
+    downstream: Record | None = None  # finetune_results.json, when finetune wrote it here (a run's series or a score)
 
 
 def number(value: Any) -> float | None:
@@ -127,6 +128,7 @@ def load_run(output_dir: str | Path) -> RunLog:
     _replay(log, records)
     log.run = _read_json(files.run_json)
     log.results = _read_json(files.all_results)
+    log.downstream = _read_json(files.finetune_results)
     return log
 
 

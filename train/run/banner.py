@@ -13,6 +13,7 @@ from train.common.handoff import Handoff, global_batch, precision_label, precisi
 from train.common.versions import package_versions
 from train.config import Config
 from train.config.recipes import recipe_summary
+from train.data.mixture import mixture_text
 from train.outputs.facts import Masking, ModelFacts, Packing, RunFacts, as_json
 from train.outputs.runfiles import RunFiles
 
@@ -61,6 +62,7 @@ def banner_record(
         "packing": as_json(facts.packing),
         "sharding": as_json(facts.sharding),
         "dataset": job.dataset,
+        "mixture": facts.mixture,
         "train_samples": facts.train_samples,
         "eval_samples": facts.eval_samples,
         "train_documents": facts.train_documents,
@@ -92,6 +94,8 @@ def _unit_text(facts: RunFacts) -> str:
     documents = (facts.train_documents, facts.eval_documents)
     if documents[0] is None or documents == (facts.train_samples, facts.eval_samples):
         return "samples"
+    if facts.mixture and facts.packing and not facts.packing.padding.startswith("packed"):
+        return f"samples (mixed from {_count(documents[0])} / {_count(documents[1])} rows of text)"
     return f"blocks (from {_count(documents[0])} / {_count(documents[1])} rows of text)"
 
 
@@ -175,6 +179,7 @@ def banner(config: Config, facts: RunFacts, handoff: Handoff | None = None, star
             else f"  data       {record['dataset']}: streamed (size unknown until read) / "
             f"{_count(facts.eval_samples)} eval samples"
         ),
+        *([f"  mixture    {mixture_text(facts.mixture, config.job.mixture_exhausted)}"] if facts.mixture else []),
         f"  steps      {_count(steps)} ({span}){resumed}",
         f"  outputs    {facts.outputs or files.root}",  # the output location's summary, from the job
     ]

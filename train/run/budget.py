@@ -200,6 +200,7 @@ class TimeBudget(TrainerCallback):
         self.replan = False
         self.stopper = stopper
         self.stop_timeout_s = stop_timeout_s
+        self.size_evaluation: Any = None  # cuts the held-out set to fit the budget (train/run/budget_evaluation.py)
 
     @property
     def cut(self) -> CutShort | None:
@@ -283,6 +284,9 @@ class TimeBudget(TrainerCallback):
         )
 
     def _make_plan(self, args: Any, state: Any, scheduler: Any, optimizer: Any) -> None:
+        if self.plan.total is None and self.size_evaluation is not None and self.eval_batches and not self.evaluations:
+            batch_s = step_time(self.step_times[-STEP_WINDOW:]) * FORWARD_SHARE
+            self.eval_batches = self.size_evaluation(self.plan.budget_s, self.eval_batches, batch_s, args.device)
         costs = self.costs(args, state)
         fit = state.global_step + steps_that_fit(time.time(), self.plan.deadline, costs, self.plan.margin_s)
         cap = self.plan.cap or fit

@@ -33,6 +33,7 @@ from train.data import (
     stream_training_overrides,
 )
 from train.data.identity import changes
+from train.data.mixture import as_record
 from train.model.collator import evaluation_rate
 from train.model.companions import check_companions, companion_directory, keep_sentence_transformers
 from train.model.load import (
@@ -47,8 +48,10 @@ from train.model.tokenizer_training import agree_on_tokenizer
 from train.outputs.checkpoints import DATA_IDENTITY, kept_global_batch, resumed_options, saved_options, saved_world_size
 from train.outputs.facts import Masking, ModelFacts, Packing, RunFacts, Sharding
 from train.outputs.runfiles import RunFiles
+from train.run.adapting import adapt, check_adapting
 from train.run.batches import argmax_logits, batch_facts, check_isolation, masked_accuracy, masking_collator
 from train.run.budget import TimeBudget
+from train.run.budget_evaluation import EvaluationSizer
 from train.run.callbacks import CheckpointCompleteMarker, DivergenceGuard, EpochForCollator
 from train.run.model_setup import set_up_model, shard_for_training
 from train.run.preemption import StopOnSignal
@@ -116,6 +119,7 @@ class Prepared:
             resumed_from_ranks=saved_world_size(Path(self.resume)) if self.resume else None,
             sharding=Sharding(mode=self.sharding, choice=self.sharding_choice, ddp_estimate=self.ddp_estimate),
             outputs=outputs,
+            mixture=as_record(corpus.mixture) if corpus.mixture else None,
         )
 
     def sharding_facts(self) -> dict[str, Any]:
@@ -151,6 +155,7 @@ def prepare(
     stopper = StopOnSignal()  # first: a stop while the data is prepared (or a checkpoint downloads) is exit 75
     check_sharding(config)
     arch = scratch_config(config)
+    check_adapting(config, scratch=arch is not None)
     model_config = check_before_data(config, arch)
     companions = None if arch is not None else companion_directory(job.model_name_or_path)
     check_companions(companions)  # a handed-over model's files final/ will keep: checked before the data
@@ -210,9 +215,14 @@ def prepare(
         evaluation_rate(job.mlm_probability, job.final_mlm_probability, job.eval_mlm_probability)
     )
     trainer.decay_ratio = job.decay_ratio
+    trainer.eval_parts = corpus.validation_parts
+    if budget is not None:
+        per_pass = training.per_device_eval_batch_size * max(training.world_size, 1)
+        budget.size_evaluation = EvaluationSizer(trainer, per_pass)
     if job.final_mlm_probability is not None:
         trainer.mask_rates = (job.mlm_probability, job.final_mlm_probability)
     losses_are_batch_means(trainer)
+    adapt(trainer, config, corpus.validation if evaluating else None, tokenizer.pad_token_id, arch is not None)
     masking, packing_facts = batch_facts(config, collator, corpus)
     mark("trainer")
     return Prepared(

@@ -10,7 +10,9 @@ of GLUE, so that scores compare models, not tuning effort); its values are ELECT
 0.01), without its layer-wise decay. Only the learning rate and the epochs are options. The fine-tuning is run
 with seeds 0..n-1 (``task_seeds``); the score is the mean and standard deviation over them, since one seed of a
 small task can move accuracy by points. ``task_baselines`` adds the same recipe on a randomly initialised model
-of the same architecture: what pretraining added.
+of the same architecture: what pretraining added; a model from a run that started from a pretrained model (its
+run.json says) has that model scored too ("before pretraining"). ``task_all_checkpoints``: every checkpoint and
+the final model of a run, for a series against its steps, tokens and time (train/run/finetune_series.py).
 
 World rank 0 prints one line per seed and one for the score (JSON with ``MLM_LOG_FORMAT=json``) and writes
 ``finetune_results.json`` where the outputs live. It is plain ``transformers.Trainer``: a separate program from the
@@ -49,13 +51,15 @@ from train.config import Config, load_config, move_hub_token_to_env
 from train.config.model_source import model_source
 from train.data.tasks import PAIR, TEXT, Task, load_task
 from train.model.load import quiet_transformers, refuse_unsafe_weights
+from train.outputs.runfiles import FINETUNE_RESULTS
+from train.run import finetune_series as series
 from train.run.evaluate import fetched_model
+from train.run.finetune_series import Point, run_of, starting_model, without_remote_code
 from train.run.logs import bars_drawn, configure_console
 from train.run.results import write_results
-from train.run.task_scores import classification_scores, scores_text, summary, summary_text
+from train.run.task_scores import classification_scores, results_text, scores_text, summary
 from train.run.trainer import losses_are_batch_means
 
-FINETUNE_RESULTS = "finetune_results.json"
 BATCH_SIZE = 32  # in total across ranks
 WARMUP = 0.1  # a fraction of the steps (TrainingArguments' warmup_steps below 1)
 WEIGHT_DECAY = 0.01
@@ -92,10 +96,21 @@ class Subject:
     recipe: Recipe
 
 
-def load_tokenizer(config: Config) -> Any:
-    """MLM_TOKENIZER_NAME's tokenizer, else the model's (a final/ or checkpoint-N/ directory holds its own)."""
-    name = config.job.tokenizer_name or config.job.model_name_or_path
-    option = config.source_of("tokenizer_name" if config.job.tokenizer_name else "model_name_or_path")
+@dataclass(frozen=True)
+class Named:
+    """A model to fine-tune: its name as loaded, what named it (an option, or a run.json: the errors say it) and
+    the tokenizer's name when it is not the model's own."""
+
+    name: str
+    option: str
+    tokenizer: str | None = None
+    tokenizer_option: str = ""
+
+
+def load_tokenizer(config: Config, model: Named) -> Any:
+    """The named tokenizer (MLM_TOKENIZER_NAME), else the model's (a final/ or checkpoint-N/ directory holds its
+    own)."""
+    name, option = (model.tokenizer, model.tokenizer_option) if model.tokenizer else (model.name, model.option)
     try:
         tokenizer = AutoTokenizer.from_pretrained(name, trust_remote_code=config.job.trust_remote_code)
     except (OSError, ValueError) as exc:
@@ -105,30 +120,29 @@ def load_tokenizer(config: Config) -> Any:
     return tokenizer
 
 
-def load_model_config(config: Config, task: Task) -> Any:
+def load_model_config(config: Config, task: Task, model: Named) -> Any:
     """The model's config with the task's labels: the classification head is built from it."""
     job = config.job
-    source = model_source(job.model_name_or_path, job.config_overrides)
-    option = config.source_of("model_name_or_path")
+    source = model_source(model.name, job.config_overrides)
     if source.kind == "scratch":
         raise ConfigError(
-            f"{option}={job.model_name_or_path!r}: finetune needs a trained model (a final/ directory, a "
+            f"{model.option}={model.name!r}: finetune needs a trained model (a final/ directory, a "
             "checkpoint-N/ directory or a hub id), not an architecture"
         )
     if source.kind == "local":
-        if not Path(job.model_name_or_path).expanduser().is_dir():
-            raise ConfigError(f"{option}={job.model_name_or_path!r}: no such model directory")
-        refuse_unsafe_weights(config, Path(job.model_name_or_path).expanduser())
+        if not Path(model.name).expanduser().is_dir():
+            raise ConfigError(f"{model.option}={model.name!r}: no such model directory")
+        refuse_unsafe_weights(config, Path(model.name).expanduser())
     try:
         return AutoConfig.from_pretrained(
-            job.model_name_or_path,
+            model.name,
             num_labels=task.num_labels,
             id2label=dict(enumerate(task.labels)),
             label2id={label: i for i, label in enumerate(task.labels)},
             trust_remote_code=job.trust_remote_code,
         )
     except (OSError, ValueError) as exc:
-        raise ConfigError(f"{option}={job.model_name_or_path!r}: cannot load the model ({first_line(exc)})") from None
+        raise ConfigError(f"{model.option}={model.name!r}: cannot load the model ({first_line(exc)})") from None
 
 
 def longest(config: Config, model_config: Any, tokenizer: Any) -> int:
@@ -150,15 +164,11 @@ def tokenized(task_split: Dataset, tokenizer: Any, max_length: int) -> Dataset:
     return task_split.map(encode, batched=True, remove_columns=[TEXT, PAIR] if pair else [TEXT])
 
 
-def prepare(config: Config) -> tuple[Task, Subject]:
-    """Every rank: the task read and checked, the model's config and tokenizer, the splits tokenized; every
-    ConfigError comes from here, before anything is trained."""
+def subject_of(config: Config, task: Task, model: Named) -> Subject:
+    """A model's config (with the task's labels) and tokenizer, the splits tokenized for it, and the recipe."""
     training = config.training
-    with training.main_process_first(desc="reading the task"):
-        task = load_task(config)
-    fetched_model(config)
-    model_config = load_model_config(config, task)
-    tokenizer = load_tokenizer(config)
+    model_config = load_model_config(config, task, model)
+    tokenizer = load_tokenizer(config, model)
     max_length = longest(config, model_config, tokenizer)
     per_device = max(1, BATCH_SIZE // training.world_size)
     recipe = Recipe(
@@ -169,15 +179,60 @@ def prepare(config: Config) -> tuple[Task, Subject]:
         batch_size=per_device * training.world_size,
         per_device_batch_size=per_device,
     )
-    subject = Subject(
-        name=config.job.model_name_or_path,
+    return Subject(
+        name=model.name,
         model_config=model_config,
         tokenizer=tokenizer,
         train=tokenized(task.train, tokenizer, max_length),
         test=tokenized(task.test, tokenizer, max_length),
         recipe=recipe,
     )
-    return task, subject
+
+
+@dataclass(frozen=True)
+class Plan:
+    """Everything finetune trains, read and checked before the first step: the model (or each model of a run,
+    oldest first, with where it stands in the run) and the pretrained model the run started from."""
+
+    task: Task
+    subjects: list[Subject]
+    points: list[Point] | None  # with MLM_TASK_ALL_CHECKPOINTS, one per subject
+    starting: Subject | None
+
+
+def prepare(config: Config) -> Plan:
+    """Every rank: the task read and checked, each model's config and tokenizer, the splits tokenized; every
+    ConfigError comes from here, before anything is trained."""
+    job = config.job
+    with config.training.main_process_first(desc="reading the task"):
+        task = load_task(config)
+    option, tokenizer_option = config.source_of("model_name_or_path"), config.source_of("tokenizer_name")
+    located = None
+    if job.task_all_checkpoints:
+        files = series.run_directory(config)
+        models = series.verified_models(config, files, lambda text: warned(config, text))
+        located, run_dir = series.points(files, models), files.root
+        names = [str(model) for model in models]
+    else:
+        fetched_model(config)
+        names, run_dir = [job.model_name_or_path], run_of(job.model_name_or_path)
+    subjects = [subject_of(config, task, Named(n, option, job.tokenizer_name, tokenizer_option)) for n in names]
+    return Plan(task, subjects, located, starting_subject(config, task, run_dir))
+
+
+def starting_subject(config: Config, task: Task, run_dir: Path | None) -> Subject | None:
+    """The model the run started from, ready to fine-tune; None for a run from scratch, and (said in one line)
+    when it cannot be loaded here: the score of the run's own models does not depend on it."""
+    starting = starting_model(run_dir, lambda text: warned(config, text))
+    if starting is None:
+        return None
+    by = f"{starting.named_by}: model_name_or_path"
+    named = Named(starting.name, by, starting.tokenizer, f"{starting.named_by}: tokenizer_name")
+    try:
+        return subject_of(without_remote_code(config), task, named)
+    except ConfigError as exc:
+        warned(config, f"not scoring the model the run started from ({exc})")
+        return None
 
 
 def arguments(config: Config, recipe: Recipe, seed: int) -> TrainingArguments:
@@ -254,12 +309,25 @@ def fine_tune(config: Config, subject: Subject, seed: int, pretrained: bool) -> 
     return run, new
 
 
+def scored(config: Config, subject: Subject, kind: str, label: str, pretrained: bool) -> tuple[dict, list[str]]:
+    """Every seed of the recipe on one model, each said in a line; the seeds' scores with their mean and spread,
+    and the tensors that started random."""
+    runs, new = [], []
+    for seed in subject.recipe.seeds:
+        run, new = fine_tune(config, subject, seed, pretrained)
+        runs.append(run)
+        record = {"event": "finetune_seed", "kind": kind, "model": subject.name, **run}
+        said(config, record, f"{label} seed {seed}: {scores_text(run)}")
+    return {"seeds": runs, **summary(runs)}, new
+
+
 def finetune(config: Config) -> dict[str, Any]:
-    """Every rank: the task, every seed of the recipe (and of the baseline); the results (the same on every rank)."""
+    """Every rank: the task, every seed of the recipe on the model or on each model of a run (and on the model the
+    run started from, and on the baseline); the results (the same on every rank)."""
     started = time.monotonic()
     shown = config.job.model_name_or_path
-    task, subject = prepare(config)
-    kinds = ["pretrained", "baseline"] if config.job.task_baselines else ["pretrained"]
+    plan = prepare(config)
+    task, newest = plan.task, plan.subjects[-1]
     results: dict[str, Any] = {
         "task": task.path,
         "task_files": task.files,
@@ -268,43 +336,37 @@ def finetune(config: Config) -> dict[str, Any]:
         "pair": task.pair,
         "train_examples": len(task.train),
         "test_examples": len(task.test),
-        "recipe": asdict(subject.recipe),
+        "recipe": asdict(newest.recipe),
         "world_size": config.training.world_size,
     }
-    for kind in kinds:
-        runs = []
-        for seed in subject.recipe.seeds:
-            run, new = fine_tune(config, subject, seed, pretrained=kind == "pretrained")
-            runs.append(run)
-            if kind == "pretrained":
-                results["new_weights"] = new
-            said(config, {"event": "finetune_seed", "kind": kind, **run}, f"{kind} seed {seed}: {scores_text(run)}")
-        results[kind] = {"seeds": runs, **summary(runs)}
+    if plan.points is None:
+        results["pretrained"], results["new_weights"] = scored(config, newest, "pretrained", "pretrained", True)
+    else:
+        results["series"] = []
+        for point, subject in zip(plan.points, plan.subjects, strict=True):
+            block, results["new_weights"] = scored(config, subject, "pretrained", point.model, True)
+            results["series"].append({**asdict(point), **block})
+    if plan.starting is not None:
+        block, _ = scored(config, plan.starting, "starting", "before pretraining", True)
+        results["starting"] = {"model": plan.starting.name, "max_length": plan.starting.recipe.max_length, **block}
+    if config.job.task_baselines:
+        results["baseline"], _ = scored(config, newest, "baseline", "baseline", False)
     results["wall_time_s"] = time.monotonic() - started
     return results
 
 
-def said(config: Config, record: dict[str, Any], text: str) -> None:
+def said(config: Config, record: dict[str, Any], text: str, level: str = "info") -> None:
     """World rank 0's line: a JSON record, or ``mlm-trainer: finetune ...`` for a person."""
     if not distributed.is_world_zero():
         return
     if resolve_format(config.job.log_format) == "json":
         print(json.dumps(record), flush=True)
     else:
-        say(f"finetune {text}")
+        say(f"finetune {text}", level)
 
 
-def results_text(results: dict[str, Any]) -> str:
-    """The score's line: the model, the task's size, and the mean and spread over the seeds (and the baseline's)."""
-    runs = len(results["recipe"]["seeds"])
-    text = (
-        f"finetune {results['model']} on {results['task']} ({results['train_examples']:,} train, "
-        f"{results['test_examples']:,} test, {len(results['labels'])} labels), {runs} seed(s): "
-        f"{summary_text(results['pretrained'])}"
-    )
-    if "baseline" in results:
-        text += f"; random-init baseline: {summary_text(results['baseline'])}"
-    return text
+def warned(config: Config, text: str) -> None:
+    said(config, {"event": "finetune_warning", "level": "warning", "message": text}, text, "warning")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -317,6 +379,8 @@ def main(argv: list[str] | None = None) -> int:
     configure_console(config)
     results = finetune(config)
     write_results(config, FINETUNE_RESULTS, results, "finetune", results_text(results))
+    if config.job.task_all_checkpoints and distributed.is_world_zero():
+        series.refresh_report(config)  # drawn beside the held-out loss when written into the run's directory
     return 0
 
 

@@ -242,6 +242,8 @@ class TrainingLog(TrainerCallback):
         (start-up included, as a user waits for it), this session's training time, and the tokens seen."""
         launched = self.handoff.launched_at if self.handoff else None
         point: dict[str, Any] = {"step": state.global_step, "eval_loss": logs.get("eval_loss")}
+        if "eval_encoder_cosine" in logs:  # how far an adapted encoder moved (train/run/adapting.py)
+            point["eval_encoder_cosine"] = logs["eval_encoder_cosine"]
         if launched is not None:
             point["since_launch_s"] = round(time.time() - launched, 2)
         point["train_s"] = round(self._trained_s, 2)

@@ -46,6 +46,7 @@ from train.config import Config
 from train.model.head import freeze, freeze_what_the_loss_never_reaches, use_masked_only_head
 from train.model.load import check_positions, load_model
 from train.model.memory import choose_sharding, ddp_estimate
+from train.run.adapting import freeze_layers
 from train.run.sharding import check_sharding, reset_peak_memory, resident_bytes, resumed_mode, shard_model
 
 # What rank 0 decided about the model that every rank takes as its own (RankModel's fields of the same names).
@@ -116,6 +117,7 @@ def _built_here(
     head = _with_head(config, model)
     unreached = freeze_what_the_loss_never_reaches(model)
     _say_frozen(unreached)
+    freeze_layers(config, model)  # before DDP wraps it: DDP leaves out what does not train
     mode, choice, estimate = decide_sharding(config, model, resume)
     return RankModel(model, head, head_weights, mode, choice, estimate)
 

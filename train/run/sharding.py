@@ -45,6 +45,7 @@ from train.common.errors import ConfigError
 from train.common.safe_dcp import SafeFileSystemReader, SafeFileSystemWriter, SafeLoadPlanner
 from train.config import Config
 from train.config.model_source import SHARDED_WEIGHTS
+from train.run.adapting import adapting_options
 from train.run.trainer import MLMTrainer
 
 FULL = StateDictOptions(full_state_dict=True, cpu_offload=True)  # gathered on rank 0, plain CPU tensors
@@ -72,6 +73,8 @@ def check_sharding(config: Config, mode: str | None = None) -> None:
         raise ConfigError(f"{option}: leave the Trainer's fsdp/fsdp_config unset; MLM_SHARDING shards the model")
     if training.load_best_model_at_end:
         raise ConfigError(f"{option}: load_best_model_at_end is not supported under fsdp yet")
+    for name in adapting_options(config):  # frozen parameters and a head's own group are untried on shards
+        raise ConfigError(f"{option}: {config.source_of(name)} is not supported under fsdp yet; use ddp")
 
 
 def written_in(checkpoint: Path) -> str | None:

@@ -2,13 +2,15 @@
 
 Written with numpy rather than scikit-learn, which the image does not install (the tests compare them with
 scikit-learn's, a development dependency): accuracy and macro F1 for every task, Matthews correlation for a binary
-one (GLUE's CoLA metric; unlike accuracy it is 0 for a model that always answers the majority class).
+one (GLUE's CoLA metric; unlike accuracy it is 0 for a model that always answers the majority class); and the
+lines that say them.
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -71,3 +73,22 @@ def summary_text(summarised: Mapping[str, Mapping[str, float | None]]) -> str:
         std = summarised["std"][name]
         parts.append(f"{SHOWN[name]} {mean:.4f}" + (f" ± {std:.4f}" if std is not None else ""))
     return ", ".join(parts)
+
+
+def results_text(results: dict[str, Any]) -> str:
+    """The score's line: the model, the task's size, and the mean and spread over the seeds (of each model of a
+    run, in order), then the model the run started from ("before pretraining") and the random-init baseline."""
+    runs = len(results["recipe"]["seeds"])
+    text = (
+        f"finetune {results['model']} on {results['task']} ({results['train_examples']:,} train, "
+        f"{results['test_examples']:,} test, {len(results['labels'])} labels), {runs} seed(s): "
+    )
+    if "series" in results:
+        text += "; ".join(f"{p['model']} (step {p['step']}): {summary_text(p)}" for p in results["series"])
+    else:
+        text += summary_text(results["pretrained"])
+    if "starting" in results:
+        text += f"; before pretraining ({results['starting']['model']}): {summary_text(results['starting'])}"
+    if "baseline" in results:
+        text += f"; random-init baseline: {summary_text(results['baseline'])}"
+    return text

@@ -21,6 +21,7 @@ import torch.distributed as dist
 # stdout when WANDB_MODE=offline (transformers 5.25): stdout carries only our JSON records, so that goes to stderr.
 with contextlib.redirect_stdout(sys.stderr):
     from transformers import Trainer, TrainingArguments, get_scheduler
+    from transformers.trainer_utils import EvalLoopOutput
 
 from train.borrowed.transformers_trainer import (
     TrainerOverrides,
@@ -34,6 +35,7 @@ from train.common.schedules import mask_rate, scheduler_kwargs
 from train.common.writable import follow_umask
 from train.data import ResumedStream, own_loader_state, stream_loader
 from train.model.collator import thin_masks
+from train.run.adapting import drop_encoder_gradients, with_head_rate
 from train.run.preemption import leave_signals_to_rank
 
 
@@ -48,6 +50,11 @@ class MLMTrainer(TrainerOverrides):
     decay_ratio: float = 0.2  # warmup_stable_decay's decay as a fraction of the steps (the decay_ratio option)
     mask_rates: tuple[float, float] | None = None  # a mask rate schedule's first and final rates
     mask_rate_now: float | None = None  # the rate of the step being trained, under a schedule
+    eval_parts: dict[str, Any] | None = None  # a mixture's held-out part per source (train/data/corpus.py)
+    head_parameters: tuple[Any, ...] = ()  # the MLM head's (train/run/adapting.py sets them)
+    head_learning_rate: float | None = None  # the head's own rate (the head_learning_rate option)
+    head_warmup_steps: int = 0  # the first steps, in which only the head trains (the head_warmup_steps option)
+    warming_up_frozen: tuple[Any, ...] = ()  # the parameters that do not train until then: the encoder's
 
     def get_batch_samples(self, epoch_iterator: Any, num_batches: int, device: Any) -> tuple[list, Any]:
         """The batches of the next optimizer step (the Trainer's own), under a mask rate schedule each thinned to the
@@ -60,6 +67,24 @@ class MLMTrainer(TrainerOverrides):
         rate = mask_rate(first, final, self.state.global_step, self.state.max_steps)
         self.mask_rate_now = rate
         return super().get_batch_samples((thin_masks(b, rate) for b in epoch_iterator), num_batches, device)
+
+    def training_step(self, model: Any, inputs: dict[str, Any], num_items_in_batch: Any = None) -> torch.Tensor:
+        """The Trainer's forward and backward; while the head warms up, the encoder's gradients then dropped, so that
+        only the head trains. Dropped rather than ``requires_grad`` turned off: DDP, built without
+        find_unused_parameters, waits for every parameter it was given at every step. The step is the Trainer's
+        count, a resumed checkpoint's included: a resume inside the warm-up stays frozen until its end."""
+        loss = super().training_step(model, inputs, num_items_in_batch)
+        if self.state.global_step < self.head_warmup_steps:
+            drop_encoder_gradients(self.warming_up_frozen)
+        return loss
+
+    def create_optimizer(self, model: Any = None) -> torch.optim.Optimizer:
+        """The Trainer's optimizer, with head_learning_rate the head's parameters in groups of their own at it."""
+        fresh = self.optimizer is None
+        optimizer = super().create_optimizer(model)
+        if fresh and self.head_learning_rate is not None:
+            with_head_rate(optimizer, self.head_parameters, self.head_learning_rate)
+        return optimizer
 
     def log(self, logs: dict[str, float], start_time: float | None = None) -> None:
         """The Trainer's log, a training record under a mask rate schedule with the rate of its step."""
@@ -77,6 +102,42 @@ class MLMTrainer(TrainerOverrides):
             self.lr_scheduler = lr_scheduler_for(self.args, num_training_steps, warmup, optimizer, self.decay_ratio)
             mark_scheduler_created(self)
         return self.lr_scheduler
+
+    def evaluation_loop(
+        self,
+        dataloader: Any,
+        description: str,
+        prediction_loss_only: bool | None = None,
+        ignore_keys: list[str] | None = None,
+        metric_key_prefix: str = "eval",
+    ) -> EvalLoopOutput:
+        """A mixture's evaluation: each source's held-out part on its own (``eval_<key>_loss``, ...), and the
+        whole's figures as their means weighted by held-out examples - one pass over the held-out text, where the
+        Trainer's own several evaluation sets would each log and call the callbacks as a separate evaluation."""
+        parts = self.eval_parts
+        if not parts or getattr(dataloader, "dataset", None) is not self.eval_dataset:  # another set: as given
+            return super().evaluation_loop(
+                dataloader, description, prediction_loss_only, ignore_keys, metric_key_prefix
+            )
+        outputs = {
+            key: super(MLMTrainer, self).evaluation_loop(
+                self.get_eval_dataloader(part),
+                description,
+                prediction_loss_only,
+                ignore_keys,
+                f"{metric_key_prefix}_{key}",
+            )
+            for key, part in parts.items()
+        }
+        metrics = {name: value for output in outputs.values() for name, value in output.metrics.items()}
+        samples = sum(output.num_samples for output in outputs.values())
+        first, output = next(iter(outputs.items()))
+        for name in output.metrics:
+            figure = name.removeprefix(f"{metric_key_prefix}_{first}_")
+            values = [(o.metrics.get(f"{metric_key_prefix}_{k}_{figure}"), o.num_samples) for k, o in outputs.items()]
+            if all(isinstance(value, (int, float)) for value, _ in values):
+                metrics[f"{metric_key_prefix}_{figure}"] = sum(v * n for v, n in values) / max(samples, 1)
+        return EvalLoopOutput(predictions=None, label_ids=None, metrics=metrics, num_samples=samples)
 
     def get_train_dataloader(self) -> Any:
         if not isinstance(self.train_dataset, datasets.IterableDataset):
