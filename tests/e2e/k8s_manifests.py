@@ -41,7 +41,7 @@ from tests.e2e.runs import entrypoint
 
 REPO = Path(__file__).resolve().parents[2]
 K8S = REPO / "k8s"
-OVERLAYS = ("single-node", "multi-node-pytorchjob", "multi-node-indexed", "jobset", "trainjob")
+OVERLAYS = ("single-node", "multi-node-pytorchjob", "multi-node-indexed", "jobset", "trainjob", "finetune-checkpoints")
 MULTI_NODE = ("multi-node-pytorchjob", "multi-node-indexed", "jobset", "trainjob")
 WORKLOAD_KINDS = ("Job", "PyTorchJob", "JobSet", "TrainJob")
 

@@ -48,6 +48,8 @@ from tests.e2e.k8s_manifests import (
 from train.common.errors import EXIT_CONFIG, EXIT_ENVIRONMENT, EXIT_PREEMPTED
 from train.config import NON_OPTION_ENV, load_config
 
+# The downstream evaluation's Job: every checkpoint of the run on the output claim, on the task on the data claim.
+FINETUNE_ARGS = ["finetune", "--task", "/data/task", "--task_all_checkpoints", "true", "--model_name_or_path", "/output"]
 DIGEST = re.compile(r"^" + re.escape(IMAGE) + r"@sha256:[0-9a-f]{64}$")
 LABELS = (
     "app.kubernetes.io/name",
@@ -196,8 +198,10 @@ def test_environment_points_at_the_volumes_and_is_a_valid_configuration(rendered
         assert env["HF_HOME"]["value"].startswith("/cache")
         assert env["MLM_DATASET"]["value"].startswith("/data")
         options = {n: e["value"] for n, e in env.items() if n.startswith("MLM_") and n not in NON_OPTION_ENV}
-        config = load_config([], options)
+        config = load_config(container(template)["args"][1:], options)  # the command's flags after its name
         assert config.training.output_dir == "/output", f"{overlay}/{role}"
+        if overlay == "finetune-checkpoints":  # the run on the output claim, every checkpoint of it
+            assert config.job.task_all_checkpoints and config.job.model_name_or_path == "/output"
 
 
 def test_service_links_are_off(rendered):
@@ -231,7 +235,8 @@ def test_the_image_entrypoint_stays(rendered):
     may override the runtime's command, so it must not either."""
     for overlay, role, template in templates_of(rendered):
         box = container(template)
-        assert "command" not in box and box["args"] == ["train"], f"{overlay}/{role}"
+        command = FINETUNE_ARGS if overlay == "finetune-checkpoints" else ["train"]
+        assert "command" not in box and box["args"] == command, f"{overlay}/{role}"
     assert "command" not in workload(rendered["trainjob"])["spec"].get("trainer", {})
 
 

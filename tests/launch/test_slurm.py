@@ -365,3 +365,22 @@ def test_refuse_batch_script_only_for_a_multi_node_job_outside_a_step():
     slurm.refuse_batch_script({**batch, "SLURM_STEP_ID": "0"})  # a step: fine
     slurm.refuse_batch_script({**batch, "SLURM_JOB_NUM_NODES": "1"})  # one node: fine
     slurm.refuse_batch_script({"SLURM_JOB_NUM_NODES": "2"})  # no job: fine
+
+
+def test_the_finetune_script_scores_the_runs_checkpoints_on_one_node(tmp_path):
+    """slurm/finetune.sbatch as sbatch runs it, with srun standing in (it records its arguments): one task running
+    ``entrypoint.sh finetune`` over every checkpoint of MLM_OUTPUT_DIR, the user's flags after; exit 2 without it."""
+    script = Path(__file__).resolve().parents[2] / "slurm" / "finetune.sbatch"
+    (tmp_path / "srun").write_text('#!/bin/sh\nprintf "%s\\n" "$@" > "$SRUN_ARGS"\n')
+    (tmp_path / "srun").chmod(0o755)
+    env = {"PATH": f"{tmp_path}:/usr/bin:/bin", "SLURM_JOB_ID": "7", "SLURM_JOB_NODELIST": "gpu01",
+           "SLURM_SUBMIT_DIR": "/home/me/mlm-trainer", "SRUN_ARGS": str(tmp_path / "args")}  # fmt: skip
+    done = subprocess.run(["bash", str(script), "--task", "/data/task"], env={**env, "MLM_OUTPUT_DIR": "/runs/1"},
+                          capture_output=True, text=True, timeout=30, check=False)  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert (tmp_path / "args").read_text().split() == [
+        "--ntasks-per-node=1", "/home/me/mlm-trainer/entrypoint.sh", "finetune", "--task_all_checkpoints", "true",
+        "--model_name_or_path", "/runs/1", "--task", "/data/task",
+    ]  # fmt: skip
+    refused = subprocess.run(["bash", str(script)], env=env, capture_output=True, text=True, timeout=30, check=False)
+    assert refused.returncode == 2 and "MLM_OUTPUT_DIR: unset" in refused.stderr
