@@ -49,7 +49,15 @@ from train.common.errors import EXIT_CONFIG, EXIT_ENVIRONMENT, EXIT_PREEMPTED
 from train.config import NON_OPTION_ENV, load_config
 
 # The downstream evaluation's Job: every checkpoint of the run on the output claim, on the task on the data claim.
-FINETUNE_ARGS = ["finetune", "--task", "/data/task", "--task_all_checkpoints", "true", "--model_name_or_path", "/output"]
+FINETUNE_ARGS = [
+    "finetune",
+    "--task",
+    "/data/task",
+    "--task_all_checkpoints",
+    "true",
+    "--model_name_or_path",
+    "/output",
+]
 DIGEST = re.compile(r"^" + re.escape(IMAGE) + r"@sha256:[0-9a-f]{64}$")
 LABELS = (
     "app.kubernetes.io/name",
