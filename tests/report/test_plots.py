@@ -114,3 +114,15 @@ def test_svg_ids_are_prefixed_and_the_prolog_dropped(tmp_path: Path):
     assert ids and len(ids) == len(set(ids)) and all(i.startswith(("a-", "b-")) for i in ids)
     for target in re.findall(r'(?:href="#|url\(#)([^")]+)', first):
         assert target.startswith("a-") and f'id="{target}"' in first, target
+
+
+def test_a_mixtures_loss_per_source_is_drawn_beside_the_total(tmp_path: Path):
+    evals = [{"event": "eval", "step": s, "eval_loss": 5.0 - s / 100, "eval_news_loss": 4.0 - s / 100,
+              "eval_legal_loss": 6.0 - s / 100, "eval_runtime": 1.0} for s in (50, 100)]  # fmt: skip
+    log = logged(tmp_path, [train_record(s, 6.0) for s in range(10, 101, 10)] + evals)
+    assert plots.sources_evaluated(log) == ["news", "legal"]
+    figure = plots.loss_figure(log)
+    labels = [line.get_label() for line in figure.axes[0].lines]
+    assert labels == ["train loss", "eval loss", "eval loss: news", "eval loss: legal"]
+    assert figure.axes[0].lines[3].get_linestyle() == "--" and list(figure.axes[0].lines[3].get_ydata()) == [5.5, 5.0]
+    assert markers(drawn(figure), "eval-loss-legal") == 2

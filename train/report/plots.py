@@ -89,6 +89,20 @@ def _log_scale(ax: Any) -> None:
     ax.yaxis.set_minor_formatter(LogFormatter(labelOnlyBase=False, minor_thresholds=(2, 0.5)))
 
 
+SOURCE = re.compile(r"^eval_(?P<source>\w+?)_loss$")  # eval_<source>_loss: a mixture's per source
+SOURCE_COLORS = ("tab:green", "tab:red", "tab:purple", "tab:brown", "tab:pink", "tab:olive", "tab:cyan")
+
+
+def sources_evaluated(log: RunLog) -> list[str]:
+    """The mixture's sources the evaluations give a loss for, in their first record's order."""
+    found: dict[str, None] = {}
+    for record in log.evals:
+        for key in record:
+            if match := SOURCE.match(key):
+                found.setdefault(match["source"])
+    return list(found)
+
+
 def loss_figure(log: RunLog, log_scale: bool = True) -> Any:
     """Train and eval loss; on a log y axis by default, where a converged tail stays readable (linear when no
     value is positive)."""
@@ -101,6 +115,10 @@ def loss_figure(log: RunLog, log_scale: bool = True) -> Any:
         _plot(ax, xs, ys, "tab:blue", label="train loss", gid="train-loss")
     if exs:
         _plot(ax, exs, eys, "tab:orange", label="eval loss", gid="eval-loss")
+    for index, source in enumerate(sources_evaluated(log)):  # a mixture's loss per source, dashed beside the total
+        sxs, sys_ = _series(log.evals, f"eval_{source}_loss")
+        color = SOURCE_COLORS[index % len(SOURCE_COLORS)]
+        _plot(ax, sxs, sys_, color, label=f"eval loss: {source}", gid=f"eval-loss-{source}").set_linestyle("--")
     if log_scale:
         _log_scale(ax)
     _mark_resumes(ax, log)
