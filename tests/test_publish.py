@@ -202,6 +202,15 @@ def test_the_card_carries_the_run_facts(tmp_path: Path) -> None:
     assert 'pipeline("fill-mask", model="tester/mlm-unit")' in body
 
 
+def test_the_card_says_how_far_an_adapted_encoder_moved_and_warns_past_the_threshold(tmp_path: Path) -> None:
+    config = push_config(tmp_path)
+    kept = card_parts(model_card(config, facts(config), {**RESULTS, "eval_encoder_cosine": 0.93}, step=3))[1]
+    assert "| encoder drift (held-out embeddings' cosine to the starting model) | 0.930 |" in kept
+    moved = card_parts(model_card(config, facts(config), {**RESULTS, "eval_encoder_cosine": 0.41}, step=3))[1]
+    assert "**0.410: below 0.8, the encoder moved far from the model it was adapted from**" in moved
+    assert "not measured" in card_parts(model_card(config, facts(config), RESULTS, step=3))[1]
+
+
 def test_the_card_names_a_hub_base_model_and_dataset_and_no_secret(tmp_path: Path) -> None:
     config = load_config(
         ["--hub_token", TOKEN],

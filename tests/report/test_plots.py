@@ -126,3 +126,11 @@ def test_a_mixtures_loss_per_source_is_drawn_beside_the_total(tmp_path: Path):
     assert labels == ["train loss", "eval loss", "eval loss: news", "eval loss: legal"]
     assert figure.axes[0].lines[3].get_linestyle() == "--" and list(figure.axes[0].lines[3].get_ydata()) == [5.5, 5.0]
     assert markers(drawn(figure), "eval-loss-legal") == 2
+
+
+def test_an_adapted_encoders_drift_is_drawn_from_its_evaluations(tmp_path: Path):
+    evals = [{"event": "eval", "step": s, "eval_loss": 3.0, "eval_encoder_cosine": 1 - s / 1000} for s in (50, 100)]
+    log = logged(tmp_path, [train_record(s, 6.0) for s in range(10, 101, 10)] + evals)
+    figure = plots.line_figure(log, "eval_encoder_cosine", "drift", "cosine", "tab:green", evaluated=True)
+    assert figure is not None and list(figure.axes[0].lines[0].get_ydata()) == [0.95, 0.9]
+    assert plots.line_figure(log, "eval_encoder_cosine", "drift", "cosine", "tab:green") is None  # not a train key

@@ -19,6 +19,8 @@ from transformers.modeling_layers import GradientCheckpointingLayer
 
 from train.common.errors import ConfigError
 
+DRIFT_WARNING = 0.8  # below this mean cosine to the starting model the encoder is warned of (logs and card)
+
 
 def encoder_of(model: Any) -> torch.nn.Module:
     """The model's encoder (``base_model``): a masked LM always has one here (train/model/head.py checks it)."""

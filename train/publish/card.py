@@ -20,6 +20,7 @@ from train.common.hf import is_hub_dataset
 from train.common.mixture import dataset_names
 from train.config import SECRET_FIELDS, Config
 from train.config.model_source import model_source
+from train.model.adapting import DRIFT_WARNING
 from train.publish.common import read_json
 
 CARD = "README.md"
@@ -87,7 +88,20 @@ def result_values(config: Config, run: dict[str, Any], results: dict[str, Any], 
         "steps": f"{step:,}",
         "global_batch": global_batch(config, run, results),
         "tokens_per_second": _number(results.get("train_tokens_per_second"), ",.0f"),
+        "encoder_cosine": drift_text(results.get("eval_encoder_cosine")),
     }
+
+
+def drift_text(cosine: Any) -> str:
+    """An adapted encoder's mean cosine to the model handed over, warned of below DRIFT_WARNING (as the logs do)."""
+    if not isinstance(cosine, (int, float)):
+        return "not measured (trained from scratch, or not evaluated)"
+    if cosine < DRIFT_WARNING:
+        return (
+            f"**{cosine:.3f}: below {DRIFT_WARNING}, the encoder moved far from the model it was adapted from**; "
+            "its embeddings may no longer serve what the original's did"
+        )
+    return f"{cosine:.3f}"
 
 
 def global_batch(config: Config, run: dict[str, Any], results: dict[str, Any]) -> str:

@@ -211,6 +211,11 @@ DOWNSTREAM_NOTE = (
     "--task_all_checkpoints true): the mean over its seeds, their standard deviation as bars; the held-out loss "
     "dashed, on the right axis."
 )
+DRIFT = ("How far the encoder moved", "mean cosine to the starting model", "tab:green")
+DRIFT_NOTE = (
+    "The adapted encoder's mean-pooled held-out embeddings against the model handed over's (1: unchanged); below "
+    "0.8 the run warns: docs/models.md, adapting an encoder without breaking it."
+)
 QUALITY_NOTE = (
     "Wall time from the launch: start-up, evaluations and saves included; a resumed run's sessions end to end."
 )
@@ -239,6 +244,7 @@ def write_report(output_dir: str | Path) -> Path:
         ("throughput", lambda: throughput_figure(log), ""),
         ("grad-norm", lambda: line_figure(log, "grad_norm", "Gradient norm", "grad norm", "tab:brown"), ""),
         ("gpu-memory", lambda: gpu_figure(log), ""),
+        ("encoder-drift", lambda: line_figure(log, "eval_encoder_cosine", *DRIFT, True), DRIFT_NOTE),
     ):
         fig = make()
         if fig is not None:

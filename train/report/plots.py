@@ -227,9 +227,10 @@ def downstream_figure(log: RunLog, x_key: str, title: str, xlabel: str, scale: f
     return fig
 
 
-def line_figure(log: RunLog, key: str, title: str, ylabel: str, color: str) -> Any | None:
-    """One logged series over the steps (the gradient norm); None when the log never holds it."""
-    xs, ys = _series(log.train, key)
+def line_figure(log: RunLog, key: str, title: str, ylabel: str, color: str, evaluated: bool = False) -> Any | None:
+    """One logged series over the steps (the gradient norm; ``evaluated``: of the evaluations, an adapted encoder's
+    drift); None when the log never holds it."""
+    xs, ys = _series(log.evals if evaluated else log.train, key)
     if not xs:
         return None
     fig, ax = _figure(title, ylabel)

@@ -23,6 +23,7 @@ from train.common.console import say, warn
 from train.common.errors import ConfigError
 from train.config import Config
 from train.model.adapting import (
+    DRIFT_WARNING,
     encoder_parameters,
     freeze_first_layers,
     head_parameters,
@@ -32,7 +33,6 @@ from train.model.adapting import (
 )
 
 DRIFT_SAMPLE = 64  # held-out examples the drift is measured on: a forward pass of 64 rows at each evaluation
-DRIFT_WARNING = 0.8  # below this mean cosine to the starting model the encoder is warned of (docs/models.md)
 DRIFT_METRIC = "encoder_cosine"  # eval_encoder_cosine in the evaluation records and the final results
 
 
