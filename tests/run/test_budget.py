@@ -310,9 +310,12 @@ def test_a_re_plan_with_no_room_for_its_decay_decays_from_the_rate_it_finds(
     assert plan.total == 111 and len(plan.plans) == 2
 
 
-def test_no_periodic_evaluation_a_few_steps_before_the_final_one(tmp_path: Any) -> None:
+def test_no_periodic_evaluation_a_few_steps_before_the_final_one(
+    tmp_path: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """An evaluation due within half an interval of the plan's last step is left to the final one (the run
     evaluates there anyway); one further away stays."""
+    monkeypatch.setattr(budget_module, "time", Clock())  # steps that take no time: no plan is made here
     callback = TimeBudget(budget_handoff(1_000.0, 200, "200s"), eval_batches=3, checkpoint_mb=20.0)
     args = arguments(tmp_path, max_steps=10_000, eval_strategy="steps", eval_steps=10)
     state = TrainerState()
@@ -371,3 +374,29 @@ def test_a_stop_inside_an_evaluation_records_no_window(tmp_path: Any, monkeypatc
     stopper.interrupted_evaluation = False  # a stop between steps: the window is planned
     callback.on_save(args, state, TrainerControl(), **tools)
     assert callback.cut is not None and stopper.finishing
+
+
+def test_slow_steps_are_timed_from_the_first_and_planned_from_at_once_then_again(
+    tmp_path: Any, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture
+) -> None:
+    """A 3-minute budget on a base-size model on CPU: 30 s steps. Two untimed steps and three timed ones would
+    spend 150 s before any plan; a step over 2 % of the budget is the pace already."""
+    clock = Clock()
+    monkeypatch.setattr(budget_module, "time", clock)
+    callback = TimeBudget(budget_handoff(clock.now, 180, "3m"), eval_batches=0, checkpoint_mb=20.0)
+    args = arguments(tmp_path, max_steps=10_000)
+    state = TrainerState()
+    state.max_steps = 10_000
+    optimizer = torch.optim.SGD([torch.zeros(1, requires_grad=True)], lr=1.0)
+    scheduler = get_scheduler("linear", optimizer=optimizer, num_warmup_steps=0, num_training_steps=10_000)
+    tools = {"lr_scheduler": scheduler, "optimizer": optimizer}
+    callback.on_train_begin(args, state, TrainerControl(), **tools)
+    drive(callback, args, state, clock, 30.0, **tools)
+    assert callback.step_times == [30.0] and callback.plan.total is not None  # planned after the first step
+    first = callback.plan.total
+    assert first < 1 + 150 / 30  # what fits the 150 s left before the margin, at 30 s a step
+    drive(callback, args, state, clock, 20.0, **tools)
+    drive(callback, args, state, clock, 20.0, **tools)  # the third timed step: planned again, on all three
+    assert len(callback.plan.plans) == 2 and callback.plan.plans[1]["at_step"] == 3
+    assert callback.plan.plans[1]["step_s"] == pytest.approx(70 / 3, abs=1e-3)
+    assert "time budget: planned at step 1:" in capsys.readouterr().err

@@ -4,7 +4,9 @@
 The rule, stated once:
 - The first ``WARMUP_STEPS`` steps of a session are not timed (allocator growth, loader start, first kernels);
   after ``TIMED_STEPS`` more, the first plan is made; every evaluation and save is timed as it happens, and the
-  plan is made again after each, with what they cost.
+  plan is made again after each, with what they cost. A step longer than ``SLOW_STEP_SHARE`` of the budget is
+  timed whatever its place and the plan made at once (a 3-minute budget's 30 s steps: five steps to time ate it),
+  then again once ``TIMED_STEPS`` are timed.
 - A step costs its mean measured time over the last ``STEP_WINDOW`` steps (the mean, not the median: on a
   machine shared with other work, a step that waited for the CPU costs wall time as any other; the median of a
   loaded run's steps was a third of their mean, and plans ran past their deadline), each step counted at most
@@ -48,6 +50,7 @@ from train.common import distributed, durations
 from train.common.console import say, warn
 from train.common.handoff import Handoff
 from train.run.budget_schedule import decay_after, decay_ahead, schedule_for
+from train.run.budget_stop import CutShort, steps_after_stop
 from train.run.preemption import StopOnSignal
 from train.run.trainer import schedule_kind, step_schedule
 
@@ -59,6 +62,7 @@ ESTIMATED_WRITE_MB_S = 200.0  # a local disk, until a save has been timed
 STEP_WINDOW = 20
 FEW_STEPS = 50  # a plan of fewer steps is said to be of little use (a 3-minute budget planned 5)
 STALL_CAP = 10
+SLOW_STEP_SHARE = 0.02  # a step taking this share of the budget is timed, warm-up or not, and planned from at once
 FORWARD_SHARE = 1 / 3  # an evaluation batch: a forward pass of a training step's forward + backward
 CONSTANT = ("constant", "constant_with_warmup", "inverse_sqrt", "reduce_lr_on_plateau")  # schedules with no decay
 
@@ -112,33 +116,6 @@ def margin_for(budget_s: float) -> float:
     return max(MARGIN_FRACTION * budget_s, MIN_MARGIN_S)
 
 
-@dataclass(frozen=True)
-class CutShort:
-    """A budgeted run's stop: the checkpoint of ``at_step``, then ``steps`` more, the last ``decay_steps`` decaying."""
-
-    signal: str
-    at_step: int
-    steps: int
-    decay_steps: int
-    whole_plan: bool  # the plan's own remaining steps fit: the run finishes as planned
-    window_s: float  # the time the stop left, from the signal
-
-    @property
-    def final_step(self) -> int:
-        return self.at_step + self.steps
-
-    def record(self) -> dict[str, Any]:
-        return {
-            "signal": self.signal,
-            "checkpoint_step": self.at_step,
-            "steps_after": self.steps,
-            "decay_steps": self.decay_steps,
-            "final_step": self.final_step,
-            "whole_plan": self.whole_plan,
-            "window_s": round(self.window_s, 1),
-        }
-
-
 @dataclass
 class BudgetPlan:
     """The plans made so far, as the banner's follow-up lines and run.json show them."""
@@ -163,13 +140,6 @@ class BudgetPlan:
             "plans": self.plans,
             "cut_short": self.cut_short.record() if self.cut_short is not None else None,
         }
-
-
-def steps_after_stop(left: int, fit: int, decay_ahead: int) -> tuple[int, int]:
-    """(steps, of which decaying) after a stop: the ``fit`` steps, or the plan's ``left`` when they fit; the decay
-    the last ``decay_ahead`` (the plan's) of them at most. (0, 0): none fits."""
-    steps = max(min(fit, left), 0)
-    return steps, min(steps, decay_ahead)
 
 
 class TimeBudget(TrainerCallback):
@@ -200,6 +170,7 @@ class TimeBudget(TrainerCallback):
         self.replan = False
         self.stopper = stopper
         self.stop_timeout_s = stop_timeout_s
+        self.planned_early = False  # the first plan came before TIMED_STEPS steps were timed (slow steps)
         self.size_evaluation: Any = None  # cuts the held-out set to fit the budget (train/run/budget_evaluation.py)
 
     @property
@@ -236,9 +207,14 @@ class TimeBudget(TrainerCallback):
     def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
         took = self._since_mark()
         self.steps_this_session += 1
-        if self.steps_this_session > WARMUP_STEPS:
+        slow = took > SLOW_STEP_SHARE * self.plan.budget_s  # the pace already: timed, and the plan made at once
+        if self.steps_this_session > WARMUP_STEPS or slow:
             self.step_times.append(took)
-        first = len(self.step_times) == TIMED_STEPS and self.plan.total is None
+        timed = len(self.step_times)
+        if timed == TIMED_STEPS and self.planned_early:
+            self.replan = True  # planned on slow steps: again, once as many are timed as a plan usually has
+        first = self.plan.total is None and (timed >= TIMED_STEPS or (slow and timed > 0))
+        self.planned_early = self.planned_early or (first and timed < TIMED_STEPS)
         # The planned last step ends the run however much time is left: the Trainer's own flow callback, which runs
         # first, has stopped it there already, with the schedule decayed to its end (a re-plan at that step drew a
         # longer plan that was never trained, its last steps missing from run.json's account).

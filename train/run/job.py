@@ -43,7 +43,7 @@ from train.outputs.record import RecordHooks, RunRecord, write_json_atomic
 from train.outputs.runfiles import CUT_SHORT, step_of
 from train.publish import CARD, publish_run
 from train.run import crash, logs
-from train.run.budget import CutShort
+from train.run.budget_stop import CutShort
 from train.run.build import Prepared, prepare
 from train.run.callbacks import CheckpointSaved, finite_weights
 from train.run.outcome import divergence_message, evaluation_at, final_metrics, write_report_safely
