@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
 
 import pytest
 import torch
@@ -156,3 +158,39 @@ def test_two_ranks_warm_the_head_up_with_the_encoder_untouched(tmp_path: Path) -
     assert results["eval_encoder_cosine"] == pytest.approx(1.0, abs=1e-5)
     curve = json.loads((output / "run.json").read_text())["quality_curve"]
     assert curve[-1]["eval_encoder_cosine"] == results["eval_encoder_cosine"]  # the final evaluation's
+
+
+def test_a_new_head_warms_up_alone_by_default_for_the_learning_rates_warm_up(
+    tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
+    """head_warmup_steps unset: a pretrained model's new head trains alone for the learning rate's warm-up (known
+    at the first step); a whole head, a model from scratch, or head_warmup_steps=0 warm nothing up alone."""
+    from transformers import TrainingArguments
+
+    from train.run.adapting import AUTO_WARMUP, adapt
+
+    def adapted(new_head: bool, scratch: bool = False, **env: str) -> Any:
+        config = load_config([], {"MLM_MODEL_NAME_OR_PATH": str(tmp_path), **env})
+        trainer = SimpleNamespace(model=tiny_bert(), compute_metrics=None)
+        adapt(trainer, config, None, 0, scratch, new_head)
+        return trainer
+
+    assert adapted(new_head=True).head_warmup_steps == AUTO_WARMUP
+    assert adapted(new_head=False).head_warmup_steps == 0
+    assert adapted(new_head=True, scratch=True).head_warmup_steps == 0
+    assert adapted(new_head=True, MLM_HEAD_WARMUP_STEPS="0").head_warmup_steps == 0
+    assert adapted(new_head=False, MLM_HEAD_WARMUP_STEPS="5").head_warmup_steps == 5
+
+    config = load_config([], {"MLM_MODEL_NAME_OR_PATH": str(tmp_path)})  # before the Trainer: it resets accelerate
+    args = TrainingArguments(str(tmp_path), use_cpu=True, report_to=[], max_steps=40, warmup_steps=0.1)
+    trainer = MLMTrainer(model=tiny_bert(), args=args)
+    adapt(trainer, config, None, 0, False, True)
+    trainer.current_gradient_accumulation_steps = 1
+    trainer.state.max_steps, trainer.state.global_step = 40, 0
+    ids = torch.randint(5, 64, (2, 8))
+    trainer.training_step(trainer.model, {"input_ids": ids, "attention_mask": torch.ones_like(ids), "labels": ids})
+    assert trainer.head_warmup_steps == 4  # a tenth of the 40 steps
+    assert trainer.model.bert.encoder.layer[0].attention.self.query.weight.grad is None  # frozen at step 0
+    assert "the MLM head is new: it trains alone, the encoder frozen, for the learning rate's 4 warm-up steps" in (
+        capsys.readouterr().err
+    )

@@ -196,8 +196,11 @@ class JobArguments:
         "every masked-LM whose head works position by position, checked before training); the saved model is "
         "unchanged.",
     )
-    head_warmup_steps: int = option(
-        0, "Steps at the start that train the MLM head alone, the encoder frozen (docs/models.md).", integers(0)
+    head_warmup_steps: int | None = option(
+        None,
+        "Steps at the start that train the MLM head alone, the encoder frozen; default: a new head (a pretrained "
+        "model's, wholly or in part) for the learning rate's warm-up, else none (docs/models.md).",
+        integers(0),
     )
     head_learning_rate: float | None = option(None, "The MLM head's own peak rate (default: learning_rate).", POSITIVE)
     freeze_layers: int | None = option(

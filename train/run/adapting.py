@@ -32,6 +32,7 @@ from train.model.adapting import (
     pooled_embeddings,
 )
 
+AUTO_WARMUP = -1  # head_warmup_steps unset and the head new: the learning rate's warm-up steps, known at the first step
 DRIFT_SAMPLE = 64  # held-out examples the drift is measured on: a forward pass of 64 rows at each evaluation
 DRIFT_METRIC = "encoder_cosine"  # eval_encoder_cosine in the evaluation records and the final results
 
@@ -40,7 +41,7 @@ def adapting_options(config: Config) -> list[str]:
     """The adapting options this run sets (all of them off by default)."""
     job = config.job
     head_rate, frozen = job.head_learning_rate is not None, job.freeze_layers is not None
-    used = {"head_warmup_steps": job.head_warmup_steps > 0, "head_learning_rate": head_rate, "freeze_layers": frozen}
+    used = {"head_warmup_steps": bool(job.head_warmup_steps), "head_learning_rate": head_rate, "freeze_layers": frozen}
     return [name for name, on in used.items() if on]
 
 
@@ -67,13 +68,17 @@ def freeze_layers(config: Config, model: Any) -> list[str]:
     return frozen
 
 
-def adapt(trainer: Any, config: Config, validation: Any, pad_id: int | None, scratch: bool) -> None:
+def adapt(trainer: Any, config: Config, validation: Any, pad_id: int | None, scratch: bool, new_head: bool) -> None:
     """Give ``trainer`` (train/run/trainer.py's MLMTrainer) the head's parameters and rate, the warm-up's frozen
-    encoder, and for a pretrained model with held-out data the drift at every evaluation."""
+    encoder (by default for a pretrained model's ``new_head``: the learning rate's warm-up, :data:`AUTO_WARMUP`),
+    and for a pretrained model with held-out data the drift at every evaluation."""
     job, model = config.job, trainer.model
     head = head_parameters(model)
+    warmup = job.head_warmup_steps
+    if warmup is None:  # fsdp refuses a set warm-up; its default stays off there (not tried on shards)
+        warmup = AUTO_WARMUP if new_head and head and not scratch and not isinstance(model, FSDPModule) else 0
     for name, used in (
-        ("head_warmup_steps", job.head_warmup_steps > 0),
+        ("head_warmup_steps", bool(job.head_warmup_steps)),
         ("head_learning_rate", job.head_learning_rate is not None),
     ):
         if used and not head:
@@ -82,8 +87,8 @@ def adapt(trainer: Any, config: Config, validation: Any, pad_id: int | None, scr
             )
     trainer.head_parameters = tuple(head)
     trainer.head_learning_rate = job.head_learning_rate
-    trainer.head_warmup_steps = job.head_warmup_steps
-    trainer.warming_up_frozen = tuple(encoder_parameters(model)) if job.head_warmup_steps else ()
+    trainer.head_warmup_steps = warmup
+    trainer.warming_up_frozen = tuple(encoder_parameters(model)) if warmup else ()
     # Under fsdp the encoder's own forward would meet the root unit's sharded parameters: not measured there yet.
     if scratch or validation is None or trainer.compute_metrics is None or isinstance(model, FSDPModule):
         return

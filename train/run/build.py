@@ -222,7 +222,8 @@ def prepare(
     if job.final_mlm_probability is not None:
         trainer.mask_rates = (job.mlm_probability, job.final_mlm_probability)
     losses_are_batch_means(trainer)
-    adapt(trainer, config, corpus.validation if evaluating else None, tokenizer.pad_token_id, arch is not None)
+    held_out = corpus.validation if evaluating else None
+    adapt(trainer, config, held_out, tokenizer.pad_token_id, arch is not None, built.head_weights is not None)
     masking, packing_facts = batch_facts(config, collator, corpus)
     mark("trainer")
     return Prepared(

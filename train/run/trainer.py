@@ -31,6 +31,7 @@ from train.borrowed.transformers_trainer import (
     train_batch_size,
 )
 from train.common import distributed
+from train.common.console import say
 from train.common.schedules import mask_rate, scheduler_kwargs
 from train.common.writable import follow_umask
 from train.data import ResumedStream, own_loader_state, stream_loader
@@ -74,6 +75,13 @@ class MLMTrainer(TrainerOverrides):
         find_unused_parameters, waits for every parameter it was given at every step. The step is the Trainer's
         count, a resumed checkpoint's included: a resume inside the warm-up stays frozen until its end."""
         loss = super().training_step(model, inputs, num_items_in_batch)
+        if self.head_warmup_steps < 0:  # the default for a new head: the learning rate's warm-up, known by now
+            self.head_warmup_steps = self.args.get_warmup_steps(self.state.max_steps)
+            if distributed.is_world_zero():
+                say(
+                    f"the MLM head is new: it trains alone, the encoder frozen, for the learning rate's "
+                    f"{self.head_warmup_steps} warm-up steps (head_warmup_steps sets how many; 0: none)"
+                )
         if self.state.global_step < self.head_warmup_steps:
             drop_encoder_gradients(self.warming_up_frozen)
         return loss
