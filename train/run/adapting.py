@@ -32,7 +32,7 @@ from train.model.adapting import (
     pooled_embeddings,
 )
 
-AUTO_WARMUP = -1  # head_warmup_steps unset and the head new: the learning rate's warm-up steps, known at the first step
+AUTO_WARMUP = -1  # unset, and the head new: the learning rate's warm-up (a tenth of the run at most), at the first step
 DRIFT_SAMPLE = 64  # held-out examples the drift is measured on: a forward pass of 64 rows at each evaluation
 DRIFT_METRIC = "encoder_cosine"  # eval_encoder_cosine in the evaluation records and the final results
 

@@ -75,9 +75,10 @@ class MLMTrainer(TrainerOverrides):
         find_unused_parameters, waits for every parameter it was given at every step. The step is the Trainer's
         count, a resumed checkpoint's included: a resume inside the warm-up stays frozen until its end."""
         loss = super().training_step(model, inputs, num_items_in_batch)
-        if self.head_warmup_steps < 0:  # the default for a new head: the learning rate's warm-up, known by now
-            self.head_warmup_steps = self.args.get_warmup_steps(self.state.max_steps)
-            if distributed.is_world_zero():
+        if self.head_warmup_steps < 0:  # a new head's default: the learning rate's warm-up, a tenth of the run at most
+            steps = self.state.max_steps
+            self.head_warmup_steps = min(self.args.get_warmup_steps(steps), steps // 10)
+            if distributed.is_world_zero() and self.head_warmup_steps:
                 say(
                     f"the MLM head is new: it trains alone, the encoder frozen, for the learning rate's "
                     f"{self.head_warmup_steps} warm-up steps (head_warmup_steps sets how many; 0: none)"
