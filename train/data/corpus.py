@@ -66,12 +66,12 @@ def build_corpus(config: Config, raw: RawData, tokenizer: Any, rank: int, world_
             stream_part=functools.partial(tokenized_stream, config, raw.stream, tokenizer),
         )
     if raw.parts is not None:
-        train, validation, parts, facts = mixed_splits(config, raw, tokenizer)
+        train, validation, parts, facts, cut = mixed_splits(config, raw, tokenizer)
         real_tokens = sum(fact.tokens for fact in facts)
     else:
         splits = tokenize(config, raw, tokenizer)
         train, validation, parts, facts = splits["train"], splits.get("validation"), None, None
-        real_tokens = real_token_count(train, tokenizer.pad_token_id)
+        real_tokens, cut = real_token_count(train, tokenizer.pad_token_id), truncation(train)
     corpus = Corpus(
         train=train,
         validation=validation,
@@ -80,7 +80,7 @@ def build_corpus(config: Config, raw: RawData, tokenizer: Any, rank: int, world_
         train_samples=len(train),
         eval_samples=len(validation) if validation is not None else 0,
         train_real_tokens=real_tokens,
-        truncation=truncation(train),
+        truncation=cut,
         train_documents=len(raw.splits["train"]),
         eval_documents=len(raw.splits["validation"]) if "validation" in raw.splits else 0,
         cached=train.cached,
@@ -94,10 +94,13 @@ def build_corpus(config: Config, raw: RawData, tokenizer: Any, rank: int, world_
 
 def mixed_splits(
     config: Config, raw: RawData, tokenizer: Any
-) -> tuple[IndexedExamples, IndexedExamples | None, dict[str, IndexedExamples] | None, list[MixedSource]]:
+) -> tuple[
+    IndexedExamples, IndexedExamples | None, dict[str, IndexedExamples] | None, list[MixedSource], dict[str, int]
+]:
     """A mixture's sources tokenized (and packed) each alone, then mixed by their token shares
-    (train/data/mixture.py): the training set, the held-out parts together and apart (for a loss per source), and
-    what the epoch takes of each source."""
+    (train/data/mixture.py): the training set, the held-out parts together and apart (for a loss per source), what
+    the epoch takes of each source, and what truncation cut of the sources' examples (counted on each source's own
+    table, not on the mixed selection, which Arrow would copy whole to read)."""
     assert raw.parts is not None
     tokenized = [(part, tokenize(config, part_raw, tokenizer)) for part, part_raw in raw.parts]
     mixed, facts = mix(
@@ -109,7 +112,9 @@ def mixed_splits(
     train = IndexedExamples(mixed, cached=all(splits["train"].cached for _, splits in tokenized))
     held_out = {part.key: splits["validation"] for part, splits in tokenized if "validation" in splits}
     validation = IndexedExamples(concatenate_datasets([v.examples for v in held_out.values()])) if held_out else None
-    return train, validation, held_out or None, facts
+    cuts = [truncation(splits["train"]) for _, splits in tokenized]
+    cut = {key: sum(c[key] for c in cuts) for key in ("examples_cut", "tokens_cut")}
+    return train, validation, held_out or None, facts, cut
 
 
 def warn_truncation(corpus: Corpus, max_seq_length: int) -> None:
@@ -119,8 +124,9 @@ def warn_truncation(corpus: Corpus, max_seq_length: int) -> None:
         return
     kept = corpus.train_real_tokens or 0
     share = 100 * cut["tokens_cut"] / max(kept + cut["tokens_cut"], 1)
+    examples = corpus.train_documents or corpus.train_samples  # a mixture's sources' own, repeats not counted
     warn(
-        f"{cut['examples_cut']:,} of {corpus.train_samples:,} training examples are longer than "
+        f"{cut['examples_cut']:,} of {examples:,} training examples are longer than "
         f"max_seq_length={max_seq_length} and were cut, dropping {cut['tokens_cut']:,} tokens ({share:.1f} % "
         "of the text): use padding packed, or a larger max_seq_length, to train on all of it"
     )

@@ -24,6 +24,7 @@ from typing import Any
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 from datasets import Dataset, concatenate_datasets
 
 from train.common.console import warn
@@ -96,8 +97,12 @@ def draw(examples: int, count: int, seed: int, source: int) -> np.ndarray:
 
 
 def row_tokens(examples: Dataset, pad_token_id: int) -> np.ndarray:
-    """Each example's real (non-padding) tokens, counted by Arrow and numpy rather than per example in Python."""
-    column = examples.with_format("arrow")[:].column("input_ids")
+    """Each example's real (non-padding) tokens, counted by Arrow and numpy rather than per example in Python: its
+    length, unless padding was stored (max_length), when the padding is counted out row by row."""
+    column = examples.with_format("arrow")[:].column("input_ids")  # the split's own table: no copy
+    lengths = pc.list_value_length(column).to_numpy(zero_copy_only=False)
+    if not pc.any(pc.equal(pc.list_flatten(column), pad_token_id)).as_py():  # packed or dynamic: nothing padded
+        return lengths
     ids = column.combine_chunks() if isinstance(column, pa.ChunkedArray) else column
     offsets = ids.offsets.to_numpy()
     real = np.concatenate([[0], np.cumsum(ids.values.to_numpy(zero_copy_only=False) != pad_token_id)])
