@@ -20,7 +20,7 @@ import sys
 from typing import Any
 
 import torch.distributed as dist
-from datasets import DatasetDict
+from datasets import DatasetDict, concatenate_datasets
 from transformers.trainer_callback import PrinterCallback, ProgressCallback
 
 from train.common import distributed
@@ -32,6 +32,7 @@ from train.common.usage import usage, wants_help
 from train.config import Config, load_config, move_hub_token_to_env
 from train.config.model_source import model_source
 from train.data import RawData, load_raw, tokenize
+from train.data.tokenization import IndexedExamples
 from train.model.collator import evaluation_rate
 from train.model.load import check_before_data, load_model, load_tokenizer
 from train.outputs.verify import fetch
@@ -51,7 +52,17 @@ def held_out(config: Config) -> RawData:
             f"{config.source_of('dataset')}={config.job.dataset!r}: nothing is held out to evaluate on; set "
             "validation_file, validation_split_percentage above 0, or (streaming) max_eval_samples"
         )
-    return RawData(DatasetDict({"validation": raw.splits["validation"]}), raw.fingerprint)
+    parts = tuple(
+        (part, RawData(DatasetDict({"validation": r.splits["validation"]}), r.fingerprint))
+        for part, r in raw.parts or ()
+        if "validation" in r.splits
+    )
+    return RawData(DatasetDict({"validation": raw.splits["validation"]}), raw.fingerprint, parts=parts or None)
+
+
+def held_out_parts(config: Config, text: RawData, tokenizer: Any) -> dict[str, Any] | None:
+    """A mixture's held-out part per source, tokenized as training tokenized it (its loss per source)."""
+    return {part.key: tokenize(config, raw, tokenizer)["validation"] for part, raw in text.parts or ()} or None
 
 
 def fetched_model(config: Config) -> None:
@@ -84,7 +95,12 @@ def evaluate(config: Config) -> dict[str, Any]:
     with training.main_process_first(desc="preparing the held-out data"):
         text = held_out(config)
         tokenizer = load_tokenizer(config, text, None)
-        validation = tokenize(config, text, tokenizer)["validation"]
+        parts = held_out_parts(config, text, tokenizer)
+        validation = (
+            IndexedExamples(concatenate_datasets([part.examples for part in parts.values()]))
+            if parts
+            else tokenize(config, text, tokenizer)["validation"]
+        )
     model, head_weights = load_model(config, None, tokenizer, model_config)
     collator = masking_collator(config, tokenizer, model)
     training.report_to = []  # a score, not a run: no tracker run is started (the JSON and the line are the record)
@@ -100,6 +116,7 @@ def evaluate(config: Config) -> dict[str, Any]:
     trainer.eval_collator = collator.for_evaluation(
         evaluation_rate(job.mlm_probability, job.final_mlm_probability, job.eval_mlm_probability)
     )
+    trainer.eval_parts = parts  # a mixture: each source's loss beside the total, as training evaluates it
     losses_are_batch_means(trainer)
     trainer.remove_callback(PrinterCallback)
     if not bars_drawn(resolve_format(job.log_format)):
@@ -120,6 +137,7 @@ def evaluate(config: Config) -> dict[str, Any]:
         "dataset_fingerprint": text.fingerprint,
         "head_weights": head_weights,
         "eval_runtime": metrics.get("eval_runtime"),
+        **({"eval_loss_by_source": {key: metrics[f"eval_{key}_loss"] for key in parts}} if parts else {}),
     }
 
 
@@ -137,6 +155,7 @@ def main(argv: list[str] | None = None) -> int:
         f"evaluated {results['model']} on {results['eval_samples']:,} held-out samples: loss "
         f"{results['eval_loss']:.4f}, perplexity {results['perplexity']:.2f}"
         + (f", masked-token accuracy {accuracy:.4f}" if accuracy is not None else "")
+        + "".join(f"; {key} loss {loss:.4f}" for key, loss in results.get("eval_loss_by_source", {}).items())
     )
     write_results(config, EVAL_RESULTS, results, "evaluate", text)
     return 0
