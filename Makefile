@@ -59,7 +59,11 @@ test: venv system-deps lint audit ## Set up and run every test: lint, audit, uni
 		wait $$image || built=$$?; cat build/image-test.log; \
 		echo "make test: unit tests exit $$unit, waiting end-to-end tests exit $$waited, image test exit $$built"; \
 		test $$unit -eq 0 -a $$waited -eq 0 -a $$built -eq 0
-	$(BIN)/python -m pytest -m "slow and not waits" --durations=25 $(PYTEST_ARGS)
+	# The other end-to-end runs two at a time (about half of a core sat idle while they ran one at a time: launches,
+	# servers, signals), a module's tests on one worker (they share its fixtures); then those that time themselves or
+	# work to a deadline (-m alone: a time budget, a stop timeout), one at a time, with nothing else running.
+	$(BIN)/python -m pytest -m "slow and not waits and not alone" -n 2 --dist loadfile --durations=25 $(PYTEST_ARGS)
+	$(BIN)/python -m pytest -m "slow and not waits and alone" --durations=25 $(PYTEST_ARGS)
 
 .PHONY: pytest
 pytest: venv ## Run the Python test suite only (and list its 25 slowest tests)

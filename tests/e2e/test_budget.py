@@ -19,7 +19,7 @@ import pytest
 from tests.conftest import tiny_env
 from tests.e2e.runs import entrypoint, last_rate, records, start, wait_for
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.alone]  # timed or to a deadline: not beside other runs
 
 BUDGET_S = 40
 STOP_TIMEOUT_S = 30  # torchrun's time for the ranks after a stop signal

@@ -16,7 +16,7 @@ import pytest
 from tests.conftest import tiny_env
 from tests.e2e.runs import RESUMABLE, entrypoint, is_descendant, rank_pids, running, start, wait_for
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.alone]  # timed or to a deadline: not beside other runs
 
 # Two workers per rank and steps long enough that a kill lands mid-training, after the first checkpoint.
 WITH_WORKERS = {**RESUMABLE, "demo_samples": "6400", "dataloader_num_workers": "2"}

@@ -15,7 +15,7 @@ from tests.conftest import run_torchrun
 from tests.e2e.runs import HUB_TOKEN, REPO_ID, entrypoint, push_env
 from tests.hub_server import HubServer, Repo, Request
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.alone]  # timed or to a deadline: not beside other runs
 
 TOKEN = HUB_TOKEN  # the token the loopback hub (the `hub` fixture, tests/e2e/conftest.py) accepts
 

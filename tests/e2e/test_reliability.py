@@ -32,7 +32,7 @@ from tests.helpers import Payload
 from train.outputs.marker import mark_complete
 from train.outputs.runfiles import OPTIONS_NAME
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.alone]  # timed or to a deadline: not beside other runs
 
 
 def test_sigterm_saves_resumes_and_ends_with_identical_weights(tmp_path: Path) -> None:

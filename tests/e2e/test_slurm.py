@@ -22,7 +22,7 @@ from tests.conftest import REPO, tiny_env
 from tests.e2e.runs import last_rate, records
 from tests.e2e.slurm_cluster import Cluster, Job, slurm_cluster
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.alone]  # timed or to a deadline: not beside other runs
 
 SCRIPT = REPO / "slurm" / "train.sbatch"
 # 1,600 demo samples (1,280 to train) in batches of 16 on 2 ranks: 40 steps, a checkpoint every 10, no workers.

@@ -95,7 +95,7 @@ def result_values(config: Config, run: dict[str, Any], results: dict[str, Any], 
 def drift_text(cosine: Any) -> str:
     """An adapted encoder's mean cosine to the model handed over, warned of below DRIFT_WARNING (as the logs do)."""
     if not isinstance(cosine, (int, float)):
-        return "not measured (trained from scratch, or not evaluated)"
+        return "not measured (only for a model handed over, when evaluated)"
     if cosine < DRIFT_WARNING:
         return (
             f"**{cosine:.3f}: below {DRIFT_WARNING}, the encoder moved far from the model it was adapted from**; "
