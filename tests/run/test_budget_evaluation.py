@@ -34,7 +34,7 @@ def run_to_first_plan(tmp_path: Any, monkeypatch: pytest.MonkeyPatch, trainer: A
     clock = Clock()
     monkeypatch.setattr(budget_module, "time", clock)
     callback = TimeBudget(budget_handoff(clock.now, 150, "150s"), eval_batches=batches, checkpoint_mb=20.0)
-    callback.size_evaluation = EvaluationSizer(trainer, per_pass=4)
+    callback.size_evaluation = EvaluationSizer(trainer)
     args = arguments(tmp_path, max_steps=10_000, eval_strategy="steps", eval_steps=50)
     state = TrainerState()
     state.max_steps = 10_000

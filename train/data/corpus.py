@@ -9,7 +9,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from datasets import DatasetDict, IterableDataset, concatenate_datasets
+from datasets import DatasetDict, IterableDataset
 
 from train.common.console import warn
 from train.common.distributed import gather_from_every_rank, is_world_zero
@@ -18,7 +18,7 @@ from train.config import Config
 from train.data.mixture import MixedSource, mix
 from train.data.raw import RawData
 from train.data.stream import tokenized_stream
-from train.data.tokenization import IndexedExamples, real_token_count, tokenize, truncation
+from train.data.tokenization import IndexedExamples, joined, real_token_count, tokenize, truncation
 
 
 @dataclass(frozen=True)
@@ -111,7 +111,7 @@ def mixed_splits(
     )
     train = IndexedExamples(mixed, cached=all(splits["train"].cached for _, splits in tokenized))
     held_out = {part.key: splits["validation"] for part, splits in tokenized if "validation" in splits}
-    validation = IndexedExamples(concatenate_datasets([v.examples for v in held_out.values()])) if held_out else None
+    validation = joined(held_out.values()) if held_out else None
     cuts = [truncation(splits["train"]) for _, splits in tokenized]
     cut = {key: sum(c[key] for c in cuts) for key in ("examples_cut", "tokens_cut")}
     return train, validation, held_out or None, facts, cut

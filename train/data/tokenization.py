@@ -10,11 +10,12 @@ from __future__ import annotations
 import bisect
 import itertools
 import json
+from collections.abc import Iterable
 from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
-from datasets import Dataset
+from datasets import Dataset, concatenate_datasets
 
 from train.common.errors import ConfigError
 from train.common.hf import cache_key, cache_root
@@ -142,6 +143,11 @@ class IndexedExamples:
 
     def __getattr__(self, name: str) -> Any:  # features, info, select... of the underlying split
         return getattr(self.examples, name)
+
+
+def joined(parts: Iterable[IndexedExamples]) -> IndexedExamples:
+    """Tokenized splits one after another (a mixture's held-out parts as one set), positions counted anew."""
+    return IndexedExamples(concatenate_datasets([part.examples for part in parts]))
 
 
 def tokenize(config: Config, raw: RawData, tokenizer: Any) -> dict[str, IndexedExamples]:

@@ -14,11 +14,9 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from datasets import concatenate_datasets
-
 from train.common import distributed
 from train.common.console import say
-from train.data.tokenization import IndexedExamples
+from train.data.tokenization import IndexedExamples, joined
 from train.run.budget import agreed_minimum
 
 EVALUATION_SHARE = 0.10  # of the time budget, for one evaluation
@@ -43,9 +41,8 @@ class EvaluationSizer:
     """Cuts ``trainer``'s held-out set (train/run/trainer.py's MLMTrainer: ``eval_dataset``, a mixture's
     ``eval_parts``) to what fits; the time budget calls it at its first plan."""
 
-    def __init__(self, trainer: Any, per_pass: int) -> None:
+    def __init__(self, trainer: Any) -> None:
         self.trainer = trainer
-        self.per_pass = per_pass  # examples an evaluation batch takes over every rank
 
     def __call__(self, budget_s: float, batches: int, batch_s: float, device: Any) -> int:
         """The batches an evaluation now takes (every rank's smallest count: the same everywhere)."""
@@ -53,14 +50,16 @@ class EvaluationSizer:
         if kept >= batches:
             return batches
         trainer, whole = self.trainer, len(self.trainer.eval_dataset)
-        share = kept * self.per_pass / whole
+
+        def cut(examples: Any) -> Any:  # the same share of each set: the batches kept of those there were
+            return first_examples(examples, max(1, math.floor(len(examples) * kept / batches)))
+
         parts = trainer.eval_parts
         if parts:
-            trainer.eval_parts = {k: first_examples(v, max(1, math.floor(len(v) * share))) for k, v in parts.items()}
-            joined = concatenate_datasets([part.examples for part in trainer.eval_parts.values()])
-            trainer.eval_dataset = IndexedExamples(joined)
+            trainer.eval_parts = {key: cut(part) for key, part in parts.items()}
+            trainer.eval_dataset = joined(trainer.eval_parts.values())
         else:
-            trainer.eval_dataset = first_examples(trainer.eval_dataset, kept * self.per_pass)
+            trainer.eval_dataset = cut(trainer.eval_dataset)
         if distributed.is_world_zero():
             say(
                 f"time budget: each evaluation reads the first {len(trainer.eval_dataset):,} of the {whole:,} "

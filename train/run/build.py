@@ -217,8 +217,7 @@ def prepare(
     trainer.decay_ratio = job.decay_ratio
     trainer.eval_parts = corpus.validation_parts
     if budget is not None:
-        per_pass = training.per_device_eval_batch_size * max(training.world_size, 1)
-        budget.size_evaluation = EvaluationSizer(trainer, per_pass)
+        budget.size_evaluation = EvaluationSizer(trainer)
     if job.final_mlm_probability is not None:
         trainer.mask_rates = (job.mlm_probability, job.final_mlm_probability)
     losses_are_batch_means(trainer)

@@ -20,7 +20,7 @@ import sys
 from typing import Any
 
 import torch.distributed as dist
-from datasets import DatasetDict, concatenate_datasets
+from datasets import DatasetDict
 from transformers.trainer_callback import PrinterCallback, ProgressCallback
 
 from train.common import distributed
@@ -32,7 +32,7 @@ from train.common.usage import usage, wants_help
 from train.config import Config, load_config, move_hub_token_to_env
 from train.config.model_source import model_source
 from train.data import RawData, load_raw, tokenize
-from train.data.tokenization import IndexedExamples
+from train.data.tokenization import joined
 from train.model.collator import evaluation_rate
 from train.model.load import check_before_data, load_model, load_tokenizer
 from train.outputs.verify import fetch
@@ -96,11 +96,7 @@ def evaluate(config: Config) -> dict[str, Any]:
         text = held_out(config)
         tokenizer = load_tokenizer(config, text, None)
         parts = held_out_parts(config, text, tokenizer)
-        validation = (
-            IndexedExamples(concatenate_datasets([part.examples for part in parts.values()]))
-            if parts
-            else tokenize(config, text, tokenizer)["validation"]
-        )
+        validation = joined(parts.values()) if parts else tokenize(config, text, tokenizer)["validation"]
     model, head_weights = load_model(config, None, tokenizer, model_config)
     collator = masking_collator(config, tokenizer, model)
     training.report_to = []  # a score, not a run: no tracker run is started (the JSON and the line are the record)
