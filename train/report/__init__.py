@@ -18,7 +18,17 @@ the charts and the schedule import them when they draw or compute.
 """
 
 from train.report.page import render_html, write_report
-from train.report.runlog import RunLog, load_run, number, status_of
+from train.report.runlog import RunLog, load_run, number, read_record, status_of
 from train.report.schedule import Schedule, lr_schedule
 
-__all__ = ["RunLog", "Schedule", "load_run", "lr_schedule", "number", "render_html", "status_of", "write_report"]
+__all__ = [
+    "RunLog",
+    "Schedule",
+    "load_run",
+    "lr_schedule",
+    "number",
+    "read_record",
+    "render_html",
+    "status_of",
+    "write_report",
+]

@@ -69,10 +69,11 @@ def _read_jsonl(path: Path) -> list[Record]:
     return records
 
 
-def _read_json(path: Path) -> Record | None:
+def read_record(path: Path) -> Record | None:
+    """A JSON object from ``path``; None when it is missing, unreadable or no object (nothing recorded)."""
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, json.JSONDecodeError):
+    except (OSError, ValueError):  # ValueError: not JSON, or not UTF-8 either
         return None
     return data if isinstance(data, dict) else None
 
@@ -97,7 +98,7 @@ def _from_trainer_state(files: RunFiles) -> tuple[list[Record], Path | None]:
     output_dir's trainer_state.json, else the newest checkpoint's that holds any."""
     candidates = [files.root / TRAINER_STATE] + [c / TRAINER_STATE for c in reversed(files.checkpoints())]
     for path in candidates:
-        state = _read_json(path)
+        state = read_record(path)
         records = _history_records(state.get("log_history")) if state else []
         if records:
             return records, path
@@ -126,9 +127,9 @@ def load_run(output_dir: str | Path) -> RunLog:
         )
     log = RunLog(output_dir=files.root, source=str(source))
     _replay(log, records)
-    log.run = _read_json(files.run_json)
-    log.results = _read_json(files.all_results)
-    log.downstream = _read_json(files.finetune_results)
+    log.run = read_record(files.run_json)
+    log.results = read_record(files.all_results)
+    log.downstream = read_record(files.finetune_results)
     return log
 
 

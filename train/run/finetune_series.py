@@ -12,7 +12,6 @@ model saved at a step without an evaluation has no time: evaluate when saving (t
 from __future__ import annotations
 
 import dataclasses
-import json
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -24,7 +23,7 @@ from train.config import Config
 from train.config.model_source import model_source
 from train.outputs.runfiles import TRAINER_STATE, RunFiles, is_checkpoint_name
 from train.outputs.verify import verify
-from train.report import load_run, number
+from train.report import load_run, number, read_record
 from train.run.outcome import write_report_safely
 
 ALL_CHECKPOINTS = "task_all_checkpoints"
@@ -85,15 +84,6 @@ def verified_models(config: Config, files: RunFiles, warn: Callable[[str], None]
     return kept
 
 
-def _json(path: Path) -> dict[str, Any]:
-    """A JSON object from ``path``; empty when it is missing or is no object (nothing recorded, then)."""
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return {}
-    return data if isinstance(data, dict) else {}
-
-
 def _count(value: Any) -> int | None:
     """A recorded step or token count; None for anything else (not recorded)."""
     return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else None
@@ -109,7 +99,7 @@ def points(files: RunFiles, models: list[Path]) -> list[Point]:
     found = []
     for model in models:
         if is_checkpoint_name(model.name):
-            state = _json(model / TRAINER_STATE)
+            state = read_record(model / TRAINER_STATE) or {}
             step, tokens = _count(state.get("global_step")), _count(state.get("num_input_tokens_seen"))
         else:
             step, tokens = _count(end.get("step")), _count(end.get("num_input_tokens_seen"))
@@ -127,7 +117,7 @@ def starting_model(run_dir: Path | None, warn: Callable[[str], None]) -> Startin
     if run_dir is None:
         return None
     record = RunFiles(run_dir).run_json
-    options = _json(record).get("config")
+    options = (read_record(record) or {}).get("config")
     if not isinstance(options, dict) or not isinstance(options.get("model_name_or_path"), str):
         return None
     overrides = options.get("config_overrides")
