@@ -108,7 +108,8 @@ def test_drift_is_one_at_the_start_and_warned_of_when_the_encoder_moves(capsys: 
     batch = held_out_batch(examples, 64, pad_id=0)
     assert batch is not None and batch["input_ids"].shape == (2, 4) and batch["attention_mask"].sum() == 7
     drift = EncoderDrift(model, batch)
-    metrics = drift.alongside(lambda _: {"accuracy": 0.5})
+    step = [0]
+    metrics = drift.alongside(lambda _: {"accuracy": 0.5}, lambda: step[0])
     assert metrics(None) == {"accuracy": 0.5, "encoder_cosine": pytest.approx(1.0, abs=1e-5)}
     assert "encoder moved" not in capsys.readouterr().err
     with torch.no_grad():
@@ -119,6 +120,10 @@ def test_drift_is_one_at_the_start_and_warned_of_when_the_encoder_moves(capsys: 
     said = capsys.readouterr().err
     assert said.count("the encoder moved far from the model handed over: eval_encoder_cosine") == 1
     assert "head_warmup_steps" in said and "freeze_layers" in said
+    # Measured once a step: a mixture's sources each call compute_metrics on the same weights.
+    assert metrics(None)["encoder_cosine"] == pytest.approx(1.0, abs=1e-5)
+    step[0] = 1
+    assert metrics(None)["encoder_cosine"] < DRIFT_WARNING
 
 
 def test_adapting_options_refused_from_scratch_and_under_fsdp() -> None:

@@ -94,7 +94,8 @@ def adapt(trainer: Any, config: Config, validation: Any, pad_id: int | None, scr
         return
     batch = held_out_batch(validation, DRIFT_SAMPLE, pad_id if pad_id is not None else 0)
     if batch is not None:
-        trainer.compute_metrics = EncoderDrift(model, batch).alongside(trainer.compute_metrics)
+        drift = EncoderDrift(model, batch)
+        trainer.compute_metrics = drift.alongside(trainer.compute_metrics, lambda: trainer.state.global_step)
 
 
 def with_head_rate(optimizer: torch.optim.Optimizer, head: tuple[Any, ...], rate: float) -> None:
@@ -141,10 +142,19 @@ class EncoderDrift:
             )
         return value
 
-    def alongside(self, compute_metrics: Callable[[Any], dict[str, float]]) -> Callable[[Any], dict[str, float]]:
-        """``compute_metrics`` with the drift added (every rank computes it: the Trainer calls it on each)."""
+    def alongside(
+        self, compute_metrics: Callable[[Any], dict[str, float]], step: Callable[[], int]
+    ) -> Callable[[Any], dict[str, float]]:
+        """``compute_metrics`` with the drift added (every rank computes it: the Trainer calls it on each), measured
+        once a ``step`` (the trainer's): a mixture's evaluation calls compute_metrics once per source, on the same
+        weights."""
+        measured: dict[int, float] = {}
 
         def metrics(eval_pred: Any) -> dict[str, float]:
-            return {**compute_metrics(eval_pred), DRIFT_METRIC: round(self.cosine(), 6)}
+            now = step()
+            if now not in measured:
+                measured.clear()
+                measured[now] = round(self.cosine(), 6)
+            return {**compute_metrics(eval_pred), DRIFT_METRIC: measured[now]}
 
         return metrics
