@@ -20,11 +20,11 @@ from datasets import Dataset
 
 from train.common.errors import ConfigError, first_line
 from train.common.hf import BUILDERS, COMPRESSIONS, DEMO_DATASET, is_hub_dataset
+from train.common.urls import URL
 from train.config import shown
 
 DEMO = DEMO_DATASET
 DEMO_SENTENCE = "This is a training sample for multi-GPU demonstration."
-REMOTE = re.compile(r"^(?P<scheme>[a-z][a-z0-9+.-]*)://", re.I)
 GLOB = re.compile(r"[*?\[]")
 SAVED_MARKERS = ("dataset_info.json", "dataset_dict.json")  # what save_to_disk writes beside its Arrow files
 
@@ -81,8 +81,8 @@ def demo_dataset(column: str, samples: int) -> Dataset:
 
 def is_remote(name: str) -> bool:
     """A URL that fsspec reads (s3://, gs://, hf://, https://, ...): files, not a hub dataset id."""
-    match = REMOTE.match(name)
-    return bool(match) and match["scheme"].lower() != "file"
+    match = URL.match(name)  # the one URL grammar (train/common/urls.py)
+    return bool(match) and match["protocol"].lower() != "file"
 
 
 def shown_url(name: str) -> str:
