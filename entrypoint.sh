@@ -103,7 +103,7 @@ _main() {
 	done
 	local command="${1:-train}"
 	case "$command" in
-	train | plan | evaluate | finetune | replay)
+	train | plan | evaluate | finetune | replay | branch)
 		[[ $# -gt 0 ]] && shift
 		withhold_secrets "$@"
 		wants_help "${ARGS[@]}" && exec "$PYTHON" -m train.common.usage "$command"

@@ -416,6 +416,19 @@ def _replace_lr_functions(tmp_path: Path) -> None:
     assert scheduler.last_epoch == 2, "the step count was lost"
 
 
+@canary("torch_optim.scale_peaks")
+def _scale_peaks(tmp_path: Path) -> None:
+    optimizer = torch.optim.SGD([torch.nn.Parameter(torch.zeros(1))], lr=1.0)
+    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: 0.5)
+    optimizer.step()
+    scheduler.step()
+    restored = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: 0.5)
+    restored.load_state_dict(scheduler.state_dict())
+    torch_optim.scale_peaks(restored, 0.5)
+    assert restored.get_last_lr() == [0.25] and optimizer.param_groups[0]["lr"] == 0.25, "the peaks did not scale"
+    assert restored.last_epoch == 1, "the step count was lost"
+
+
 @canary("torch_dynamo.compile_counters")
 def _compile_counters(tmp_path: Path) -> None:
     from torch._dynamo.utils import counters

@@ -41,8 +41,17 @@ from tests.e2e.runs import entrypoint
 
 REPO = Path(__file__).resolve().parents[2]
 K8S = REPO / "k8s"
-OVERLAYS = ("single-node", "multi-node-pytorchjob", "multi-node-indexed", "jobset", "trainjob", "finetune-checkpoints")
+OVERLAYS = (
+    "single-node",
+    "multi-node-pytorchjob",
+    "multi-node-indexed",
+    "jobset",
+    "trainjob",
+    "finetune-checkpoints",
+    "branches",
+)
 MULTI_NODE = ("multi-node-pytorchjob", "multi-node-indexed", "jobset", "trainjob")
+SHARED_CLAIMS = (*MULTI_NODE, "branches")  # pods on several nodes mount the same claims: ReadWriteMany
 WORKLOAD_KINDS = ("Job", "PyTorchJob", "JobSet", "TrainJob")
 
 # Kubeflow Trainer v2 (pkg/constants/constants.go at v2.3.0): the trainer's replicated Job and container name, the

@@ -21,9 +21,9 @@ from tests.e2e.k8s_manifests import (
     IMAGE,
     K8S,
     KUBERNETES_VERSION,
-    MULTI_NODE,
     NODE_CASES,
     OVERLAYS,
+    SHARED_CLAIMS,
     TRAINER_ANCESTOR_LABEL,
     TRAINER_NODE,
     WORKLOAD_KINDS,
@@ -58,6 +58,16 @@ FINETUNE_ARGS = [
     "--model_name_or_path",
     "/output",
 ]
+# The decay branches' Indexed Job: pod i branches from the run's checkpoint with branch-i.yaml into its directory.
+BRANCH_ARGS = [
+    "branch",
+    "/output/checkpoint-800",
+    "--config",
+    "/branches/branch-$(BRANCH_INDEX).yaml",
+    "--output_dir",
+    "/output/branches/$(BRANCH_INDEX)",
+]
+BRANCHES = K8S / "overlays" / "branches"
 DIGEST = re.compile(r"^" + re.escape(IMAGE) + r"@sha256:[0-9a-f]{64}$")
 LABELS = (
     "app.kubernetes.io/name",
@@ -187,7 +197,7 @@ def test_volumes(rendered):
         assert volume_at(template, "/dev/shm")["emptyDir"]["medium"] == "Memory", where
         # The root filesystem is read-only: /tmp is the writable scratch space.
         assert "emptyDir" in volume_at(template, "/tmp"), where
-        want_mode = "ReadWriteMany" if overlay in MULTI_NODE else "ReadWriteOnce"
+        want_mode = "ReadWriteMany" if overlay in SHARED_CLAIMS else "ReadWriteOnce"
         for path in ("/output", "/cache", "/data"):
             volume = volume_at(template, path)
             claim = find(docs, "PersistentVolumeClaim", volume["persistentVolumeClaim"]["claimName"])
@@ -206,6 +216,14 @@ def test_environment_points_at_the_volumes_and_is_a_valid_configuration(rendered
         assert env["HF_HOME"]["value"].startswith("/cache")
         assert env["MLM_DATASET"]["value"].startswith("/data")
         options = {n: e["value"] for n, e in env.items() if n.startswith("MLM_") and n not in NON_OPTION_ENV}
+        if overlay == "branches":  # every branch's options file, as pod i reads it: a valid configuration
+            for index in (0, 1):
+                flags = [a.replace("$(BRANCH_INDEX)", str(index)) for a in container(template)["args"][2:]]
+                flags[1] = str(BRANCHES / Path(flags[1]).name)
+                config = load_config(flags, options)
+                assert config.training.output_dir == f"/output/branches/{index}"
+                assert config.training.max_steps > 800  # past the branch point
+            continue
         config = load_config(container(template)["args"][1:], options)  # the command's flags after its name
         assert config.training.output_dir == "/output", f"{overlay}/{role}"
         if overlay == "finetune-checkpoints":  # the run on the output claim, every checkpoint of it
@@ -243,7 +261,7 @@ def test_the_image_entrypoint_stays(rendered):
     may override the runtime's command, so it must not either."""
     for overlay, role, template in templates_of(rendered):
         box = container(template)
-        command = FINETUNE_ARGS if overlay == "finetune-checkpoints" else ["train"]
+        command = {"finetune-checkpoints": FINETUNE_ARGS, "branches": BRANCH_ARGS}.get(overlay, ["train"])
         assert "command" not in box and box["args"] == command, f"{overlay}/{role}"
     assert "command" not in workload(rendered["trainjob"])["spec"].get("trainer", {})
 

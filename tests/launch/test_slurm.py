@@ -384,3 +384,29 @@ def test_the_finetune_script_scores_the_runs_checkpoints_on_one_node(tmp_path):
     ]  # fmt: skip
     refused = subprocess.run(["bash", str(script)], env=env, capture_output=True, text=True, timeout=30, check=False)
     assert refused.returncode == 2 and "MLM_OUTPUT_DIR: unset" in refused.stderr
+
+
+def test_the_branches_script_runs_one_branch_per_array_task(tmp_path):
+    """slurm/branches.sbatch as sbatch runs array task 1, with srun standing in: ``entrypoint.sh branch`` from
+    BRANCH_FROM with branch-1.yaml into BRANCH_OUTPUT/1, the user's flags after; exit 2 naming what is missing."""
+    script = Path(__file__).resolve().parents[2] / "slurm" / "branches.sbatch"
+    (tmp_path / "srun").write_text('#!/bin/sh\nprintf "%s\\n" "$@" > "$SRUN_ARGS"\n')
+    (tmp_path / "srun").chmod(0o755)
+    configs = tmp_path / "branches"
+    configs.mkdir()
+    (configs / "branch-1.yaml").write_text("max_steps: 1000\n")
+    env = {"PATH": f"{tmp_path}:/usr/bin:/bin", "SLURM_JOB_ID": "7", "SLURM_JOB_NODELIST": "gpu01",
+           "SLURM_SUBMIT_DIR": "/home/me/mlm-trainer", "SRUN_ARGS": str(tmp_path / "args"),
+           "BRANCH_FROM": "/runs/1/checkpoint-800", "BRANCH_CONFIGS": str(configs), "BRANCH_OUTPUT": "/runs/b"}  # fmt: skip
+    done = subprocess.run(["bash", str(script), "--seed", "3"], env={**env, "SLURM_ARRAY_TASK_ID": "1"},
+                          capture_output=True, text=True, timeout=30, check=False)  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert (tmp_path / "args").read_text().split() == [
+        "--ntasks-per-node=1", "/home/me/mlm-trainer/entrypoint.sh", "branch", "/runs/1/checkpoint-800",
+        "--config", str(configs / "branch-1.yaml"), "--output_dir", "/runs/b/1", "--seed", "3",
+    ]  # fmt: skip
+    no_file = subprocess.run(["bash", str(script)], env={**env, "SLURM_ARRAY_TASK_ID": "2"},
+                             capture_output=True, text=True, timeout=30, check=False)  # fmt: skip
+    assert no_file.returncode == 2 and "branch-2.yaml: no such file" in no_file.stderr
+    no_array = subprocess.run(["bash", str(script)], env=env, capture_output=True, text=True, timeout=30, check=False)
+    assert no_array.returncode == 2 and "SLURM_ARRAY_TASK_ID: unset" in no_array.stderr

@@ -1,9 +1,10 @@
 """What we borrow from torch's learning-rate schedulers (torch 2.15, ``torch/optim/lr_scheduler.py``): the
-functions inside a ``LambdaLR``. No import of torch here: the report (train/report/schedule.py) reads a run's
-logs without it."""
+functions inside a ``LambdaLR`` and its peak rates. No import of torch here: the report (train/report/schedule.py)
+reads a run's logs without it."""
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -34,3 +35,19 @@ def replace_lr_functions(scheduler: Any, functions: Sequence[Callable[[int], flo
     scheduler.lr_lambdas = list(functions)
     scheduler.last_epoch -= 1
     scheduler.step()
+
+
+@borrows("torch", "2.15", "optim/lr_scheduler.py LRScheduler.base_lrs, LambdaLR.get_lr")
+def scale_peaks(scheduler: Any, ratio: float) -> None:
+    """Multiply a live ``LambdaLR``'s peak rates by ``ratio`` and set the optimizer's rate for the step ahead from
+    them (torch 2.15, ``torch/optim/lr_scheduler.py``: ``get_lr`` is ``base_lr * lr_lambda(last_epoch)`` for each
+    of ``base_lrs``, which ``load_state_dict`` restores from a checkpoint). A branch (train/run/branching.py) resumes
+    its parent's scheduler state but runs at its own learning rate; torch has no public setter for the peaks.
+    ``last_epoch`` back one, then ``step`` (both public) recompute the step's rate, as in
+    :func:`replace_lr_functions`; the warning that a scheduler steps before its optimizer is silenced: no step is
+    skipped, the count is the same afterwards."""
+    scheduler.base_lrs = [rate * ratio for rate in scheduler.base_lrs]
+    scheduler.last_epoch -= 1
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)
+        scheduler.step()

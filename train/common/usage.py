@@ -35,6 +35,10 @@ COMMANDS = {
         "replay RUN_JSON [--output_dir DIR] [--anyway] [--option value ...]",
         "run a finished run's recipe again; refused where something differs; says if final/ is identical",
     ),
+    "branch": (
+        "branch CHECKPOINT_OR_URL --output_dir DIR [--option value ...]",
+        "a new run from a checkpoint's weights, optimizer and step, with options changed (another decay or mixture)",
+    ),
     "prepare": ("prepare [--option value ...]", "tokenize the corpus into the cache (HF_HOME); trains nothing"),
     "gpus": ("gpus [--json]", "list the GPUs this container can use"),
     "doctor": ("doctor [--option value ...]", "preflight checks of the next run's options, before a long job"),

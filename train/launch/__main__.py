@@ -38,9 +38,11 @@ from train.launch.replay import (
 from train.launch.torchrun import launch
 from train.machine.gpus import detect, torch_cuda_version
 from train.machine.resources import shm_size, usable_cpus
+from train.outputs.branch import USAGE as BRANCH_USAGE
+from train.outputs.branch import BranchPoint, seed
 from train.outputs.location import output_location
 
-USAGE = "usage: ./entrypoint.sh [train|plan|evaluate|finetune|replay|help] [--option value ...]"
+USAGE = "usage: ./entrypoint.sh [train|plan|evaluate|finetune|replay|branch|help] [--option value ...]"
 # The commands that launch ranks other than the training job: the same plan, another program.
 SCORING_MODULES = {"evaluate": EVALUATE_MODULE, "finetune": FINETUNE_MODULE}
 
@@ -62,13 +64,15 @@ def main(argv: Sequence[str] | None = None, environ: Mapping[str, str] | None = 
     if command == "help":
         print(help_text(args))
         return 0
-    if command not in ("train", "plan", "replay", *SCORING_MODULES):
+    if command not in ("train", "plan", "replay", "branch", *SCORING_MODULES):
         raise ConfigError(f"unknown command {command!r}; {USAGE}")
     if wants_help(args):  # with no command named, the front door's usage
         print(usage(command if named else None))
         return 0
     if command == "replay":
         return replay(args, environ)
+    if command == "branch":
+        return branch(args, environ)
 
     config = launcher_config(args, environ)
     # auto is judged once, on the launcher's stdout: the ranks' stdout is a pipe under torchrun.
@@ -146,6 +150,44 @@ def replay(args: Sequence[str], environ: Mapping[str, str]) -> int:
     if code == 0:
         log(f"replay of {location}: " + compare_final(run, location, location_of_outputs.files.final))
     return code
+
+
+def branch(args: Sequence[str], environ: Mapping[str, str]) -> int:
+    """A run from another run's checkpoint with options changed (train/outputs/branch.py): its output_dir seeded
+    with the checkpoint, verified, then trained as a resume of it; run again, it resumes the branch."""
+    source, rest = branch_source(args)
+    config = launcher_config(rest, environ)
+    log_format = resolve_format(config.job.log_format)
+    log = Console(log_format)
+    location = output_location(config)
+    if config.output_store:
+        raise ConfigError(
+            f"{config.output_store_source}={config.output_store}: a branch is written to a directory (a mounted "
+            "volume), not a bucket; the checkpoint it starts from may be in one"
+        )
+    location.check()
+    plan = plan_for(config, environ, rest, log_format, JOB_MODULE)
+    point, seeded = seed(location.files, source)
+    refuse_no_steps(config, point)
+    log(f"{'resuming ' if seeded else ''}{point.line()} into {location.shown}")
+    return start(config, plan, environ, log)
+
+
+def branch_source(args: Sequence[str]) -> tuple[str, list[str]]:
+    """``branch``'s checkpoint (its first argument) and the option flags after it."""
+    if not args or args[0].startswith("-"):
+        raise ConfigError(f"branch: name the checkpoint to branch from; {BRANCH_USAGE}")
+    return args[0], list(args[1:])
+
+
+def refuse_no_steps(config: Config, point: BranchPoint) -> None:
+    """A branch whose max_steps the parent's step already reached would train nothing: refused, naming both."""
+    steps = config.training.max_steps
+    if 0 < steps <= point.step:
+        raise ConfigError(
+            f"{config.source_of('max_steps')}={steps}: the branch starts at step {point.step} of its parent "
+            f"({point.parent}); set a max_steps above it (the steps are counted from the parent's start)"
+        )
 
 
 if __name__ == "__main__":

@@ -61,6 +61,8 @@ def run_facts(config: Config, facts: RunFacts, *, started: str, status: str, han
         "truncation": facts.truncation,
         # A mixture's sources: the token share each was asked for and had, and how much of it an epoch read.
         "mixture": facts.mixture,
+        # A branch's parent: the checkpoint it started from and its step (train/outputs/branch.py).
+        "branch": facts.branch,
         # The attention implementation that ran and the head the loss went through (masked-only or dense).
         "model": as_json(facts.model),
         # The masking rates set, and the share of real tokens the first training samples had masked.

@@ -10,6 +10,7 @@ which lists the checkpoint directories (their validation and the resume choice a
       checkpoint-N/         the Trainer's checkpoints, each with .complete, mlm_options.json and, for a stream,
                             stream_state.json
       run.json              what ran (options redacted, versions, hardware, status)
+      branch.json           a branch's parent checkpoint and step (train/outputs/branch.py)
       all_results.json      the finished run's metrics
       finetune_results.json a downstream score (train/run/finetune.py), or a series over the run's checkpoints
       logs/train.jsonl      one JSON record per log step
@@ -65,6 +66,10 @@ class RunFiles:
     @property
     def run_json(self) -> Path:
         return self.root / "run.json"
+
+    @property
+    def branch(self) -> Path:
+        return self.root / "branch.json"
 
     @property
     def all_results(self) -> Path:

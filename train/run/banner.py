@@ -63,6 +63,7 @@ def banner_record(
         "sharding": as_json(facts.sharding),
         "dataset": job.dataset,
         "mixture": facts.mixture,
+        "branch": facts.branch,
         "train_samples": facts.train_samples,
         "eval_samples": facts.eval_samples,
         "train_documents": facts.train_documents,
@@ -157,6 +158,8 @@ def banner(config: Config, facts: RunFacts, handoff: Handoff | None = None, star
     resumed = f", resuming at step {record['start_step']}" if record["start_step"] else ""
     if resumed and record["resumed_from_ranks"] not in (None, record["world_size"]):
         resumed += f" (resumed from {record['resumed_from_ranks']} ranks on {record['world_size']})"
+    if facts.branch:
+        resumed += f"; a branch of {facts.branch['parent']} at step {facts.branch['step']}"
     if record["deadline"]:  # the time budget plans within this bound (train/run/budget.py)
         resumed += f"; at most: a time budget ends the run by {record['deadline']}, planned after a few steps"
     sharding = facts.sharding

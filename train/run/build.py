@@ -45,11 +45,13 @@ from train.model.load import (
     trains_its_tokenizer,
 )
 from train.model.tokenizer_training import agree_on_tokenizer
+from train.outputs.branch import BranchPoint
 from train.outputs.checkpoints import DATA_IDENTITY, kept_global_batch, resumed_options, saved_options, saved_world_size
 from train.outputs.facts import Masking, ModelFacts, Packing, RunFacts, Sharding
 from train.outputs.runfiles import RunFiles
 from train.run.adapting import adapt, check_adapting
 from train.run.batches import argmax_logits, batch_facts, check_isolation, masked_accuracy, masking_collator
+from train.run.branching import BranchLearningRate, branch_start, learning_rate_ratio
 from train.run.budget import TimeBudget
 from train.run.budget_evaluation import EvaluationSizer
 from train.run.callbacks import CheckpointCompleteMarker, DivergenceGuard, EpochForCollator
@@ -83,6 +85,7 @@ class Prepared:
     setup_bytes: int | None = None  # its growth in resident memory while its model was set up (model_setup.py)
     data_identity: dict[str, Any] | None = None  # what identifies the data as read (train/data/identity.py)
     data_changed: list[str] | None = None  # what changed since the resumed checkpoint, when told to go on anyway
+    branch: BranchPoint | None = None  # where the run branched from, when it is a branch (train/outputs/branch.py)
 
     def write_model(self, directory: Path) -> None:
         """The trained model and its tokenizer, as AutoModelForMaskedLM / AutoTokenizer load them, and a
@@ -120,6 +123,7 @@ class Prepared:
             sharding=Sharding(mode=self.sharding, choice=self.sharding_choice, ddp_estimate=self.ddp_estimate),
             outputs=outputs,
             mixture=as_record(corpus.mixture) if corpus.mixture else None,
+            branch=self.branch.as_record() if self.branch else None,
         )
 
     def sharding_facts(self) -> dict[str, Any]:
@@ -171,8 +175,10 @@ def prepare(
     mark("tokenizer")
     resume = choose_resume()
     data_changed = None
+    branch = branch_start(config, resume, raw.identity)  # a branch's first start: its data may differ, said
     if resume:
-        data_changed = resumed_data(config, Path(resume), raw.identity)  # other data: refused unless asked for
+        if branch is None:
+            data_changed = resumed_data(config, Path(resume), raw.identity)  # other data: refused unless asked for
         resumed_mode(config, Path(resume))  # a mode set against the checkpoint's own: refused before tokenizing
         keep_the_global_batch(config, Path(resume))
     mark("resume")
@@ -209,6 +215,7 @@ def prepare(
             *([StreamPosition()] if corpus.streaming else []),
             CheckpointCompleteMarker(files, {**resumed_options(config), DATA_IDENTITY: raw.identity}),
             state_bytes,
+            BranchLearningRate(learning_rate_ratio(config, branch)),
         ],
     )
     trainer.eval_collator = collator.for_evaluation(
@@ -230,7 +237,7 @@ def prepare(
         head_weights=built.head_weights, masking=masking, packing=packing_facts, resume=resume, budget=budget,
         sharding=built.sharding, sharding_choice=built.choice, ddp_estimate=built.estimate, state_bytes=state_bytes,
         setup_bytes=built.setup_bytes, data_identity=raw.identity, data_changed=data_changed,
-        companions=companions,
+        companions=companions, branch=BranchPoint.read(files),
     )  # fmt: skip
 
 

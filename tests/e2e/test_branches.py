@@ -1,0 +1,87 @@
+"""Decay branches from one stable checkpoint, through the front door: a warmup-stable-decay parent, two branches
+with different decays started side by side from its checkpoint, their average, and each scored by ``evaluate``."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+from transformers import AutoModelForMaskedLM
+
+from tests.conftest import tiny_env
+from tests.e2e.runs import entrypoint, logged_losses, records, start
+
+# 32 steps of 16 demo samples (512 of the 640 train), a checkpoint every 10, the learning rate logged every step.
+PARENT = {
+    "demo_samples": "640",
+    "per_device_train_batch_size": "16",
+    "save_strategy": "steps",
+    "save_steps": "10",
+    "save_total_limit": "5",
+    "logging_steps": "1",
+    "lr_scheduler_type": "warmup_stable_decay",
+    "warmup_steps": "2",
+    "learning_rate": "1e-3",
+}
+
+
+@pytest.fixture(scope="module")
+def parent(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The parent run (its own decay in its last 20 %): checkpoint-20 is in its stable phase."""
+    output = tmp_path_factory.mktemp("parent") / "out"
+    done = entrypoint(env=tiny_env(output, **PARENT))
+    assert done.returncode == 0, done.stderr[-3000:]
+    return output
+
+
+def rates(output: Path) -> dict[int, float]:
+    return {r["step"]: r["learning_rate"] for r in records(output / "logs" / "train.jsonl") if "learning_rate" in r}
+
+
+def test_two_decay_branches_from_one_stable_checkpoint_train_side_by_side_and_average(
+    parent: Path, tmp_path: Path
+) -> None:
+    point = parent / "checkpoint-20"
+    short, long = tmp_path / "short", tmp_path / "long"
+    # Branch "short" decays over its 5 steps after the branch point (max_steps 25, decay_ratio 0.2); "long" runs 10
+    # more, at half the parent's peak (the restored schedule's peak scales with the branch's learning rate), stable
+    # until its last 6 steps.
+    branches = {
+        short: ("--max_steps", "25", "--decay_ratio", "0.2"),
+        long: ("--max_steps", "30", "--decay_ratio", "0.2", "--learning_rate", "5e-4"),
+    }
+    running = [
+        start("branch", str(point), *flags, env=tiny_env(out, **{**PARENT, "num_train_epochs": "100"}))
+        for out, flags in branches.items()
+    ]
+    for process in running:
+        _, err = process.communicate(timeout=600)
+        assert process.returncode == 0, err[-3000:]
+        assert f"a branch of {point} at step 20" in err
+
+    parent_rates = rates(parent)
+    for out, last in ((short, 25), (long, 30)):
+        run = json.loads((out / "run.json").read_text())
+        assert run["branch"]["parent"] == str(point) and run["branch"]["step"] == 20
+        losses = logged_losses(out)
+        assert min(losses) == 21 and max(losses) == last  # the branch's curve starts at the branch point
+        assert rates(out)[last] < 0.15 * max(rates(out).values())  # the last step's rate: decayed
+    assert parent_rates[21] == pytest.approx(1e-3)  # the parent was stable there
+    assert rates(short)[21] == pytest.approx(1e-3) and rates(short)[22] < 1e-3  # decaying from the branch point on
+    assert [rates(long)[step] for step in range(21, 25)] == pytest.approx([5e-4] * 4)  # stable at its own peak
+
+    averaged = tmp_path / "averaged"
+    done = entrypoint("average", str(short / "final"), str(long / "final"), "--output_dir", str(averaged),
+                      env=tiny_env(averaged))  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    models = [AutoModelForMaskedLM.from_pretrained(d / "final") for d in (short, long, averaged)]
+    for name, mean in models[2].state_dict().items():
+        assert torch.allclose(mean, (models[0].state_dict()[name] + models[1].state_dict()[name]) / 2, atol=1e-6)
+    scored = entrypoint("evaluate", env=tiny_env(tmp_path / "scored", model_name_or_path=str(averaged / "final")))
+    assert scored.returncode == 0, scored.stderr[-3000:]
+    assert "eval_loss" in json.loads((tmp_path / "scored" / "eval_results.json").read_text())
+
+    again = entrypoint("branch", str(point), "--max_steps", "25", env=tiny_env(short, **PARENT))
+    assert again.returncode == 2 and "holds a finished model" in again.stderr, again.stderr[-2000:]
