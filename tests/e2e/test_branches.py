@@ -13,6 +13,8 @@ from transformers import AutoModelForMaskedLM
 from tests.conftest import tiny_env
 from tests.e2e.runs import entrypoint, logged_losses, records, start
 
+pytestmark = pytest.mark.slow
+
 # 32 steps of 16 demo samples (512 of the 640 train), a checkpoint every 10, the learning rate logged every step.
 PARENT = {
     "demo_samples": "640",

@@ -15,7 +15,8 @@ from tests.conftest import run_torchrun
 from tests.e2e.runs import HUB_TOKEN, REPO_ID, entrypoint, push_env
 from tests.hub_server import HubServer, Repo, Request
 
-pytestmark = [pytest.mark.slow, pytest.mark.alone]  # timed or to a deadline: not beside other runs
+pytestmark = pytest.mark.slow
+# The tests marked alone are timed or work to a deadline: make test runs them one at a time, beside nothing.
 
 TOKEN = HUB_TOKEN  # the token the loopback hub (the `hub` fixture, tests/e2e/conftest.py) accepts
 
@@ -97,6 +98,7 @@ def test_a_failed_push_exits_3_and_keeps_final(hub: HubServer, tmp_path: Path) -
     assert not hub.repos
 
 
+@pytest.mark.alone
 def test_an_upload_longer_than_ddp_timeout_does_not_fail_the_other_ranks(hub: HubServer, tmp_path: Path) -> None:
     """Two ranks; the hub takes longer to accept the commit than the process group's timeout. The other rank
     must not be waiting in a collective meanwhile (it would time out, and torchrun would fail the finished run)."""
