@@ -103,6 +103,8 @@ def test_weights_that_differ_after_a_gpu_run_say_what_determinism_needs(tmp_path
         ("config", [], "config is not a mapping"),
         ("dataset_fingerprint", 7, "dataset_fingerprint is not a string"),
         ("hardware", {"gpus": "H100"}, "hardware.gpus is not a list"),
+        ("phase", {"index": 1, "count": 2}, "the run ran in phases: its record holds its last launch's options"),
+        ("branch", {"parent": "x", "step": 3}, "the run is a branch of another run"),
     ],
 )
 def test_a_run_json_of_the_wrong_shape_is_one_line_naming_the_field(

@@ -12,6 +12,7 @@ import pytest
 from tests.report.helpers import train_record, write_jsonl
 from train.common.errors import ConfigError
 from train.outputs.runfiles import TRAINER_STATE, RunFiles
+from train.report.plots import loss_figure
 from train.report.runlog import load_run, number, status_of
 
 
@@ -134,3 +135,18 @@ def test_no_logs_and_no_directory_are_config_errors(tmp_path: Path):
 def test_number_reads_what_the_log_writes(value: object, expected: float | None):
     got = number(value)
     assert got is expected if expected is None else got == pytest.approx(expected, nan_ok=True)
+
+
+def test_a_phases_start_is_marked_as_its_phase_and_a_resume_inside_it_as_a_resume(tmp_path: Path):
+    def phase(index: int, start: int) -> dict:
+        return {"index": index, "count": 2, "name": ["short", "long"][index], "start": start, "end": start + 20}
+
+    records = [{"event": "banner", "start_step": 0, "phase": phase(0, 0)}, train_record(20, 3.0)]
+    records += [{"event": "banner", "start_step": 20, "phase": phase(1, 20)}, train_record(30, 2.0)]
+    records += [{"event": "banner", "start_step": 30, "phase": phase(1, 20)}, train_record(40, 1.5)]  # stopped
+    write_jsonl(RunFiles(tmp_path).train_jsonl, records)
+    log = load_run(tmp_path)
+    assert log.phase_starts == [(20, "long")] and log.resumed_at == [30]
+    figure = loss_figure(log)
+    drawn = {line.get_gid() for line in figure.axes[0].lines}
+    assert {"phase-20", "resumed-30"} <= drawn and "phase long" in figure.axes[0].get_legend_handles_labels()[1]

@@ -47,6 +47,7 @@ class Handoff:
     budget_s: float | None = None  # the time from the launch to the deadline
     launched_at: float | None = None  # when the launcher started (seconds since the epoch): quality against time
     gpu_memory_bytes: int | None = None  # the smallest of this node's GPUs (MLM_SHARDING=auto fits DDP into it)
+    phase: dict[str, Any] | None = None  # a phased run's phase this launch trains (train/common/phase.py)
 
     def to_env(self) -> str:
         return json.dumps(asdict(self), separators=(",", ":"))

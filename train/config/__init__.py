@@ -34,8 +34,9 @@ from train.config.bounds import (
     shown,
 )
 from train.config.implied import split_trackers, take_over_push
-from train.config.layers import load_config
+from train.config.layers import config_file, load_config
 from train.config.parser import TOKENS_SEEN_MODES, build_parser, expected_type, option_actions, tokens_seen_mode
+from train.config.phases import PHASE_OPTIONS, PhaseSpec, phase_flags, phases_in
 from train.config.reference import option_rows, options_text
 from train.config.resolved import REDACTED, Config, move_hub_token_to_env
 from train.config.schema import (
@@ -84,6 +85,11 @@ __all__ = [
     "expected_type",
     "help_with",
     "load_config",
+    "config_file",
+    "PHASE_OPTIONS",
+    "PhaseSpec",
+    "phase_flags",
+    "phases_in",
     "move_hub_token_to_env",
     "option_actions",
     "read_yaml",

@@ -21,6 +21,7 @@ from train.common.errors import ConfigError
 from train.config.bounds import shown
 from train.config.implied import split_trackers, stage_outputs, take_over_push
 from train.config.parser import build_parser, expected_type, option_actions
+from train.config.phases import PHASES_KEY
 from train.config.recipes import RECIPES, recipe_for, recipe_source
 from train.config.resolved import Config
 from train.config.schema import ENV_PREFIX, NON_OPTION_ENV, env_name
@@ -46,6 +47,8 @@ class Setting:
 def _yaml_layer(path: str) -> Iterator[Setting]:
     for key, value in read_yaml(path).items():
         key = str(key)
+        if key == PHASES_KEY:  # the phase plan, no option: the launcher runs it (train/config/phases.py)
+            continue
         values = None if value is None else _yaml_strings(value)
         yield Setting(key, f"{path}: {key}", values, f"{path}: unknown option {shown(key)}", key)
 
@@ -88,8 +91,8 @@ def load_config(argv: Sequence[str] | None = None, environ: Mapping[str, str] | 
     parser = build_parser()
     actions = option_actions(parser)
     known = sorted(actions)
-    yaml_path, cli_args = _split_config_flag(list(argv or []))
-    yaml_path = yaml_path or environ.get("MLM_CONFIG") or None
+    _, cli_args = _split_config_flag(list(argv or []))
+    yaml_path = config_file(argv or [], environ)
 
     flags: list[str] = []
     sources: dict[str, str] = {}
@@ -161,6 +164,12 @@ def _check_value(action: argparse.Action, source: str, values: list[str]) -> Non
             raise ConfigError(f"{source}={shown(raw)}: expected {expected_type(action)}") from None
         if action.choices and converted not in action.choices:
             raise ConfigError(f"{source}={shown(raw)}: expected {expected_type(action)}")
+
+
+def config_file(argv: Sequence[str], environ: Mapping[str, str]) -> str | None:
+    """The YAML layer's file: ``--config PATH`` on the command line, else MLM_CONFIG; None for none."""
+    path, _ = _split_config_flag(list(argv))
+    return path or environ.get("MLM_CONFIG") or None
 
 
 def _split_config_flag(argv: Sequence[str]) -> tuple[str | None, list[str]]:

@@ -13,10 +13,11 @@ from train.common.console import Console, resolve_format
 from train.common.errors import ConfigError, exit_process, run_main
 from train.common.usage import command_help, usage, wants_help
 from train.common.writable import check_cache_dir
-from train.config import Config, options_text
+from train.config import Config, PhaseSpec, config_file, options_text, phases_in
 from train.launch.deadline import deadline_line
 from train.launch.hub import reach_the_hub
 from train.launch.inputs import EVALUATE_MODULE, FINETUNE_MODULE, JOB_MODULE, Host, Launch
+from train.launch.phases import phases_document, plan_phases, refuse_run_length, run_phases
 from train.launch.plan import (
     Plan,
     launcher_config,
@@ -77,6 +78,10 @@ def main(argv: Sequence[str] | None = None, environ: Mapping[str, str] | None = 
     config = launcher_config(args, environ)
     # auto is judged once, on the launcher's stdout: the ranks' stdout is a pipe under torchrun.
     log_format = resolve_format(config.job.log_format)
+    path = config_file(args, environ)
+    specs = phases_in(path) if command in ("train", "plan") else []
+    if specs:
+        return phased(command, config, specs, path or "", args, environ)
     plan = plan_for(config, environ, args, log_format, SCORING_MODULES.get(command, JOB_MODULE))
     # The job's own checks, before torchrun: an unwritable output_dir (3) or a finished final/ there (2, but
     # a dry run only reports it; a score is written beside a finished model).
@@ -150,6 +155,26 @@ def replay(args: Sequence[str], environ: Mapping[str, str]) -> int:
     if code == 0:
         log(f"replay of {location}: " + compare_final(run, location, location_of_outputs.files.final))
     return code
+
+
+def phased(
+    command: str, config: Config, specs: list[PhaseSpec], path: str, args: Sequence[str], environ: Mapping[str, str]
+) -> int:
+    """A run in phases (train/launch/phases.py): ``plan`` shows every phase's place and options beside the first
+    phase's plan; ``train`` runs the phases not yet trained, one torchrun each."""
+    refuse_run_length(config, path)
+    log_format = resolve_format(config.job.log_format)
+    phases = plan_phases(specs, args, environ, lambda c, argv: plan_for(c, environ, argv, log_format, JOB_MODULE))
+    location = output_location(config)
+    location.check(dry_run=command != "train")
+    if command == "plan":
+        document = plan_document(phases[0].plan, phases[0].config, torch_cuda_version())
+        document["output_dir"] = location.facts()
+        document["phases"] = phases_document(phases)
+        print(json.dumps(document, indent=2, default=str))
+        return 0
+    log = Console(log_format)
+    return run_phases(phases, location.newest_step(), log, lambda phase: start(phase.config, phase.plan, environ, log))
 
 
 def branch(args: Sequence[str], environ: Mapping[str, str]) -> int:

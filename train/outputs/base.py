@@ -79,6 +79,10 @@ class OutputLocation(ABC):
         staging directory."""
 
     @abstractmethod
+    def newest_step(self) -> int:
+        """The step of the newest checkpoint there (0 for none), without judging it: where a phased run stands."""
+
+    @abstractmethod
     def lease(self) -> OutputLease:
         """One job at a time in this location."""
 

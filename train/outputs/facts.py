@@ -71,6 +71,7 @@ class RunFacts:
     outputs: str | None = None  # where the outputs live, in words (the output location's summary)
     mixture: list[dict[str, Any]] | None = None  # a mixture's sources: shares asked and had (train/data/mixture.py)
     branch: dict[str, Any] | None = None  # a branch's parent checkpoint and step (train/outputs/branch.py)
+    phase: dict[str, Any] | None = None  # a phased run's phase this launch trained (train/common/phase.py)
 
     @property
     def tokens_per_sample(self) -> float | None:

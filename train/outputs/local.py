@@ -14,7 +14,7 @@ from train.outputs.base import OutputLocation, Warn
 from train.outputs.checkpoints import decide_resume, resume_choice
 from train.outputs.lease import OutputLease
 from train.outputs.marker import write_marker
-from train.outputs.runfiles import CUT_SHORT, RunFiles
+from train.outputs.runfiles import CUT_SHORT, RunFiles, step_of
 
 
 def publish_final(files: RunFiles, write: Callable[[Path], None]) -> Path:
@@ -79,6 +79,9 @@ class Directory(OutputLocation):
         chosen, skipped = resume_choice(self.config, self.files)  # reads (and digests) the checkpoints once
         resume = f"resume from {chosen.name}" if chosen else "start from step 0"
         return resume, {"dir": str(self.files.root), "skipped_checkpoints": {path.name: why for path, why in skipped}}
+
+    def newest_step(self) -> int:
+        return max((step_of(path) for path in self.files.checkpoints()), default=0)
 
     def lease(self) -> OutputLease:
         return OutputLease(self.files, self.config.source_of("output_dir"))

@@ -69,6 +69,9 @@ class Mirror(OutputLocation):
     def summary(self) -> str:
         return f"{self.store.url} (staged in {self.files.root})"
 
+    def newest_step(self) -> int:
+        return max(self.store.complete_checkpoints(), default=0)
+
     def lease(self) -> StoreLease:
         return StoreLease(self.store)
 

@@ -63,6 +63,8 @@ def run_facts(config: Config, facts: RunFacts, *, started: str, status: str, han
         "mixture": facts.mixture,
         # A branch's parent: the checkpoint it started from and its step (train/outputs/branch.py).
         "branch": facts.branch,
+        # A phased run's phase this launch trained: its name, its steps, the plan's (train/launch/phases.py).
+        "phase": facts.phase,
         # The attention implementation that ran and the head the loss went through (masked-only or dense).
         "model": as_json(facts.model),
         # The masking rates set, and the share of real tokens the first training samples had masked.
@@ -177,6 +179,12 @@ def read_recorded(document: Any, name: str) -> RecordedRun:
         raise ConfigError(f"{name}: no recipe in it (run.json from before replay was possible)")
     if document.get("status") != "finished" or not document.get("final"):
         raise ConfigError(f"{name}: the run did not finish ({document.get('status')}): nothing to compare with")
+    if document.get("phase") is not None or document.get("branch") is not None:
+        what = "ran in phases" if document.get("phase") is not None else "is a branch of another run"
+        raise ConfigError(
+            f"{name}: the run {what}: its record holds its last launch's options only; run its plan again "
+            "(the same --config, or the same branch command) into another output_dir"
+        )
     options = document["options"]
     if not isinstance(options, dict) or not all(isinstance(k, str) and _option_value(v) for k, v in options.items()):
         raise refuse("options", "a mapping of option names to values (scalars, lists of scalars, mappings)")

@@ -68,10 +68,14 @@ def _plot(
 
 
 def _mark_resumes(ax: Any, log: RunLog) -> None:
-    """A dotted line at each step the run resumed from; one legend entry for all of them."""
+    """A dotted line at each step the run resumed from (one legend entry for all of them), and a dash-dotted one
+    where each phase of a phased run began (its name in the legend)."""
     for i, step in enumerate(log.resumed_at):
         line = ax.axvline(step, color="grey", linestyle=":", linewidth=1, label=RESUMED_LABEL if i == 0 else None)
         line.set_gid(f"resumed-{step}")
+    for step, name in log.phase_starts:
+        line = ax.axvline(step, color="black", linestyle="-.", linewidth=1, label=f"phase {name}")
+        line.set_gid(f"phase-{step}")
 
 
 def _legend(ax: Any, **kwargs: Any) -> None:

@@ -30,6 +30,7 @@ class RunLog:
     evals: list[Record] = field(default_factory=list)
     banners: list[Record] = field(default_factory=list)  # the starts of this run (since its step 0)
     resumed_at: list[int] = field(default_factory=list)  # the steps it resumed from, one per resume
+    phase_starts: list[tuple[int, str]] = field(default_factory=list)  # a phased run's: the step, the phase's name
     summary: Record = field(default_factory=dict)  # the Trainer's train_end record
     run: Record | None = None  # run.json
     results: Record | None = None  # all_results.json
@@ -152,8 +153,11 @@ def _replay(log: RunLog, records: list[Record]) -> None:
                 for kept in (by_step, evals):
                     for later in [s for s in kept if s > start]:
                         del kept[later]
+                phase = record.get("phase") if isinstance(record.get("phase"), dict) else {}
                 if start == 0:
-                    log.banners, log.resumed_at = [], []
+                    log.banners, log.resumed_at, log.phase_starts = [], [], []
+                elif phase.get("start") == start:  # a phase's first start (train/launch/phases.py), no resume
+                    log.phase_starts = [p for p in log.phase_starts if p[0] < start] + [(start, str(phase.get("name")))]
                 else:
                     log.resumed_at = [s for s in log.resumed_at if s < start] + [start]
             log.summary = {}  # an earlier attempt's end is not this run's

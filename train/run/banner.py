@@ -10,6 +10,7 @@ from typing import Any
 from train.common import durations
 from train.common.console import jsonable, now, resolve_format
 from train.common.handoff import Handoff, global_batch, precision_label, precision_name
+from train.common.phase import PhaseFacts
 from train.common.versions import package_versions
 from train.config import Config
 from train.config.recipes import recipe_summary
@@ -64,6 +65,7 @@ def banner_record(
         "dataset": job.dataset,
         "mixture": facts.mixture,
         "branch": facts.branch,
+        "phase": facts.phase,
         "train_samples": facts.train_samples,
         "eval_samples": facts.eval_samples,
         "train_documents": facts.train_documents,
@@ -158,6 +160,9 @@ def banner(config: Config, facts: RunFacts, handoff: Handoff | None = None, star
     resumed = f", resuming at step {record['start_step']}" if record["start_step"] else ""
     if resumed and record["resumed_from_ranks"] not in (None, record["world_size"]):
         resumed += f" (resumed from {record['resumed_from_ranks']} ranks on {record['world_size']})"
+    phase = PhaseFacts.from_record(facts.phase)
+    if phase is not None:
+        resumed += f"; {phase.line()}"
     if facts.branch:
         resumed += f"; a branch of {facts.branch['parent']} at step {facts.branch['step']}"
     if record["deadline"]:  # the time budget plans within this bound (train/run/budget.py)

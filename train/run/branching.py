@@ -1,6 +1,7 @@
-"""A branch's first start, on every rank: its resume from the branch point (train/outputs/branch.py) is allowed to
-read other data than the parent's checkpoint records (said, not refused), and a learning rate the branch changes
-reaches the restored schedule.
+"""A resume from a checkpoint saved under other options by design, on every rank: a branch's first start (from its
+branch point: train/outputs/branch.py) and a phase's first (from the previous phase's last checkpoint:
+train/launch/phases.py). Either may read other data than the checkpoint records (said, not refused) and keeps its
+own batch options; a learning rate a branch changes reaches the restored schedule.
 
 Why the learning rate needs us: the Trainer restores the scheduler's state with the checkpoint, and
 ``LambdaLR.load_state_dict`` puts back the parent's ``base_lrs``, the peaks the schedule multiplies; the branch's
@@ -20,23 +21,33 @@ from transformers import TrainerCallback
 from train.borrowed.torch_optim import scale_peaks
 from train.common import distributed
 from train.common.console import warn
+from train.common.handoff import Handoff
+from train.common.phase import PhaseFacts
 from train.config import Config
 from train.data.identity import changes
 from train.outputs.branch import BranchPoint, is_branch_point
 from train.outputs.checkpoints import DATA_IDENTITY, saved_options
 from train.outputs.runfiles import RunFiles
 
+PHASE_KEY = "phase"  # a phased run's checkpoints record their phase's index among their options
 
-def branch_start(config: Config, resume: str | None, identity: dict[str, Any]) -> BranchPoint | None:
-    """The branch point when this run resumes from it (every rank alike), after saying on world rank 0 what data
-    the branch reads that its parent did not; None for any other resume."""
+
+def branch_start(config: Config, resume: str | None) -> BranchPoint | None:
+    """The branch point when this run resumes from it (every rank alike); None for any other resume."""
     branch = is_branch_point(RunFiles(config.training.output_dir), resume)
-    if branch is None or resume is None:
-        return None
+    return branch if resume is not None else None
+
+
+def phase_starts(resume: str | None, phase: PhaseFacts | None) -> bool:
+    """This launch starts its phase: it resumes from a checkpoint of another phase (the previous one's last)."""
+    return bool(resume) and phase is not None and saved_options(Path(str(resume))).get(PHASE_KEY) != phase.index
+
+
+def say_other_data(resume: str, identity: dict[str, Any], why: str) -> None:
+    """World rank 0 says what data this run reads that ``resume`` was not saved on (by design: ``why``)."""
     changed, _ = changes(saved_options(Path(resume)).get(DATA_IDENTITY), identity)
     if changed and distributed.is_world_zero():
-        warn(f"{branch.line()}: the branch reads other data than its parent did ({'; '.join(changed[:3])})")
-    return branch
+        warn(f"{why}: other data than the checkpoint's ({'; '.join(changed[:3])})")
 
 
 class BranchLearningRate(TrainerCallback):
@@ -59,3 +70,21 @@ def learning_rate_ratio(config: Config, branch: BranchPoint | None) -> float:
     if not parent:
         return 1.0
     return config.training.learning_rate / parent
+
+
+def phase_of_launch() -> PhaseFacts | None:
+    """The phase this launch trains, as the launcher handed it over (None: a run without phases)."""
+    handoff = Handoff.from_environ()
+    return PhaseFacts.from_record(handoff.phase) if handoff is not None else None
+
+
+class PhaseEnd(TrainerCallback):
+    """A phase that is not the last saves a checkpoint at its last step, whatever save_steps says: the next phase
+    starts from it (train/launch/phases.py)."""
+
+    def __init__(self, phase: PhaseFacts) -> None:
+        self.phase = phase
+
+    def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        if not self.phase.last and state.global_step == self.phase.end:
+            control.should_save = True

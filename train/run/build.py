@@ -22,6 +22,7 @@ from train.common.console import say, warn
 from train.common.errors import ConfigError
 from train.common.handoff import Handoff
 from train.common.hf import cache_root
+from train.common.phase import PhaseFacts
 from train.config import Config, env_name
 from train.data import (
     Corpus,
@@ -51,7 +52,16 @@ from train.outputs.facts import Masking, ModelFacts, Packing, RunFacts, Sharding
 from train.outputs.runfiles import RunFiles
 from train.run.adapting import adapt, check_adapting
 from train.run.batches import argmax_logits, batch_facts, check_isolation, masked_accuracy, masking_collator
-from train.run.branching import BranchLearningRate, branch_start, learning_rate_ratio
+from train.run.branching import (
+    PHASE_KEY,
+    BranchLearningRate,
+    PhaseEnd,
+    branch_start,
+    learning_rate_ratio,
+    phase_of_launch,
+    phase_starts,
+    say_other_data,
+)
 from train.run.budget import TimeBudget
 from train.run.budget_evaluation import EvaluationSizer
 from train.run.callbacks import CheckpointCompleteMarker, DivergenceGuard, EpochForCollator
@@ -86,6 +96,7 @@ class Prepared:
     data_identity: dict[str, Any] | None = None  # what identifies the data as read (train/data/identity.py)
     data_changed: list[str] | None = None  # what changed since the resumed checkpoint, when told to go on anyway
     branch: BranchPoint | None = None  # where the run branched from, when it is a branch (train/outputs/branch.py)
+    phase: PhaseFacts | None = None  # the phase this launch trains, in a phased run (train/launch/phases.py)
 
     def write_model(self, directory: Path) -> None:
         """The trained model and its tokenizer, as AutoModelForMaskedLM / AutoTokenizer load them, and a
@@ -124,6 +135,7 @@ class Prepared:
             outputs=outputs,
             mixture=as_record(corpus.mixture) if corpus.mixture else None,
             branch=self.branch.as_record() if self.branch else None,
+            phase=self.phase.record() if self.phase else None,
         )
 
     def sharding_facts(self) -> dict[str, Any]:
@@ -175,12 +187,16 @@ def prepare(
     mark("tokenizer")
     resume = choose_resume()
     data_changed = None
-    branch = branch_start(config, resume, raw.identity)  # a branch's first start: its data may differ, said
+    branch, phase = branch_start(config, resume), phase_of_launch()
+    # A branch's or a phase's first start: other data and batch options than the checkpoint's, by design.
+    by_design = branch.line() if branch else phase.line() if phase and phase_starts(resume, phase) else None
     if resume:
-        if branch is None:
+        if by_design:
+            say_other_data(resume, raw.identity, by_design)
+        else:
             data_changed = resumed_data(config, Path(resume), raw.identity)  # other data: refused unless asked for
+            keep_the_global_batch(config, Path(resume))
         resumed_mode(config, Path(resume))  # a mode set against the checkpoint's own: refused before tokenizing
-        keep_the_global_batch(config, Path(resume))
     mark("resume")
     if tokenizer is None:  # trained: the checkpoint's when resuming, world rank 0's on every node
         with training.main_process_first(local=not shared, desc="training the tokenizer"):
@@ -213,15 +229,20 @@ def prepare(
         callbacks=[
             EpochForCollator(collator),
             *([StreamPosition()] if corpus.streaming else []),
-            CheckpointCompleteMarker(files, {**resumed_options(config), DATA_IDENTITY: raw.identity}),
+            CheckpointCompleteMarker(
+                files,
+                {**resumed_options(config), DATA_IDENTITY: raw.identity, PHASE_KEY: phase.index if phase else None},
+            ),
             state_bytes,
             BranchLearningRate(learning_rate_ratio(config, branch)),
+            *([PhaseEnd(phase)] if phase else []),
         ],
     )
     trainer.eval_collator = collator.for_evaluation(
         evaluation_rate(job.mlm_probability, job.final_mlm_probability, job.eval_mlm_probability)
     )
     trainer.decay_ratio = job.decay_ratio
+    trainer.phase = phase
     trainer.eval_parts = corpus.validation_parts
     if budget is not None:
         budget.size_evaluation = EvaluationSizer(trainer)
@@ -237,7 +258,7 @@ def prepare(
         head_weights=built.head_weights, masking=masking, packing=packing_facts, resume=resume, budget=budget,
         sharding=built.sharding, sharding_choice=built.choice, ddp_estimate=built.estimate, state_bytes=state_bytes,
         setup_bytes=built.setup_bytes, data_identity=raw.identity, data_changed=data_changed,
-        companions=companions, branch=BranchPoint.read(files),
+        companions=companions, branch=BranchPoint.read(files), phase=phase,
     )  # fmt: skip
 
 

@@ -90,6 +90,9 @@ def timed_out(config: Config, exc: BaseException) -> UserError | None:
     return crash.collective_timeout(exc, config.source_of("ddp_timeout"), config.training.ddp_timeout)
 
 
+PHASE_ENDED = "phase ended"  # run.json's status between two phases of a phased run
+
+
 def run(config: Config, location: OutputLocation, startup: Startup | None = None) -> int:
     """Check the outputs (unless this node's launcher did), hold the lease (world rank 0), train, and write what
     the run amounts to. ``startup``: where the start-up goes (train/run/startup.py), from ``main``'s start."""
@@ -131,6 +134,9 @@ def run(config: Config, location: OutputLocation, startup: Startup | None = None
         cut = budget.cut if budget is not None else None  # a budgeted run's stop, and the steps after its checkpoint
         if prepared.stopper.stopped and not (cut and cut.whole_plan):
             end_stopped(config, prepared, record, metrics, location, cut)
+        if prepared.phase is not None and not prepared.phase.last:
+            end_phase(prepared, record, location)
+            return 0
         finish(config, prepared, record, metrics, location)
         if prepared.stopper.stopped:  # the plan's end fitted the stop's window: torchrun, signalled, exits 1 anyway
             record_exit_code(0)
@@ -239,6 +245,18 @@ def end_stopped(
     raise Preempted(
         f"stopped by {prepared.stopper.signal_name} at step {step}; {saved}; run the same command again to resume"
     )
+
+
+def end_phase(prepared: Prepared, record: RunRecord, location: OutputLocation) -> None:
+    """A phase that is not the last: its last checkpoint (saved at its end: train/run/branching.py PhaseEnd) is
+    where the next phase starts; no final/ yet, and run.json says which phase ended."""
+    phase = prepared.phase
+    if phase is None:
+        return
+    record.write(PHASE_ENDED)
+    distributed.barrier()
+    if distributed.is_world_zero():
+        say(f"{phase.line()}: ended; {record.files.checkpoint(phase.end).name} in {location.shown} starts the next")
 
 
 def finish(

@@ -32,7 +32,8 @@ from train.borrowed.transformers_trainer import (
 )
 from train.common import distributed
 from train.common.console import say
-from train.common.schedules import mask_rate, scheduler_kwargs
+from train.common.phase import PhaseFacts
+from train.common.schedules import WSD, mask_rate, scheduler_kwargs
 from train.common.writable import follow_umask
 from train.data import ResumedStream, own_loader_state, stream_loader
 from train.model.collator import thin_masks
@@ -56,6 +57,7 @@ class MLMTrainer(TrainerOverrides):
     head_learning_rate: float | None = None  # the head's own rate (the head_learning_rate option)
     head_warmup_steps: int = 0  # the first steps, in which only the head trains (the head_warmup_steps option)
     warming_up_frozen: tuple[Any, ...] = ()  # the parameters that do not train until then: the encoder's
+    phase: PhaseFacts | None = None  # a phased run's phase (train/launch/phases.py): the schedule is the plan's
 
     def get_batch_samples(self, epoch_iterator: Any, num_batches: int, device: Any) -> tuple[list, Any]:
         """The batches of the next optimizer step (the Trainer's own), under a mask rate schedule each thinned to the
@@ -65,7 +67,8 @@ class MLMTrainer(TrainerOverrides):
         if self.mask_rates is None:
             return super().get_batch_samples(epoch_iterator, num_batches, device)
         first, final = self.mask_rates
-        rate = mask_rate(first, final, self.state.global_step, self.state.max_steps)
+        start = self.phase.start if self.phase else 0  # in a phase, its rates go from its first step to its last
+        rate = mask_rate(first, final, self.state.global_step - start, self.state.max_steps - start)
         self.mask_rate_now = rate
         return super().get_batch_samples((thin_masks(b, rate) for b in epoch_iterator), num_batches, device)
 
@@ -107,8 +110,10 @@ class MLMTrainer(TrainerOverrides):
         (Replaces ``Trainer.create_scheduler``, transformers 5.25, which does nothing else.)"""
         if self.lr_scheduler is None:
             optimizer = self.optimizer if optimizer is None else optimizer
-            warmup = self.args.get_warmup_steps(num_training_steps)
-            self.lr_scheduler = lr_scheduler_for(self.args, num_training_steps, warmup, optimizer, self.decay_ratio)
+            total = self.phase.total if self.phase else num_training_steps  # a phase trains part of one schedule
+            decay = self.phase.decay_steps if self.phase else None
+            warmup = self.args.get_warmup_steps(total)
+            self.lr_scheduler = lr_scheduler_for(self.args, total, warmup, optimizer, self.decay_ratio, decay)
             mark_scheduler_created(self)
         return self.lr_scheduler
 
@@ -212,10 +217,16 @@ class MLMTrainer(TrainerOverrides):
         return missing
 
 
-def lr_scheduler_for(args: TrainingArguments, total: int, warmup: int, optimizer: Any, decay_ratio: float) -> Any:
+def lr_scheduler_for(
+    args: TrainingArguments, total: int, warmup: int, optimizer: Any, decay_ratio: float, decay: int | None = None
+) -> Any:
     """transformers' scheduler of ``args.lr_scheduler_type`` for ``total`` steps with ``warmup`` of warm-up (the
-    Trainer's, and the time budget's re-plans: one rule for both)."""
-    kwargs = scheduler_kwargs(schedule_kind(args), args.lr_scheduler_kwargs or {}, total, warmup, decay_ratio)
+    Trainer's, and the time budget's re-plans: one rule for both); ``decay``: warmup_stable_decay's decay in steps
+    (a phased run's decay phases), else ``decay_ratio`` of the steps."""
+    kwargs = dict(args.lr_scheduler_kwargs or {})
+    if decay is not None and schedule_kind(args) == WSD and "num_stable_steps" not in kwargs:
+        kwargs.setdefault("num_decay_steps", min(decay, max(total - warmup, 1)))
+    kwargs = scheduler_kwargs(schedule_kind(args), kwargs, total, warmup, decay_ratio)
     return get_scheduler(
         args.lr_scheduler_type,
         optimizer=optimizer,
