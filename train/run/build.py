@@ -49,7 +49,7 @@ from train.model.tokenizer_training import agree_on_tokenizer
 from train.outputs.branch import BranchPoint
 from train.outputs.checkpoints import DATA_IDENTITY, kept_global_batch, resumed_options, saved_options, saved_world_size
 from train.outputs.facts import Masking, ModelFacts, Packing, RunFacts, Sharding
-from train.outputs.runfiles import RunFiles
+from train.outputs.runfiles import RunFiles, step_of
 from train.run.adapting import adapt, check_adapting
 from train.run.batches import argmax_logits, batch_facts, check_isolation, masked_accuracy, masking_collator
 from train.run.branching import (
@@ -190,6 +190,14 @@ def prepare(
     branch, phase = branch_start(config, resume), phase_of_launch()
     # A branch's or a phase's first start: other data and batch options than the checkpoint's, by design.
     by_design = branch.line() if branch else phase.line() if phase and phase_starts(resume, phase) else None
+    resumed_step = step_of(Path(resume)) if resume else 0
+    if phase is not None and resumed_step < phase.start:
+        # The newest checkpoint, which the launcher started this phase by, was set aside as unusable: the one left
+        # is an earlier phase's, whose options are not this launch's.
+        raise ConfigError(
+            f"{phase.line()}: the checkpoint to resume from is at step {resumed_step}, before this phase (a newer "
+            "one was set aside as unusable); run the same command again: the phase it belongs to resumes from it"
+        )
     if resume:
         if by_design:
             say_other_data(resume, raw.identity, by_design)
