@@ -3,15 +3,20 @@ few are timed, the run stopped (SIGTERM after a checkpoint) and launched again w
 re-plans from the time it has, and ends inside it with final/ written, evaluated, and the learning rate decayed to
 zero with the last step (the modern recipe's warmup-stable-decay); and a stop signal as the deadline come early:
 the stop's checkpoint, then the steps that fit the stop's window, decaying, to a stopped run's final/ (or, when the
-plan's rest fits, the plan finished). The Slurm job's end time as a budget: tests/e2e/test_slurm.py."""
+plan's rest fits, the plan finished), the resumed run on a CPU made busy on purpose. The Slurm job's end time as a
+budget: tests/e2e/test_slurm.py."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import re
 import signal
+import subprocess
+import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -29,6 +34,17 @@ OPTIONS = {
     "eval_strategy": "steps", "eval_steps": "10", "save_strategy": "steps", "save_steps": "10", "logging_steps": "1",
     "warmup_steps": "5", "mlm_probability": "0.3", "final_mlm_probability": "0.1",
 }  # fmt: skip
+
+
+@contextlib.contextmanager
+def busy_cpu() -> Iterator[None]:
+    """One process spinning on a core for as long as the block runs."""
+    spinner = subprocess.Popen([sys.executable, "-c", "while True: pass"])
+    try:
+        yield
+    finally:
+        spinner.kill()
+        spinner.wait()
 
 
 def test_a_budgeted_run_stopped_and_resumed_replans_and_ends_inside_its_budget_decayed(tmp_path: Path) -> None:
@@ -51,13 +67,17 @@ def test_a_budgeted_run_stopped_and_resumed_replans_and_ends_inside_its_budget_d
     launched = time.monotonic()
     # No evaluation but the final one in the resumed run: a stop inside an evaluation stops at once, with no window
     # (the module's rule; on CI steps of 0.02 s put the signal inside step 40's evaluation). Saves still re-plan.
-    second = start(env={**env, "MLM_EVAL_STEPS": "1000"})
-    # SIGTERM again, once planned: the rest of the plan fits the 270 s to stop, so the run finishes as planned
-    # after the stop's checkpoint, exit 0 (torchrun, signalled, exits 1: the ranks' recorded 0s say they finished).
-    wait_for(output / "checkpoint-30" / ".complete", second)
-    second.send_signal(signal.SIGTERM)
-    _, stderr = second.communicate(timeout=BUDGET_S + 60)
-    took = time.monotonic() - launched
+    # A CPU made busy on purpose (a third process on CI's two cores) for the whole of it: the plan is made from
+    # the steps as they run on that machine, and the run still ends inside its budget.
+    with busy_cpu():
+        second = start(env={**env, "MLM_EVAL_STEPS": "1000"})
+        # SIGTERM again, once planned: the rest of the plan fits the 270 s to stop, so the run finishes as planned
+        # after the stop's checkpoint, exit 0 (torchrun, signalled, exits 1: the ranks' recorded 0s say they
+        # finished).
+        wait_for(output / "checkpoint-30" / ".complete", second)
+        second.send_signal(signal.SIGTERM)
+        _, stderr = second.communicate(timeout=BUDGET_S + 60)
+        took = time.monotonic() - launched
     assert second.returncode == 0, stderr[-3000:]
     assert took < BUDGET_S, f"the run took {took:.1f} s of its {BUDGET_S} s budget"
     run = json.loads((output / "run.json").read_text())
