@@ -185,3 +185,33 @@ def test_a_run_directory_that_is_none_is_refused_in_one_line(
     with pytest.raises(ConfigError, match=expected) as refused:
         main([*args, "--task_all_checkpoints", "true"])
     assert "\n" not in str(refused.value) and not (tmp_path / "out").exists()
+
+
+def test_a_rerun_while_the_run_goes_on_fine_tunes_only_the_models_saved_since(
+    task: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """finetune run again over the same run (as a job repeated while it trains): the models it scored before, the
+    same weights with the same task, recipe and ranks, keep their scores; a new checkpoint, or one whose weights
+    changed, is fine-tuned. Another recipe reuses nothing."""
+    files = make_run(tmp_path / "run", "scratch:distilbert")
+    shutil.rmtree(files.final)
+    shutil.rmtree(files.checkpoint(6))
+    output = tmp_path / "scores"
+    first = series_of(files, task, output)
+    assert [p["model"] for p in first["series"]] == ["checkpoint-2", "checkpoint-4"]
+    capsys.readouterr()
+    shutil.copytree(files.checkpoint(4), files.checkpoint(6))  # saved since, with other weights:
+    weights = files.checkpoint(6) / "model.safetensors"
+    weights.write_bytes(weights.read_bytes()[:-8] + b"\0" * 8)  # the last parameter's last values changed
+    state = {"global_step": 6, "num_input_tokens_seen": 6000, "log_history": []}
+    (files.checkpoint(6) / TRAINER_STATE).write_text(json.dumps(state))
+    write_marker(files.checkpoint(6))
+    second = series_of(files, task, output)
+    err = capsys.readouterr().err
+    assert [p["model"] for p in second["series"]] == ["checkpoint-2", "checkpoint-4", "checkpoint-6"]
+    assert "finetune checkpoint-2: scored before" in err and "finetune checkpoint-4: scored before" in err
+    assert second["series"][0]["mean"] == first["series"][0]["mean"]
+    # only checkpoint-6, whose weights differ, was fine-tuned (checkpoint-2 and -4 are copies of one model)
+    assert err.count("finetune checkpoint-6 seed") == 2 and err.count(" seed ") == 2
+    third = series_of(files, task, output, "--task_epochs", "2")  # another recipe: every model fine-tuned again
+    assert "scored before" not in capsys.readouterr().err and third["recipe"]["epochs"] == 2

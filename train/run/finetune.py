@@ -51,6 +51,7 @@ from train.config import Config, load_config, move_hub_token_to_env
 from train.config.model_source import model_source
 from train.data.tasks import PAIR, TEXT, Task, load_task
 from train.model.load import quiet_transformers, refuse_unsafe_weights
+from train.outputs.location import output_location
 from train.outputs.runfiles import FINETUNE_RESULTS
 from train.run import finetune_series as series
 from train.run.evaluate import fetched_model
@@ -342,10 +343,14 @@ def finetune(config: Config) -> dict[str, Any]:
     if plan.points is None:
         results["pretrained"], results["new_weights"] = scored(config, newest, "pretrained", "pretrained", True)
     else:
-        results["series"] = []
-        for point, subject in zip(plan.points, plan.subjects, strict=True):
-            block, results["new_weights"] = scored(config, subject, "pretrained", point.model, True)
-            results["series"].append({**asdict(point), **block})
+        earlier = series.earlier_scores(output_location(config).files.finetune_results, results)
+        results["series"], new = series.score_series(
+            plan.points,
+            plan.subjects,
+            earlier,
+            lambda subject, label: scored(config, subject, "pretrained", label, True),
+        )
+        results["new_weights"] = new
     if plan.starting is not None:
         block, _ = scored(config, plan.starting, "starting", "before pretraining", True)
         results["starting"] = {"model": plan.starting.name, "max_length": plan.starting.recipe.max_length, **block}

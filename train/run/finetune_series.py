@@ -17,10 +17,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from train.common import distributed
+from train.common.console import say
 from train.common.errors import ConfigError
 from train.common.urls import is_store_url
 from train.config import Config
 from train.config.model_source import model_source
+from train.outputs.marker import weights_digest
 from train.outputs.runfiles import TRAINER_STATE, RunFiles, is_checkpoint_name
 from train.outputs.verify import verify
 from train.report import load_run, number, read_record
@@ -38,6 +41,7 @@ class Point:
     step: int | None
     tokens_seen: int | None
     since_launch_s: float | None
+    weights: str | None = None  # the weights' digests as the model's marker lists them: what a rerun reuses by
 
 
 @dataclass(frozen=True)
@@ -106,7 +110,7 @@ def points(files: RunFiles, models: list[Path]) -> list[Point]:
         evaluation = evals.get(step, {})
         tokens = tokens or _count(evaluation.get("tokens_seen"))
         since = number(evaluation.get("since_launch_s"))
-        found.append(Point(model=model.name, path=str(model), step=step, tokens_seen=tokens, since_launch_s=since))
+        found.append(Point(model.name, str(model), step, tokens, since, weights_digest(model)))
     return found
 
 
@@ -160,3 +164,39 @@ def refresh_report(config: Config) -> None:
         return
     if Path(output).expanduser().resolve() == Path(run).expanduser().resolve():
         write_report_safely(RunFiles(Path(output).expanduser()))
+
+
+# What must be the same for an earlier score of the same weights to stand for a new one.
+SAME_SCORING = ("task_files", "recipe", "world_size", "labels", "pair")
+
+
+def earlier_scores(path: Path, scoring: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """The scores of an earlier ``finetune`` over the same run written at ``path``, by the weights' digests: only
+    when it scored the same task files with the same recipe on as many ranks (``scoring``: this run's values of
+    ``SAME_SCORING``). A rerun while the run goes on then fine-tunes only the models saved since; anything else in
+    the file (another task, another recipe, a file that does not parse) reuses nothing."""
+    earlier = read_record(path)
+    if not earlier or any(earlier.get(key) != scoring.get(key) for key in SAME_SCORING):
+        return {}
+    found = {}
+    for entry in earlier.get("series") or []:
+        if isinstance(entry, dict) and isinstance(entry.get("weights"), str) and isinstance(entry.get("seeds"), list):
+            found[entry["weights"]] = {key: entry[key] for key in entry if key not in Point.__dataclass_fields__}
+    return found
+
+
+def score_series(
+    located: list[Point], subjects: list[Any], earlier: dict[str, dict[str, Any]], score: Callable[..., tuple]
+) -> tuple[list[dict[str, Any]], list[str] | None]:
+    """Each model of the run scored in order (``score(subject, label)``: its block of seeds and scores, and the
+    weights a classifier added), or its earlier score kept when :func:`earlier_scores` has one for its weights
+    (said in one line); the series, and the weights the last fine-tuned classifier added (None: none was)."""
+    entries, new = [], None
+    for point, subject in zip(located, subjects, strict=True):
+        block = earlier.get(point.weights) if point.weights else None
+        if block is None:
+            block, new = score(subject, point.model)
+        elif distributed.is_world_zero():
+            say(f"finetune {point.model}: scored before (the same weights, task, recipe and ranks): kept")
+        entries.append({**dataclasses.asdict(point), **block})
+    return entries, new
