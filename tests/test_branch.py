@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+import train.launch.__main__ as launcher
 from tests.helpers import checkpoint, flip
 from train.common.errors import ConfigError
 from train.outputs.branch import BranchPoint, is_branch_point, seed
@@ -94,3 +95,13 @@ def test_a_linked_branch_record_is_refused(tmp_path: Path) -> None:
     files.branch.symlink_to(tmp_path / "elsewhere.json")
     with pytest.raises(ConfigError, match="not a regular file"):
         BranchPoint.read(files)
+
+
+def test_a_branch_refuses_a_phase_plan(tmp_path: Path) -> None:
+    """A branch trains one set of options: a preset with phases is refused before anything is copied."""
+    plan = tmp_path / "plan.yaml"
+    plan.write_text("phases:\n  - {steps: 4}\n")
+    env = {"MLM_OUTPUT_DIR": str(tmp_path / "out"), "MLM_LOG_FORMAT": "text"}
+    with pytest.raises(ConfigError, match="phases: a branch trains one set of options"):
+        launcher.main(["branch", str(tmp_path / "checkpoint-4"), "--config", str(plan)], env)
+    assert not (tmp_path / "out").exists()

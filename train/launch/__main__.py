@@ -182,6 +182,9 @@ def branch(args: Sequence[str], environ: Mapping[str, str]) -> int:
     with the checkpoint, verified, then trained as a resume of it; run again, it resumes the branch."""
     source, rest = branch_source(args)
     config = launcher_config(rest, environ)
+    path = config_file(rest, environ)
+    if phases_in(path):
+        raise ConfigError(f"{path}: phases: a branch trains one set of options; give it a preset without phases")
     log_format = resolve_format(config.job.log_format)
     log = Console(log_format)
     location = output_location(config)
