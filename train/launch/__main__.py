@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import os
 import sys
+import time
 from collections.abc import Mapping, Sequence
 
 from train.common.console import Console, resolve_format
@@ -17,7 +18,14 @@ from train.config import Config, PhaseSpec, config_file, options_text, phases_in
 from train.launch.deadline import deadline_line
 from train.launch.hub import reach_the_hub
 from train.launch.inputs import EVALUATE_MODULE, FINETUNE_MODULE, JOB_MODULE, Host, Launch
-from train.launch.phases import phases_document, plan_phases, refuse_run_length, run_phases
+from train.launch.phases import (
+    PlannedPhase,
+    phases_document,
+    plan_phases,
+    refuse_run_length,
+    run_phases,
+    with_phase,
+)
 from train.launch.plan import (
     Plan,
     launcher_config,
@@ -174,7 +182,13 @@ def phased(
         print(json.dumps(document, indent=2, default=str))
         return 0
     log = Console(log_format)
-    return run_phases(phases, location.newest_step(), log, lambda phase: start(phase.config, phase.plan, environ, log))
+
+    def launch_phase(phase: PlannedPhase) -> int:
+        started = time.time() if phase.facts.index > 0 else None
+        plan = with_phase(plan_for(phase.config, environ, phase.argv, log_format, JOB_MODULE), phase.facts, started)
+        return start(phase.config, plan, environ, log)
+
+    return run_phases(phases, location.newest_step(), log, launch_phase)
 
 
 def branch(args: Sequence[str], environ: Mapping[str, str]) -> int:

@@ -17,7 +17,6 @@ import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 
-from train.common.console import Console
 from train.common.errors import ConfigError
 from train.common.handoff import HANDOFF_ENV, Handoff
 from train.common.phase import PhaseFacts
@@ -89,16 +88,23 @@ def phase_steps(spec: PhaseSpec, config: Config, plan: Plan) -> int:
     return max(1, math.ceil((spec.tokens or 0) / positions))
 
 
-def with_phase(plan: Plan, facts: PhaseFacts) -> Plan:
-    """The plan with the phase in its hand-off to the ranks."""
+def with_phase(plan: Plan, facts: PhaseFacts, started: float | None = None) -> Plan:
+    """The plan with the phase in its hand-off to the ranks; ``started``: when a phase after the first began (the
+    launch its start-up and its quality curve count from, as a resumed session's own; the first phase's is the
+    launcher's start)."""
     handoff = Handoff.from_environ(plan.env)
     if handoff is None:  # every plan the launcher makes carries one
         return plan
-    return replace(plan, env={**plan.env, HANDOFF_ENV: replace(handoff, phase=facts.record()).to_env()})
+    handoff = replace(handoff, phase=facts.record(), launched_at=started or handoff.launched_at)
+    return replace(plan, env={**plan.env, HANDOFF_ENV: handoff.to_env()})
 
 
-def run_phases(phases: Sequence[PlannedPhase], done: int, log: Console, start: Callable[[PlannedPhase], int]) -> int:
-    """Each phase not yet trained (``done``: the newest checkpoint's step), in order, until one fails or stops."""
+def run_phases(
+    phases: Sequence[PlannedPhase], done: int, log: Callable[[str], object], start: Callable[[PlannedPhase], int]
+) -> int:
+    """Each phase not yet trained (``done``: the newest checkpoint's step), in order, until one fails or stops.
+    ``start`` plans the phase again as it starts (its launch time is then its own: the start-up it records, and
+    the clock its quality curve counts from, as a resumed session's) and runs it."""
     for phase in phases:
         facts = phase.facts
         if facts.end <= done:
