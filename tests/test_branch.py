@@ -35,8 +35,8 @@ def test_a_checkpoint_is_copied_in_intact_and_its_record_read_back(parent: Path,
     assert not list(files.root.glob(".branch-*"))  # no scratch left
     read = BranchPoint.read(files)
     assert read == branch and read.learning_rate == 1e-3
-    assert is_branch_point(files, str(files.checkpoint(20))) == branch
-    assert is_branch_point(files, str(files.checkpoint(30))) is None
+    assert is_branch_point(BranchPoint.read(files), str(files.checkpoint(20))) == branch
+    assert is_branch_point(BranchPoint.read(files), str(files.checkpoint(30))) is None
     again, resumed = seed(files, str(parent))  # run again: the branch resumes, nothing is copied
     assert resumed and again == branch
 

@@ -72,6 +72,11 @@ def recipe_source(name: str, option: str) -> str:
     return f"the {name} recipe's {option}"
 
 
+def is_recipe_source(source: str) -> bool:
+    """Whether ``Config.sources`` names a value as the recipe's (``recipe_source``), not one a user set."""
+    return any(source.startswith(f"the {name} recipe's ") for name in RECIPES)
+
+
 def recipe_summary(recipe: str, model_name: str, training: Any, decay_ratio: float) -> str:
     """One line for the banner: the recipe the run got, why, and the optimizer and schedule it trains with
     (whichever layer set them)."""

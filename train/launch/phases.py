@@ -21,6 +21,7 @@ from train.common.errors import ConfigError
 from train.common.handoff import HANDOFF_ENV, Handoff
 from train.common.phase import PhaseFacts
 from train.config import Config, PhaseSpec, phase_flags
+from train.config.recipes import is_recipe_source
 from train.launch.plan import Plan, launcher_config
 
 # Options the phases decide for the whole run: set with phases, they would be overruled, so they are refused.
@@ -39,7 +40,7 @@ class PlannedPhase:
 def refuse_run_length(config: Config, path: str) -> None:
     """A phased run's length is its phases': max_steps, epochs or a time budget set beside them is refused."""
     for name in RUN_LENGTH:
-        if name in config.sources and not config.sources[name].startswith("the "):  # a recipe's: overruled quietly
+        if name in config.sources and not is_recipe_source(config.sources[name]):  # overruled quietly
             raise ConfigError(
                 f"{config.source_of(name)}: a run in phases ({path}: phases) takes its length from them; remove "
                 f"{name}, or give the phases' lengths (steps or tokens) instead"
@@ -55,16 +56,14 @@ def plan_phases(
     """Every phase's options (checked as a launch checks them), plan and place in the run: its steps from its
     length (tokens: positions trained, global batch x max_seq_length per step, rounded up). ``planner``: the
     launcher's plan for a config and its flags."""
-    resolved: list[tuple[PhaseSpec, list[str], Config, Plan, int]] = []
+    resolved: list[tuple[PhaseSpec, list[str], int]] = []
     for spec in specs:
         phase_argv = [*argv, *phase_flags(spec)]
-        config = launcher_config(phase_argv, environ)
-        plan = planner(config, phase_argv)
-        resolved.append((spec, phase_argv, config, plan, phase_steps(spec, config, plan)))
+        resolved.append((spec, phase_argv, phase_steps(spec, phase_argv, environ, planner)))
     total = sum(steps for *_, steps in resolved)
-    decay = sum(steps for spec, *_, steps in resolved if spec.decay) or None
+    decay = sum(steps for spec, _, steps in resolved if spec.decay) or None
     phases, start = [], 0
-    for index, (spec, phase_argv, _, _, steps) in enumerate(resolved):
+    for index, (spec, phase_argv, steps) in enumerate(resolved):
         end = start + steps
         facts = PhaseFacts(index, len(resolved), spec.name, start, end, total, decay)
         final_argv = [*phase_argv, "--max_steps", str(end)]
@@ -75,11 +74,18 @@ def plan_phases(
     return phases
 
 
-def phase_steps(spec: PhaseSpec, config: Config, plan: Plan) -> int:
-    """A phase's optimizer steps: given, or its tokens over the positions one step trains."""
+def phase_steps(
+    spec: PhaseSpec,
+    phase_argv: Sequence[str],
+    environ: Mapping[str, str],
+    planner: Callable[[Config, Sequence[str]], Plan],
+) -> int:
+    """A phase's optimizer steps: given, or its tokens over the positions one step trains (which only a plan of the
+    phase's own options knows: its batch on this machine)."""
     if spec.steps is not None:
         return spec.steps
-    per_step = plan.batch.global_batch_size
+    config = launcher_config(phase_argv, environ)
+    per_step = planner(config, phase_argv).batch.global_batch_size
     if per_step is None:
         raise ConfigError(
             f"phase {spec.name}: tokens need a fixed global batch; with an elastic number of nodes give steps"

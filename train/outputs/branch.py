@@ -83,12 +83,12 @@ class BranchPoint:
         return cls(**{name: data[name] for name in expected})
 
 
-def is_branch_point(files: RunFiles, checkpoint: str | Path | None) -> BranchPoint | None:
-    """The branch point when ``checkpoint`` (the one this run resumes from) is it, else None."""
-    if not checkpoint:
+def is_branch_point(branch: BranchPoint | None, checkpoint: str | Path | None) -> BranchPoint | None:
+    """``branch`` (the output_dir's, ``BranchPoint.read``) when ``checkpoint``, the one this run resumes from, is
+    its branch point; else None (a later resume of the branch, or no branch)."""
+    if not checkpoint or branch is None:
         return None
-    branch = BranchPoint.read(files)
-    return branch if branch is not None and Path(checkpoint).name == branch.checkpoint else None
+    return branch if Path(checkpoint).name == branch.checkpoint else None
 
 
 def seed(files: RunFiles, source: str) -> tuple[BranchPoint, bool]:

@@ -25,17 +25,10 @@ from train.common.handoff import Handoff
 from train.common.phase import PhaseFacts
 from train.config import Config
 from train.data.identity import changes
-from train.outputs.branch import BranchPoint, is_branch_point
+from train.outputs.branch import BranchPoint
 from train.outputs.checkpoints import DATA_IDENTITY, saved_options
-from train.outputs.runfiles import RunFiles
 
 PHASE_KEY = "phase"  # a phased run's checkpoints record their phase's index among their options
-
-
-def branch_start(config: Config, resume: str | None) -> BranchPoint | None:
-    """The branch point when this run resumes from it (every rank alike); None for any other resume."""
-    branch = is_branch_point(RunFiles(config.training.output_dir), resume)
-    return branch if resume is not None else None
 
 
 def phase_starts(resume: str | None, phase: PhaseFacts | None) -> bool:

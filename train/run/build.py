@@ -46,7 +46,7 @@ from train.model.load import (
     trains_its_tokenizer,
 )
 from train.model.tokenizer_training import agree_on_tokenizer
-from train.outputs.branch import BranchPoint
+from train.outputs.branch import BranchPoint, is_branch_point
 from train.outputs.checkpoints import DATA_IDENTITY, kept_global_batch, resumed_options, saved_options, saved_world_size
 from train.outputs.facts import Masking, ModelFacts, Packing, RunFacts, Sharding
 from train.outputs.runfiles import RunFiles, step_of
@@ -56,7 +56,6 @@ from train.run.branching import (
     PHASE_KEY,
     BranchLearningRate,
     PhaseEnd,
-    branch_start,
     learning_rate_ratio,
     phase_of_launch,
     phase_starts,
@@ -187,7 +186,8 @@ def prepare(
     mark("tokenizer")
     resume = choose_resume()
     data_changed = None
-    branch, phase = branch_start(config, resume), phase_of_launch()
+    recorded_branch = BranchPoint.read(files)
+    branch, phase = is_branch_point(recorded_branch, resume), phase_of_launch()
     # A branch's or a phase's first start: other data and batch options than the checkpoint's, by design.
     by_design = branch.line() if branch else phase.line() if phase and phase_starts(resume, phase) else None
     resumed_step = step_of(Path(resume)) if resume else 0
@@ -266,7 +266,7 @@ def prepare(
         head_weights=built.head_weights, masking=masking, packing=packing_facts, resume=resume, budget=budget,
         sharding=built.sharding, sharding_choice=built.choice, ddp_estimate=built.estimate, state_bytes=state_bytes,
         setup_bytes=built.setup_bytes, data_identity=raw.identity, data_changed=data_changed,
-        companions=companions, branch=BranchPoint.read(files), phase=phase,
+        companions=companions, branch=recorded_branch, phase=phase,
     )  # fmt: skip
 
 
