@@ -12,7 +12,12 @@ What huggingface_hub 2.x sends (hf_api.py, _commit_api.py, _upload_pipeline.py):
   storage, a separate content-addressed service that is not imitated here);
 - ``POST /api/{type}s/{repo}/commit/{revision}``: ndjson, a ``header`` line then one ``file`` / ``lfsFile`` /
   ``deletedFile`` / ``deletedFolder`` line each: 200 ``{"commitUrl", "commitOid"}``;
-- ``GET /api/{type}s/{repo}[/revision/{revision}]``: the repository's info (``repo_info``).
+- ``GET /api/{type}s/{repo}[/revision/{revision}]``: the repository's info (``repo_info``);
+- for a download (``snapshot_download`` / ``hf_hub_download``): ``GET /api/{type}s/{repo}/tree/{revision}`` (the
+  files, ``list_repo_tree(recursive=True)``), then ``HEAD`` and ``GET /{type}s/{repo}/resolve/{revision}/{path}``
+  (a file's metadata in ``X-Repo-Commit``, ``ETag`` and ``Content-Length``, then its bytes). As on the Hub, a public
+  repository's info, tree and files are read without a token. :meth:`HubServer.add` seeds a repository (a dataset
+  to download).
 
 Authentication is as on the Hub: a request must carry ``Authorization: Bearer <token>`` with a token the server
 knows, or it gets 401 "Invalid credentials in Authorization header". :meth:`HubServer.fail` makes an endpoint answer
@@ -35,8 +40,12 @@ from urllib.parse import unquote, urlsplit
 USER = "tester"  # the account every valid token belongs to: a repo id without a namespace goes there
 REPO_ROUTE = re.compile(
     r"^/api/(?P<type>models|datasets|spaces)/(?P<repo>[^/]+(?:/[^/]+)?)"
-    r"(?:/(?P<action>preupload|commit|revision)/(?P<revision>.+))?$"
+    r"(?:/(?P<action>preupload|commit|revision|tree)/(?P<revision>[^/]+)(?:/.*)?)?$"
 )
+FILE_ROUTE = re.compile(
+    r"^/(?P<type>datasets|spaces)?/?(?P<repo>[^/]+/[^/]+)/resolve/(?P<revision>[^/]+)/(?P<file>.+)$"
+)
+READS = ("info", "tree", "download")  # what anyone may ask of a public repository
 
 
 @dataclass
@@ -106,6 +115,15 @@ class HubServer:
             self.failures.clear()
             self.delays.clear()
 
+    def add(self, repo_id: str, repo_type: str, files: dict[str, bytes]) -> Repo:
+        """A public repository holding ``files`` in one commit, as if someone had pushed them."""
+        repo = Repo(repo_id, repo_type, False, dict(files))
+        oid = hashlib.sha1(repr(sorted(files.items())).encode()).hexdigest()
+        repo.commits.append({"oid": oid, "revision": "main", "summary": "seeded", "paths": sorted(files)})
+        with self.lock:
+            self.repos[repo_id] = repo
+        return repo
+
     def requests_to(self, endpoint: str) -> list[Request]:
         return [r for r in self.requests if _endpoint(r.method, r.path) == endpoint]
 
@@ -120,10 +138,14 @@ def _endpoint(method: str, path: str) -> str | None:
         return "create"
     if method == "POST" and path == "/api/validate-yaml":
         return "validate-yaml"
+    if method in ("GET", "HEAD") and FILE_ROUTE.match(path):
+        return "download"
     route = REPO_ROUTE.match(path)
     if route is None:
         return None
     action = route.group("action")
+    if method == "GET" and action == "tree":
+        return "tree"
     if method == "POST" and action in ("preupload", "commit"):
         return action
     if method == "GET" and action in (None, "revision"):
@@ -174,7 +196,7 @@ def _handler(hub: HubServer) -> type[BaseHTTPRequestHandler]:
                 self._error(404, f"no such endpoint: {self.command} {path}")
                 return
             token = (self.headers.get("Authorization") or "").removeprefix("Bearer ")
-            if token not in hub.tokens:
+            if token not in hub.tokens and not (endpoint in READS and self._public(path)):
                 self._error(401, "Invalid credentials in Authorization header")
                 return
             if endpoint in hub.delays:
@@ -185,7 +207,39 @@ def _handler(hub: HubServer) -> type[BaseHTTPRequestHandler]:
             with hub.lock:
                 getattr(self, "_" + endpoint.replace("-", "_"))(path, body)
 
-        do_GET = do_POST = _handle
+        do_GET = do_POST = do_HEAD = _handle
+
+        def _public(self, path: str) -> bool:
+            route = FILE_ROUTE.match(path) or REPO_ROUTE.match(path)
+            repo = hub.repos.get(route.group("repo")) if route else None
+            return repo is not None and not repo.private
+
+        def _tree(self, path: str, body: bytes) -> None:
+            repo, _ = self._repo(path)
+            if repo is None:
+                return
+            entries = [
+                {"type": "file", "oid": _git_oid(data), "size": len(data), "path": name}
+                for name, data in sorted(repo.files.items())
+            ]
+            self._send(200, entries)
+
+        def _download(self, path: str, body: bytes) -> None:
+            route = FILE_ROUTE.match(path)
+            assert route is not None
+            repo = hub.repos.get(route.group("repo"))
+            data = repo.files.get(route.group("file")) if repo else None
+            if repo is None or data is None:
+                self._send(404, {"error": "Entry not found"}, {"X-Error-Code": "EntryNotFound"})
+                return
+            self.send_response(200)
+            self.send_header("Content-Type", "application/octet-stream")
+            self.send_header("Content-Length", str(len(data)))
+            self.send_header("ETag", f'"{_git_oid(data)}"')
+            self.send_header("X-Repo-Commit", repo.sha)
+            self.end_headers()
+            if self.command == "GET":
+                self.wfile.write(data)
 
         def _create(self, path: str, body: bytes) -> None:
             payload = json.loads(body)

@@ -249,6 +249,9 @@ def test_the_scores_agree_with_scikit_learn(seed: int) -> None:
         assert scores["macro_f1"] == pytest.approx(f1_score(true, predicted, average="macro"))
         if labels == 2:
             assert scores["mcc"] == pytest.approx(matthews_corrcoef(true, predicted))
+            for positive in (0, 1):  # GLUE's MRPC and QQP score: F1 of one class
+                f1 = classification_scores(predicted, true, labels, positive)["f1"]
+                assert f1 == pytest.approx(f1_score(true, predicted, pos_label=positive))
         else:
             assert "mcc" not in scores
     constant = classification_scores(np.zeros(10, dtype=int), np.array([0, 1] * 5), 2)

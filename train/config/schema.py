@@ -287,10 +287,10 @@ class JobArguments:
     )
     task: str | None = option(
         None,
-        "finetune: a local directory holding a labelled sequence-classification task, train.* and test.* "
-        "(csv, jsonl/json or parquet) with a text column, optionally a second text column (a pair) and a label "
-        "column of integers or strings (docs/downstream.md).",
-        non_blank("a local directory"),
+        "finetune: a labelled sequence-classification task: a directory holding train.* and test.* (csv, jsonl/json "
+        "or parquet; a text column, a second one for pairs, a label column), a GLUE task by name (glue:sst2, "
+        "glue:mrpc, ...: the hub's nyu-mll/glue) or a GLUE download's task folder (SST-2/; docs/downstream.md).",
+        non_blank("a local directory or glue:NAME"),
     )
     task_text_column: str = option("text", "finetune: the task's column holding the text.", non_blank("a column"))
     task_text_pair_column: str = option(

@@ -6,7 +6,8 @@ corpus may be: train/data/sources.py's suffixes), read by datasets' own builders
 text column (a pair task: entailment, paraphrase), a label column of integers or strings. Labels of either kind
 become ids 0..k-1 in sorted order, so ``-1``/``1`` or ``neg``/``pos`` work as they are and a label's id is the same
 whatever order the rows come in. Every problem a user can fix is one line naming the file or option (ConfigError),
-raised here: a fine-tuning run of several seeds must not find a bad test file after its first hour.
+raised here: a fine-tuning run of several seeds must not find a bad test file after its first hour. A GLUE task by
+name (``glue:sst2``) or a GLUE download's task folder is read by train/data/glue.py, then checked here the same way.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from datasets import ClassLabel, Dataset
 from train.common.errors import ConfigError
 from train.common.hf import cache_root
 from train.config import Config
+from train.data.glue import GLUE_PREFIX, GlueTask, from_hub, glue_folder, glue_name, read_local
 from train.data.sources import data_format, read_error
 
 TASK_SPLITS = ("train", "test")
@@ -29,6 +31,7 @@ TASK_FORMATS = ("csv", "json", "parquet")  # datasets builders with columns (pla
 TASK_SUFFIXES = ".csv, .jsonl, .json or .parquet"
 # The columns of a task's Dataset as read_task returns them, whatever the files call them.
 TEXT, PAIR, LABEL = "text", "text_pair", "labels"  # "labels": the name the models' forward takes
+COLUMN_OPTIONS = ("task_text_column", "task_text_pair_column", "task_label_column")
 
 
 @dataclass(frozen=True)
@@ -55,10 +58,17 @@ class Task:
     labels: tuple[str, ...]
     pair: bool
     files: dict[str, str]
+    glue: GlueTask | None = None  # a GLUE task (train/data/glue.py): its metric, the class its F1 is of
 
     @property
     def num_labels(self) -> int:
         return len(self.labels)
+
+    @property
+    def positive(self) -> int | None:
+        """The id of the class GLUE's F1 is of (MRPC, QQP), None for any other task."""
+        positive = self.glue.positive if self.glue else None
+        return self.labels.index(positive) if positive in self.labels else None
 
 
 def load_task(config: Config) -> Task:
@@ -78,14 +88,34 @@ def load_task(config: Config) -> Task:
         pair_option=config.source_of("task_text_pair_column"),
         label_option=config.source_of("task_label_column"),
     )
-    return read_task(job.task, columns, config.source_of("task"))
+    option = config.source_of("task")
+    glue = glue_name(job.task, option) or glue_folder(Path(job.task).expanduser())
+    if glue is None:
+        return read_task(job.task, columns, option)
+    named = [config.source_of(name) for name in COLUMN_OPTIONS if name in config.sources]
+    if named:
+        raise ConfigError(f"{named[0]}: GLUE's {glue.folder} names its own columns; remove it")
+    if job.task.lower().startswith(GLUE_PREFIX):
+        files = from_hub(glue, option)
+        raw = {split: read_split(file, option) for split, file in files.items()}
+    else:
+        data = read_local(glue, Path(job.task).expanduser())
+        files, raw = data.files, {"train": data.train, "test": data.test}
+    glue_columns = TaskColumns(text=glue.text, pair=glue.pair or PAIR, label="label", pair_required=bool(glue.pair))
+    return checked_task(job.task, raw, files, glue_columns, glue)
 
 
 def read_task(path: str, columns: TaskColumns, option: str = "task") -> Task:
-    """Both splits of the task in ``path`` (set by ``option``), checked: their columns, at least two classes in
-    train, no test label train lacks."""
+    """Both splits of the task in ``path`` (set by ``option``), checked (``checked_task``)."""
     files = {split: split_file(path, split, option) for split in TASK_SPLITS}
-    raw = {split: read_split(file, option) for split, file in files.items()}
+    return checked_task(path, {split: read_split(file, option) for split, file in files.items()}, files, columns)
+
+
+def checked_task(
+    path: str, raw: dict[str, Dataset], files: dict[str, str], columns: TaskColumns, glue: GlueTask | None = None
+) -> Task:
+    """The task from its splits as read, checked: their columns, at least two classes in train, no test label
+    train lacks."""
     pair = columns.pair in raw["train"].column_names
     if columns.pair_required and not pair:
         missing_column(files["train"], raw["train"], columns.pair, columns.pair_option)
@@ -114,7 +144,7 @@ def read_task(path: str, columns: TaskColumns, option: str = "task") -> Task:
         split: examples(raw[split], columns, pair, [ids[v] for v in values[split]], files[split])
         for split in TASK_SPLITS
     }
-    return Task(path, built["train"], built["test"], tuple(str(c) for c in classes), pair, files)
+    return Task(path, built["train"], built["test"], tuple(str(c) for c in classes), pair, files, glue)
 
 
 def split_file(path: str, split: str, option: str) -> str:

@@ -1,8 +1,7 @@
-"""``./entrypoint.sh finetune --task DIR [--option value ...]`` (under torchrun, as training and ``evaluate`` run):
-a trained model or a checkpoint (``MLM_MODEL_NAME_OR_PATH``: a directory, a hub id, or either in a bucket) judged
-where it will be used: fine-tuned on a labelled sequence-classification task (train/data/tasks.py) and scored on
-its test split. A masked-LM loss says how well a model fills in blanks; a downstream score says whether what it
-learnt helps, and two checkpoints with the same loss can differ there.
+"""``./entrypoint.sh finetune --task DIR|glue:NAME [--option value ...]`` (under torchrun, as training): a trained
+model or a checkpoint (``MLM_MODEL_NAME_OR_PATH``: a directory, a hub id, or either in a bucket) fine-tuned on a
+labelled sequence-classification task (train/data/tasks.py; GLUE's by name, train/data/glue.py) and scored on its
+test split. A masked-LM loss says how well a model fills in blanks; a downstream score says whether it helps.
 
 One fixed recipe for every task (Cramming's way, Geiping & Goldstein 2023: one set of fine-tuning settings for all
 of GLUE, so that scores compare models, not tuning effort); its values are ELECTRA's fine-tuning defaults
@@ -15,8 +14,7 @@ run.json says) has that model scored too ("before pretraining"). ``task_all_chec
 the final model of a run, for a series against its steps, tokens and time (train/run/finetune_series.py).
 
 World rank 0 prints one line per seed and one for the score (JSON with ``MLM_LOG_FORMAT=json``) and writes
-``finetune_results.json`` where the outputs live. It is plain ``transformers.Trainer``: a separate program from the
-masked-LM job, nothing of that job's Trainer applies.
+``finetune_results.json`` where the outputs live: plain ``transformers.Trainer``, nothing of the MLM job's.
 """
 
 from __future__ import annotations
@@ -95,6 +93,7 @@ class Subject:
     train: Dataset
     test: Dataset
     recipe: Recipe
+    positive: int | None = None  # the class a GLUE task's F1 is of (Task.positive)
 
 
 @dataclass(frozen=True)
@@ -187,6 +186,7 @@ def subject_of(config: Config, task: Task, model: Named) -> Subject:
         train=tokenized(task.train, tokenizer, max_length),
         test=tokenized(task.test, tokenizer, max_length),
         recipe=recipe,
+        positive=task.positive,
     )
 
 
@@ -305,7 +305,8 @@ def fine_tune(config: Config, subject: Subject, seed: int, pretrained: bool) -> 
     trained = trainer.train()
     predicted = trainer.predict(subject.test)
     logits = predicted.predictions[0] if isinstance(predicted.predictions, tuple) else predicted.predictions
-    scores = classification_scores(np.argmax(logits, axis=-1), predicted.label_ids, subject.model_config.num_labels)
+    labels = subject.model_config.num_labels
+    scores = classification_scores(np.argmax(logits, axis=-1), predicted.label_ids, labels, subject.positive)
     run = {"seed": seed, **scores, "train_loss": trained.training_loss, "seconds": time.monotonic() - started}
     return run, new
 
@@ -338,6 +339,7 @@ def finetune(config: Config) -> dict[str, Any]:
         "train_examples": len(task.train),
         "test_examples": len(task.test),
         "recipe": asdict(newest.recipe),
+        **({"glue": task.glue.record()} if task.glue else {}),
         "world_size": config.training.world_size,
     }
     if plan.points is None:

@@ -14,29 +14,36 @@ from typing import Any
 
 import numpy as np
 
-METRICS = ("accuracy", "macro_f1", "mcc")
-SHOWN = {"accuracy": "accuracy", "macro_f1": "macro F1", "mcc": "MCC"}
+METRICS = ("accuracy", "macro_f1", "mcc", "f1")
+SHOWN = {"accuracy": "accuracy", "macro_f1": "macro F1", "mcc": "MCC", "f1": "F1"}
 
 
-def classification_scores(predicted: np.ndarray, true: np.ndarray, num_labels: int) -> dict[str, float]:
+def classification_scores(
+    predicted: np.ndarray, true: np.ndarray, num_labels: int, positive: int | None = None
+) -> dict[str, float]:
     """Accuracy and macro F1 (over the classes that occur in ``true`` or ``predicted``, as scikit-learn's
-    ``f1_score(average="macro")``); MCC where ``num_labels`` is 2."""
+    ``f1_score(average="macro")``); MCC where ``num_labels`` is 2; F1 of class ``positive`` where one is given
+    (GLUE's MRPC and QQP score, scikit-learn's ``f1_score(pos_label=positive)``)."""
     predicted, true = np.asarray(predicted).ravel(), np.asarray(true).ravel()
     scores = {"accuracy": float((predicted == true).mean()), "macro_f1": macro_f1(predicted, true)}
     if num_labels == 2:
         scores["mcc"] = matthews(predicted, true)
+    if positive is not None:
+        scores["f1"] = class_f1(predicted, true, positive)
     return scores
+
+
+def class_f1(predicted: np.ndarray, true: np.ndarray, label: int) -> float:
+    """F1 of one class (0 where it is never predicted correctly)."""
+    tp = int(np.sum((predicted == label) & (true == label)))
+    fp = int(np.sum((predicted == label) & (true != label)))
+    fn = int(np.sum((predicted != label) & (true == label)))
+    return 2 * tp / (2 * tp + fp + fn) if tp else 0.0
 
 
 def macro_f1(predicted: np.ndarray, true: np.ndarray) -> float:
     """The unweighted mean of each class's F1; a class never predicted nor true is not a class of this test."""
-    f1s = []
-    for label in np.union1d(predicted, true):
-        tp = int(np.sum((predicted == label) & (true == label)))
-        fp = int(np.sum((predicted == label) & (true != label)))
-        fn = int(np.sum((predicted != label) & (true == label)))
-        f1s.append(2 * tp / (2 * tp + fp + fn) if tp else 0.0)
-    return float(np.mean(f1s))
+    return float(np.mean([class_f1(predicted, true, label) for label in np.union1d(predicted, true)]))
 
 
 def matthews(predicted: np.ndarray, true: np.ndarray) -> float:
