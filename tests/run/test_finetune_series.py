@@ -188,17 +188,19 @@ def test_a_run_directory_that_is_none_is_refused_in_one_line(
 
 
 def test_a_rerun_while_the_run_goes_on_fine_tunes_only_the_models_saved_since(
-    task: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    task: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str], on_the_hub: str
 ) -> None:
     """finetune run again over the same run (as a job repeated while it trains): the models it scored before, the
-    same weights with the same task, recipe and ranks, keep their scores; a new checkpoint, or one whose weights
-    changed, is fine-tuned. Another recipe reuses nothing."""
-    files = make_run(tmp_path / "run", "scratch:distilbert")
+    same weights with the same task, recipe and ranks, keep their scores, and so do the model the run started from
+    and the random-init baseline; a new checkpoint, or one whose weights changed, is fine-tuned. Another recipe
+    reuses nothing."""
+    files = make_run(tmp_path / "run", on_the_hub)
     shutil.rmtree(files.final)
     shutil.rmtree(files.checkpoint(6))
     output = tmp_path / "scores"
-    first = series_of(files, task, output)
+    first = series_of(files, task, output, "--task_baselines", "true")
     assert [p["model"] for p in first["series"]] == ["checkpoint-2", "checkpoint-4"]
+    assert first["starting"]["model"] == START and first["baseline"]["model"] == str(files.root)
     capsys.readouterr()
     shutil.copytree(files.checkpoint(4), files.checkpoint(6))  # saved since, with other weights:
     weights = files.checkpoint(6) / "model.safetensors"
@@ -206,12 +208,17 @@ def test_a_rerun_while_the_run_goes_on_fine_tunes_only_the_models_saved_since(
     state = {"global_step": 6, "num_input_tokens_seen": 6000, "log_history": []}
     (files.checkpoint(6) / TRAINER_STATE).write_text(json.dumps(state))
     write_marker(files.checkpoint(6))
-    second = series_of(files, task, output)
+    second = series_of(files, task, output, "--task_baselines", "true")
     err = capsys.readouterr().err
     assert [p["model"] for p in second["series"]] == ["checkpoint-2", "checkpoint-4", "checkpoint-6"]
     assert "finetune checkpoint-2: scored before" in err and "finetune checkpoint-4: scored before" in err
+    assert f"finetune before pretraining ({START}): scored before" in err
+    assert f"finetune random-init baseline ({files.root}): scored before" in err
     assert second["series"][0]["mean"] == first["series"][0]["mean"]
+    assert (second["starting"], second["baseline"]) == (first["starting"], first["baseline"])
     # only checkpoint-6, whose weights differ, was fine-tuned (checkpoint-2 and -4 are copies of one model)
     assert err.count("finetune checkpoint-6 seed") == 2 and err.count(" seed ") == 2
     third = series_of(files, task, output, "--task_epochs", "2")  # another recipe: every model fine-tuned again
-    assert "scored before" not in capsys.readouterr().err and third["recipe"]["epochs"] == 2
+    err = capsys.readouterr().err
+    assert "scored before" not in err and third["recipe"]["epochs"] == 2 and "baseline" not in third
+    assert err.count("before pretraining seed") == 2

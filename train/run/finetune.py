@@ -36,7 +36,6 @@ from transformers import (
     AutoTokenizer,
     DataCollatorWithPadding,
     Trainer,
-    TrainingArguments,
     set_seed,
 )
 from transformers.trainer_callback import PrinterCallback, ProgressCallback
@@ -53,33 +52,12 @@ from train.outputs.location import output_location
 from train.outputs.runfiles import FINETUNE_RESULTS
 from train.run import finetune_series as series
 from train.run.evaluate import fetched_model
+from train.run.finetune_recipe import BATCH_SIZE, Recipe, arguments
 from train.run.finetune_series import Point, run_of, starting_model, without_remote_code
 from train.run.logs import bars_drawn, configure_console
 from train.run.results import write_results
 from train.run.task_scores import classification_scores, results_text, scores_text, summary
 from train.run.trainer import losses_are_batch_means
-
-BATCH_SIZE = 32  # in total across ranks
-WARMUP = 0.1  # a fraction of the steps (TrainingArguments' warmup_steps below 1)
-WEIGHT_DECAY = 0.01
-SCHEDULER = "linear"
-OPTIMIZER = "adamw_torch"  # AdamW with the Trainer's betas (0.9, 0.999) and eps 1e-8
-
-
-@dataclass(frozen=True)
-class Recipe:
-    """Every setting of the fine-tuning, as finetune_results.json records it."""
-
-    learning_rate: float
-    epochs: int
-    seeds: list[int]
-    max_length: int
-    batch_size: int = BATCH_SIZE
-    per_device_batch_size: int = BATCH_SIZE
-    warmup_ratio: float = WARMUP
-    lr_scheduler: str = SCHEDULER
-    weight_decay: float = WEIGHT_DECAY
-    optimizer: str = OPTIMIZER
 
 
 @dataclass(frozen=True)
@@ -236,37 +214,6 @@ def starting_subject(config: Config, task: Task, run_dir: Path | None) -> Subjec
         return None
 
 
-def arguments(config: Config, recipe: Recipe, seed: int) -> TrainingArguments:
-    """The recipe as TrainingArguments; from the run's own only what the launcher decided for this machine (CPU
-    or GPU, precision, the backend, the loader's workers): nothing is saved, evaluated during training or tracked."""
-    training = config.training
-    return TrainingArguments(
-        output_dir=training.output_dir,
-        learning_rate=recipe.learning_rate,
-        num_train_epochs=recipe.epochs,
-        per_device_train_batch_size=recipe.per_device_batch_size,
-        per_device_eval_batch_size=training.per_device_eval_batch_size,
-        lr_scheduler_type=recipe.lr_scheduler,
-        warmup_steps=recipe.warmup_ratio,
-        weight_decay=recipe.weight_decay,
-        optim=recipe.optimizer,
-        seed=seed,
-        data_seed=seed,
-        eval_strategy="no",
-        save_strategy="no",
-        logging_strategy="no",
-        report_to=[],
-        use_cpu=training.use_cpu,
-        bf16=training.bf16,
-        fp16=training.fp16,
-        ddp_backend=training.ddp_backend,
-        ddp_timeout=training.ddp_timeout,
-        dataloader_num_workers=training.dataloader_num_workers,
-        dataloader_pin_memory=training.dataloader_pin_memory and not training.use_cpu,
-        disable_tqdm=not bars_drawn(resolve_format(config.job.log_format)),
-    )
-
-
 def classifier(config: Config, subject: Subject, pretrained: bool) -> tuple[Any, list[str]]:
     """The model with a new classification head: the pretrained weights (and the names of the tensors they lack,
     the head's among them, which start random), or all of it random (a baseline)."""
@@ -342,6 +289,7 @@ def finetune(config: Config) -> dict[str, Any]:
         **({"glue": task.glue.record()} if task.glue else {}),
         "world_size": config.training.world_size,
     }
+    earlier = series.Earlier()
     if plan.points is None:
         results["pretrained"], results["new_weights"] = scored(config, newest, "pretrained", "pretrained", True)
     else:
@@ -349,15 +297,22 @@ def finetune(config: Config) -> dict[str, Any]:
         results["series"], new = series.score_series(
             plan.points,
             plan.subjects,
-            earlier,
+            earlier.series,
             lambda subject, label: scored(config, subject, "pretrained", label, True),
         )
         results["new_weights"] = new
     if plan.starting is not None:
-        block, _ = scored(config, plan.starting, "starting", "before pretraining", True)
-        results["starting"] = {"model": plan.starting.name, "max_length": plan.starting.recipe.max_length, **block}
-    if config.job.task_baselines:
-        results["baseline"], _ = scored(config, newest, "baseline", "baseline", False)
+        starting = plan.starting
+        results["starting"] = earlier.kept("before pretraining", earlier.starting, starting.name) or {
+            "model": starting.name,
+            "max_length": starting.recipe.max_length,
+            **scored(config, starting, "starting", "before pretraining", True)[0],
+        }
+    if config.job.task_baselines:  # a run's models share one architecture: its random initialisation, seed by seed
+        results["baseline"] = earlier.kept("random-init baseline", earlier.baseline, shown) or {
+            "model": shown,
+            **scored(config, newest, "baseline", "baseline", False)[0],
+        }
     results["wall_time_s"] = time.monotonic() - started
     return results
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -170,19 +170,37 @@ def refresh_report(config: Config) -> None:
 SAME_SCORING = ("task_files", "recipe", "world_size", "labels", "pair")
 
 
-def earlier_scores(path: Path, scoring: dict[str, Any]) -> dict[str, dict[str, Any]]:
-    """The scores of an earlier ``finetune`` over the same run written at ``path``, by the weights' digests: only
+@dataclass(frozen=True)
+class Earlier:
+    """What an earlier ``finetune`` over the same run scored that this one may keep: each model's block by its
+    weights' digest, and the blocks of the model the run started from and of the random-init baseline."""
+
+    series: dict[str, dict[str, Any]] = field(default_factory=dict)
+    starting: dict[str, Any] | None = None
+    baseline: dict[str, Any] | None = None
+
+    def kept(self, kind: str, block: dict[str, Any] | None, model: str) -> dict[str, Any] | None:
+        """``block`` when it scored ``model`` (said in one line), else None."""
+        if not isinstance(block, dict) or block.get("model") != model or not isinstance(block.get("seeds"), list):
+            return None
+        if distributed.is_world_zero():
+            say(f"finetune {kind} ({model}): scored before (the same task, recipe and ranks): kept")
+        return block
+
+
+def earlier_scores(path: Path, scoring: dict[str, Any]) -> Earlier:
+    """The scores of an earlier ``finetune`` over the same run (``scoring["model"]``) written at ``path``: only
     when it scored the same task files with the same recipe on as many ranks (``scoring``: this run's values of
     ``SAME_SCORING``). A rerun while the run goes on then fine-tunes only the models saved since; anything else in
-    the file (another task, another recipe, a file that does not parse) reuses nothing."""
+    the file (another run, task or recipe, a file that does not parse) reuses nothing."""
     earlier = read_record(path)
-    if not earlier or any(earlier.get(key) != scoring.get(key) for key in SAME_SCORING):
-        return {}
+    if not earlier or any(earlier.get(key) != scoring.get(key) for key in (*SAME_SCORING, "model")):
+        return Earlier()
     found = {}
     for entry in earlier.get("series") or []:
         if isinstance(entry, dict) and isinstance(entry.get("weights"), str) and isinstance(entry.get("seeds"), list):
             found[entry["weights"]] = {key: entry[key] for key in entry if key not in Point.__dataclass_fields__}
-    return found
+    return Earlier(found, earlier.get("starting"), earlier.get("baseline"))
 
 
 def score_series(
