@@ -218,7 +218,7 @@ def test_a_rerun_while_the_run_goes_on_fine_tunes_only_the_models_saved_since(
     assert (second["starting"], second["baseline"]) == (first["starting"], first["baseline"])
     # only checkpoint-6, whose weights differ, was fine-tuned (checkpoint-2 and -4 are copies of one model)
     assert err.count("finetune checkpoint-6 seed") == 2 and err.count(" seed ") == 2
-    third = series_of(files, task, output, "--task_epochs", "2")  # another recipe: every model fine-tuned again
+    third = series_of(files, task, output, "--task_seeds", "1")  # another recipe: every model fine-tuned again
     err = capsys.readouterr().err
-    assert "scored before" not in err and third["recipe"]["epochs"] == 2 and "baseline" not in third
-    assert err.count("before pretraining seed") == 2
+    assert "scored before" not in err and third["recipe"]["seeds"] == [0] and "baseline" not in third
+    assert err.count("before pretraining seed") == 1
