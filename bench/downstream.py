@@ -161,8 +161,8 @@ def verdict(rows: dict[str, dict[str, Any]]) -> str:
     for other in ("starting", "random init"):
         gap = continued["accuracy"] - rows[other]["accuracy"]
         spread = max(continued["accuracy_std"] or 0.0, rows[other]["accuracy_std"] or 0.0)
-        word = "higher than" if gap > spread else "not clearly above" if gap > 0 else "not above"
-        parts.append(f"{word} the {other} model's ({gap:+.3f} accuracy; the larger spread {spread:.3f})")
+        word = "higher than" if gap > spread else "within the seeds' spread of" if gap > -spread else "lower than"
+        parts.append(f"{word} the {other} model ({gap:+.3f} accuracy; the larger spread {spread:.3f})")
     return "The continued model scores " + "; ".join(parts) + "."
 
 
