@@ -18,6 +18,7 @@ from train.outputs.marker import write_marker
 from train.outputs.runfiles import TRAINER_STATE, RunFiles
 from train.report import plots
 from train.report.runlog import load_run
+from train.run import finetune
 from train.run.finetune import main
 from train.run.finetune_series import points, run_of, starting_model
 
@@ -79,10 +80,13 @@ def series_of(files: RunFiles, task: Path, output: Path, *extra: str) -> dict:
 
 
 def test_every_checkpoint_is_scored_in_order_a_damaged_one_skipped_and_the_report_draws_the_series(
-    task: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str], on_the_hub: str
+    task: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str], on_the_hub: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     start = on_the_hub
     files = make_run(tmp_path / "run", start)
+    splits = []
+    tokenize = finetune.tokenized
+    monkeypatch.setattr(finetune, "tokenized", lambda split, *args: splits.append(len(split)) or tokenize(split, *args))
     weights = files.checkpoint(4) / "model.safetensors"
     weights.write_bytes(weights.read_bytes()[:-8] + b"\0" * 8)  # a flipped tail: its digest is no longer the listed one
     run_json = files.run_json.read_bytes()
@@ -101,6 +105,9 @@ def test_every_checkpoint_is_scored_in_order_a_damaged_one_skipped_and_the_repor
         }
     assert results["starting"]["model"] == str(start) and len(results["starting"]["seeds"]) == 2
     assert len(results["baseline"]["seeds"]) == 2 and "pretrained" not in results
+    # the run's three models carry copies of one tokenizer: the task is tokenized once for them, and once for the
+    # starting model (built apart: WordPiece's training orders pieces of equal count differently), not once a model
+    assert splits == [results["train_examples"], results["test_examples"]] * 2
     err = capsys.readouterr().err
     (skipped,) = [line for line in err.splitlines() if "skipping" in line]
     assert f"{files.checkpoint(4)}: model.safetensors" in skipped and "warning" in skipped

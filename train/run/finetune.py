@@ -142,8 +142,23 @@ def tokenized(task_split: Dataset, tokenizer: Any, max_length: int) -> Dataset:
     return task_split.map(encode, batched=True, remove_columns=[TEXT, PAIR] if pair else [TEXT])
 
 
-def subject_of(config: Config, task: Task, model: Named) -> Subject:
-    """A model's config (with the task's labels) and tokenizer, the splits tokenized for it, and the recipe."""
+def tokenized_splits(task: Task, tokenizer: Any, max_length: int, done: dict) -> tuple[Dataset, Dataset]:
+    """Both splits tokenized, once per tokenizer (``done``: those tokenized so far, by what the token ids depend
+    on): a run's checkpoints carry copies of one tokenizer, and a large task (MNLI: 393,000 pairs) would otherwise be
+    tokenized again for each of them. A tokenizer without a backend to compare by is not shared."""
+    backend = getattr(tokenizer, "backend_tokenizer", None)
+    key = None if backend is None else (type(tokenizer).__name__, backend.to_str(), tuple(tokenizer.model_input_names))
+    if key is None or (key, max_length) not in done:
+        splits = (tokenized(task.train, tokenizer, max_length), tokenized(task.test, tokenizer, max_length))
+        if key is None:
+            return splits
+        done[key, max_length] = splits
+    return done[key, max_length]
+
+
+def subject_of(config: Config, task: Task, model: Named, done: dict | None = None) -> Subject:
+    """A model's config (with the task's labels) and tokenizer, the splits tokenized for it (``done``: shared
+    between the models of one finetune, :func:`tokenized_splits`), and the recipe."""
     training = config.training
     model_config = load_model_config(config, task, model)
     tokenizer = load_tokenizer(config, model)
@@ -157,12 +172,13 @@ def subject_of(config: Config, task: Task, model: Named) -> Subject:
         batch_size=per_device * training.world_size,
         per_device_batch_size=per_device,
     )
+    train, test = tokenized_splits(task, tokenizer, max_length, {} if done is None else done)
     return Subject(
         name=model.name,
         model_config=model_config,
         tokenizer=tokenizer,
-        train=tokenized(task.train, tokenizer, max_length),
-        test=tokenized(task.test, tokenizer, max_length),
+        train=train,
+        test=test,
         recipe=recipe,
         positive=task.positive,
     )
@@ -195,11 +211,12 @@ def prepare(config: Config) -> Plan:
     else:
         fetched_model(config)
         names, run_dir = [job.model_name_or_path], run_of(job.model_name_or_path)
-    subjects = [subject_of(config, task, Named(n, option, job.tokenizer_name, tokenizer_option)) for n in names]
-    return Plan(task, subjects, located, starting_subject(config, task, run_dir))
+    done: dict = {}
+    subjects = [subject_of(config, task, Named(n, option, job.tokenizer_name, tokenizer_option), done) for n in names]
+    return Plan(task, subjects, located, starting_subject(config, task, run_dir, done))
 
 
-def starting_subject(config: Config, task: Task, run_dir: Path | None) -> Subject | None:
+def starting_subject(config: Config, task: Task, run_dir: Path | None, done: dict) -> Subject | None:
     """The model the run started from, ready to fine-tune; None for a run from scratch, and (said in one line)
     when it cannot be loaded here: the score of the run's own models does not depend on it."""
     starting = starting_model(run_dir, lambda text: warned(config, text))
@@ -208,7 +225,7 @@ def starting_subject(config: Config, task: Task, run_dir: Path | None) -> Subjec
     by = f"{starting.named_by}: model_name_or_path"
     named = Named(starting.name, by, starting.tokenizer, f"{starting.named_by}: tokenizer_name")
     try:
-        return subject_of(without_remote_code(config), task, named)
+        return subject_of(without_remote_code(config), task, named, done)
     except ConfigError as exc:
         warned(config, f"not scoring the model the run started from ({exc})")
         return None
