@@ -13,10 +13,10 @@ from text on this machine:
 - the task: which licence a line comes from, among Apache-2.0, GPL-3 and MPL-2.0 (chance 1/3): ``--per-class``
   lines of each to fine-tune on, 40 of each to score.
 
-The starting model is the demo's architecture (DistilBERT, 2 layers, width 128) with a WordPiece tokenizer of 8,000
-pieces trained on the general text; the continued model starts from its final/ (the same tokenizer); the baseline
-is ``finetune --task_baselines``'s random initialisation of the continued model's architecture. Writes
-bench/results/<date>-<host>-downstream.md and .json.
+The starting model is the demo's architecture (DistilBERT, 2 layers, width 128; ``--architecture`` another) with
+a WordPiece tokenizer of 8,000 pieces trained on the general text; the continued model starts from its final/ (the
+same tokenizer); the baseline is ``finetune --task_baselines``'s random initialisation of the continued model's
+architecture. Writes bench/results/<date>-<host>-downstream-seed<N>.md and .json.
 """
 
 from __future__ import annotations
@@ -132,8 +132,9 @@ def report(result: dict[str, Any]) -> str:
         f"# What continued pretraining adds downstream ({result['date']})",
         "",
         f"`python -m bench.downstream {' '.join(result['argv'])}` on {result['environment']['host']} "
-        f"({result['environment']['cpu_count']} CPUs, torch {result['environment']['torch']}). The demo's "
-        f"architecture ({ARCHITECTURE}), {settings['start_steps']} steps on general text (man pages), then "
+        f"({result['environment']['cpu_count']} CPUs, torch {result['environment']['torch']}). DistilBERT "
+        f"({settings.get('architecture', ARCHITECTURE)}), {settings['start_steps']} steps on general text (man "
+        "pages), then "
         f"{settings['continue_steps']} steps on the licences of /usr/share/common-licenses but the task's test lines "
         f"(pretraining seed {settings['train_seed']}). "
         f"Task: which of {', '.join(CLASSES)} a line comes from (chance 0.333), {settings['per_class']} lines of "
@@ -175,6 +176,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--task-epochs", type=int, default=30)
     parser.add_argument("--seeds", type=int, default=5)
     parser.add_argument("--train-seed", type=int, default=42, help="the two pretraining runs' seed (repeats)")
+    parser.add_argument("--architecture", default=ARCHITECTURE, help="DistilBERT's config overrides (a larger model)")
     parser.add_argument("--workdir", type=Path, default=ROOT / "build" / "bench-downstream")
     args = parser.parse_args(argv)
     work = args.workdir
@@ -188,8 +190,9 @@ def main(argv: list[str] | None = None) -> int:
     start, continued = work / "start", work / "continued"
     walls = {
         "start": entrypoint(
-            work, work / "start.log", "--model_name_or_path", "scratch:distilbert", "--config_overrides", ARCHITECTURE,
-            "--dataset", str(general), "--tokenizer_vocab_size", "8000", "--per_device_train_batch_size", "64",
+            work, work / "start.log", "--model_name_or_path", "scratch:distilbert",
+            "--config_overrides", args.architecture, "--dataset", str(general), "--tokenizer_vocab_size", "8000",
+            "--per_device_train_batch_size", "64",
             "--max_steps", str(args.start_steps), "--output_dir", str(start), "--overwrite_output_dir", "true", *common,
         ),
         "continued": entrypoint(
