@@ -33,10 +33,11 @@ def rows(split: str, pair: bool) -> list[tuple[str, str | None, int]]:
     return [(text, second if pair else None, label) for text, second, label in chosen]
 
 
-def parquet(name: str, split: str) -> bytes:
-    """A split as the hub's nyu-mll/glue holds it: parquet with the label a ClassLabel of GLUE's class names."""
+def parquet(name: str, split: str, part: slice = slice(None)) -> bytes:
+    """A split (``part`` of its rows: a shard) as the hub's nyu-mll/glue holds it: parquet with the label a
+    ClassLabel of GLUE's class names."""
     task = TASKS[name]
-    data = rows(split, task.pair is not None)
+    data = rows(split, task.pair is not None)[part]
     columns: dict[str, list] = {task.text: [r[0] for r in data]}
     features = {task.text: Value("string")}
     if task.pair:
@@ -80,8 +81,10 @@ def hub() -> Iterator[HubServer]:
 def online(hub: HubServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> HubServer:
     """The loopback hub holding nyu-mll/glue's SST-2, MRPC and CoLA files; an empty hub cache; no token."""
     hub.reset()
-    files = {f"{n}/{s}-00000-of-00001.parquet": parquet(n, s) for n in ("sst2", "mrpc", "cola") for s in ("train",)}
+    files = {f"{n}/train-00000-of-00001.parquet": parquet(n, "train") for n in ("sst2", "cola")}
     files |= {f"{n}/validation-00000-of-00001.parquet": parquet(n, "test") for n in ("sst2", "mrpc", "cola")}
+    for shard, part in enumerate((slice(0, 10), slice(10, None))):  # a large split comes in shards
+        files[f"mrpc/train-0000{shard}-of-00002.parquet"] = parquet("mrpc", "train", part)
     hub.add(HUB_DATASET, "dataset", {**files, "README.md": b"# GLUE\n"})
     monkeypatch.setattr(huggingface_hub.constants, "ENDPOINT", hub.url)  # the constants are read at import
     template = hub.url + "/{repo_id}/resolve/{revision}/{filename}"
@@ -124,6 +127,7 @@ def test_a_glue_task_by_name_comes_from_the_hub_then_from_its_cache_offline(
 def test_a_pair_task_scores_glues_f1_of_its_positive_class(online: HubServer, tmp_path: Path) -> None:
     task = task_of("glue:mrpc")
     assert task.pair and task.labels == ("equivalent", "not_equivalent") and task.positive == 0
+    assert len(task.train) == 24 and "train-00000-of-00002" in task.files["train"]  # both shards
     assert set(task.train.column_names) == {TEXT, PAIR, LABEL}
     model = build_model(tmp_path / "model")
     output = tmp_path / "out"

@@ -135,8 +135,9 @@ def glue_folder(path: Path) -> GlueTask | None:
     return None
 
 
-def from_hub(task: GlueTask, option: str) -> dict[str, str]:
-    """The parquet file of each split, fetched from the hub into its cache (or found there offline)."""
+def from_hub(task: GlueTask, option: str) -> dict[str, list[str]]:
+    """The parquet files of each split (one, or a large split's shards), fetched from the hub into its cache (or
+    found there offline)."""
     patterns = {"train": f"{task.name}/train-*.parquet", "test": f"{task.name}/{task.validation}-*.parquet"}
     try:
         root = Path(snapshot_download(HUB_DATASET, repo_type="dataset", allow_patterns=list(patterns.values())))
@@ -154,13 +155,13 @@ def from_hub(task: GlueTask, option: str) -> dict[str, str]:
         ) from None
     files = {}
     for split, pattern in patterns.items():
-        found = sorted(root.glob(pattern))
-        if len(found) != 1:
+        found = [str(path) for path in sorted(root.glob(pattern))]  # one file, or a large split's shards
+        if not found:
             raise ConfigError(
-                f"{option}=glue:{task.name}: {HUB_DATASET} holds {len(found)} files for {pattern} (expected one); "
-                "its layout changed: use a local copy in the GLUE layout"
+                f"{option}=glue:{task.name}: {HUB_DATASET} holds no file for {pattern}; its layout changed: use a "
+                "local copy in the GLUE layout"
             )
-        files[split] = str(found[0])
+        files[split] = found
     return files
 
 

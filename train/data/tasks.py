@@ -96,8 +96,9 @@ def load_task(config: Config) -> Task:
     if named:
         raise ConfigError(f"{named[0]}: GLUE's {glue.folder} names its own columns; remove it")
     if job.task.lower().startswith(GLUE_PREFIX):
-        files = from_hub(glue, option)
-        raw = {split: read_split(file, option) for split, file in files.items()}
+        shards = from_hub(glue, option)
+        raw = {split: read_split(found, option) for split, found in shards.items()}
+        files = {split: ", ".join(found) for split, found in shards.items()}
     else:
         data = read_local(glue, Path(job.task).expanduser())
         files, raw = data.files, {"train": data.train, "test": data.test}
@@ -166,20 +167,23 @@ def split_file(path: str, split: str, option: str) -> str:
     return found[0]
 
 
-def read_split(file: str, option: str) -> Dataset:
-    """One split's file read by its datasets builder (cached under our cache); a parse error in one line."""
+def read_split(file: str | list[str], option: str) -> Dataset:
+    """One split's file (or its shards, one format) read by its datasets builder (cached under our cache); a parse
+    error in one line."""
+    files = [file] if isinstance(file, str) else file
+    shown = ", ".join(files)
     verbosity = datasets.logging.get_verbosity()
     datasets.logging.set_verbosity(datasets.logging.CRITICAL)  # the builders log a parse error before raising it
     try:
         dataset = datasets.load_dataset(
-            data_format(file), data_files=[file], split="train", cache_dir=str(cache_root() / "raw")
+            data_format(files[0]), data_files=files, split="train", cache_dir=str(cache_root() / "raw")
         )
     except Exception as exc:  # noqa: BLE001 - parser errors vary by format (Arrow, JSON, CSV)
-        raise read_error(option, file, exc) from None
+        raise read_error(option, shown, exc) from None
     finally:
         datasets.logging.set_verbosity(verbosity)
     if len(dataset) == 0:
-        raise ConfigError(f"{file}: no examples")
+        raise ConfigError(f"{shown}: no examples")
     return dataset
 
 
