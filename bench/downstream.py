@@ -224,7 +224,15 @@ def main(argv: list[str] | None = None) -> int:
         "walls_s": walls,
         "domain_lines": len(domain),
     }
-    stem = f"{result['date'][:10]}-{result['environment']['host']}-downstream-seed{args.train_seed}"
+    size = (
+        ""
+        if args.architecture == ARCHITECTURE
+        else "-"
+        + "x".join(
+            value.split("=")[1] for value in args.architecture.split(",") if value.startswith(("n_layers", "dim"))
+        )
+    )  # e.g. -4x256: another model's results do not overwrite the demo size's
+    stem = f"{result['date'][:10]}-{result['environment']['host']}-downstream{size}-seed{args.train_seed}"
     text = report(result)
     write_results(RESULTS, stem, result, text, None)
     print(text)
