@@ -40,6 +40,7 @@ CLASSES = ("Apache-2.0", "GPL-3", "MPL-2.0")
 MAN = [Path("/usr/share/man/man1"), Path("/usr/share/man/man3")]
 MAN_PAGES = 6000  # a fixed draw of the pages: about 2.3 M words here
 TEST_PER_CLASS = 40
+PER_CLASS = 10  # lines of each class to fine-tune on
 ESCAPES = re.compile(r"\\f[BIRP]|\\f\(..|\\\*\(..|\\\*.|\\\(..|\\[&|^e-]|\\s[-+]?\d|\\.")
 RESULTS = Path(__file__).resolve().parent / "results"
 ARCHITECTURE = "n_layers=2,n_heads=2,dim=128,hidden_dim=512"
@@ -167,11 +168,19 @@ def verdict(rows: dict[str, dict[str, Any]]) -> str:
     return "The continued model scores " + "; ".join(parts) + "."
 
 
+def variant(architecture: str, per_class: int) -> str:
+    """What a results file's name adds where a run is not the default one (``-4x256``, ``-80-per-class``), so that
+    it does not overwrite the default run's results of the same day and seed."""
+    size = [value.split("=")[1] for value in architecture.split(",") if value.startswith(("n_layers", "dim"))]
+    name = "" if architecture == ARCHITECTURE else "-" + "x".join(size)
+    return name + ("" if per_class == PER_CLASS else f"-{per_class}-per-class")
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--start-steps", type=int, default=1500)
     parser.add_argument("--continue-steps", type=int, default=600)
-    parser.add_argument("--per-class", type=int, default=10)
+    parser.add_argument("--per-class", type=int, default=PER_CLASS)
     parser.add_argument("--task-lr", default="1e-3")
     parser.add_argument("--task-epochs", type=int, default=30)
     parser.add_argument("--seeds", type=int, default=5)
@@ -224,15 +233,8 @@ def main(argv: list[str] | None = None) -> int:
         "walls_s": walls,
         "domain_lines": len(domain),
     }
-    size = (
-        ""
-        if args.architecture == ARCHITECTURE
-        else "-"
-        + "x".join(
-            value.split("=")[1] for value in args.architecture.split(",") if value.startswith(("n_layers", "dim"))
-        )
-    )  # e.g. -4x256: another model's results do not overwrite the demo size's
-    stem = f"{result['date'][:10]}-{result['environment']['host']}-downstream{size}-seed{args.train_seed}"
+    stem = f"{result['date'][:10]}-{result['environment']['host']}-downstream"
+    stem += variant(args.architecture, args.per_class) + f"-seed{args.train_seed}"
     text = report(result)
     write_results(RESULTS, stem, result, text, None)
     print(text)

@@ -5,7 +5,17 @@ from __future__ import annotations
 
 import pytest
 
-from bench.downstream import CLASSES, TEST_PER_CLASS, man_text, split_task, verdict, words_line
+from bench.downstream import (
+    ARCHITECTURE,
+    CLASSES,
+    PER_CLASS,
+    TEST_PER_CLASS,
+    man_text,
+    split_task,
+    variant,
+    verdict,
+    words_line,
+)
 
 
 def test_prose_is_kept_and_troff_is_not() -> None:
@@ -39,3 +49,9 @@ def row(accuracy: float, std: float) -> dict:
 def test_the_verdict_weighs_the_gap_against_the_seeds_spread(starting: float, expected: str) -> None:
     text = verdict({"continued": row(0.5, 0.03), "starting": row(starting, 0.02), "random init": row(0.55, 0.01)})
     assert expected in text and "lower than the random init model (-0.050" in text
+
+
+def test_a_run_other_than_the_default_is_named_apart() -> None:
+    assert variant(ARCHITECTURE, PER_CLASS) == ""
+    assert variant("n_layers=4,n_heads=4,dim=256,hidden_dim=1024", PER_CLASS) == "-4x256"
+    assert variant(ARCHITECTURE, 80) == "-80-per-class"
