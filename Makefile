@@ -49,15 +49,17 @@ system-deps: ## Install the OS tools the tests need (podman, debootstrap, chromi
 # cores the unit tests take about 5 minutes and the image test about 7.5; these fill most of the gap (2 minutes).
 E2E_EARLY := tests/e2e/test_branches.py tests/e2e/test_readme.py
 
-test: venv system-deps lint audit ## Set up and run every test: lint, audit, unit + end-to-end, the image
-	# Beside the unit tests (one core) run the image test (a container build: mostly one core unpacking wheels)
-	# and the end-to-end runs that mostly wait (-m waits: Slurm's scheduling, a timeout); their logs follow the unit
-	# tests', then E2E_EARLY's. The other end-to-end tests, which time runs and use both cores, then run alone.
+test: venv system-deps ## Set up and run every test: lint, audit, unit + end-to-end, the image
+	# Beside lint, audit and then the unit tests (one core) run the image test (a container build: mostly one core
+	# unpacking wheels; it is the longest part, so it starts first) and the end-to-end runs that mostly wait (-m
+	# waits: Slurm's scheduling, a timeout); their logs follow the unit tests', then E2E_EARLY's. The other
+	# end-to-end tests, which time runs and use both cores, then run alone. A lint or audit failure stops them all.
 	@mkdir -p build
 	@unit=0 early=0 waited=0 built=0; \
 		bash docker/image-test.sh >build/image-test.log 2>&1 & image=$$!; \
 		$(BIN)/python -m pytest -m waits --basetemp=build/pytest-waits --durations=5 $(PYTEST_ARGS) \
 			>build/pytest-waits.log 2>&1 & waits=$$!; \
+		$(MAKE) --no-print-directory lint audit || { kill $$image $$waits; wait; exit 1; }; \
 		$(BIN)/python -m pytest -m "not slow" --durations=10 $(PYTEST_ARGS) || unit=$$?; \
 		$(BIN)/python -m pytest -m "slow and not waits and not alone" --durations=5 $(PYTEST_ARGS) $(E2E_EARLY) \
 			|| early=$$?; \
