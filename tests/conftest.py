@@ -27,6 +27,25 @@ for _name in [name for name in os.environ if name.startswith(CALLER_PREFIXES)]:
 # 45 s of retries for one test.
 os.environ.update(HF_HUB_OFFLINE="1", HF_DATASETS_OFFLINE="1")
 
+# The end-to-end modules that take longest (several minutes of runs each on CI's 2 cores; make test's durations),
+# first: `make test` runs the end-to-end tests two at a time, a module per worker (pytest-xdist's loadfile) in the
+# order collected, so a long module collected last would leave one core idle while it runs alone at the end.
+LONGEST_FIRST = (
+    "tests/e2e/test_bucket_outputs.py",
+    "tests/e2e/test_sharding.py",
+    "tests/e2e/test_reliability.py",
+    "tests/e2e/test_job.py",
+    "tests/e2e/test_streaming.py",
+    "tests/e2e/test_phases.py",
+    "tests/e2e/test_replay.py",
+)
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """The tests of the LONGEST_FIRST modules first, in that order; every other test after them, as collected."""
+    rank = {module: index for index, module in enumerate(LONGEST_FIRST)}
+    items.sort(key=lambda item: rank.get(item.nodeid.split("::", 1)[0], len(rank)))
+
 
 @pytest.fixture(autouse=True)
 def _no_user_options(monkeypatch: pytest.MonkeyPatch) -> None:
