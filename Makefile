@@ -48,6 +48,11 @@ system-deps: ## Install the OS tools the tests need (podman, debootstrap, chromi
 # End-to-end modules that run after the unit tests, beside the image test, rather than with the others: on CI's 2
 # cores the unit tests take about 5 minutes and the image test about 7.5; these fill most of the gap (2 minutes).
 E2E_EARLY := tests/e2e/test_branches.py tests/e2e/test_readme.py
+# One OpenMP thread a rank for the tests that share the cores with other work (the unit and waiting tests beside
+# the image test, the end-to-end tests two at a time): a run of one rank would otherwise take a thread per core
+# (the launcher's rule, train/launch/plan.py), and threads waiting on busy cores spin. Measured on 2 cores, two
+# end-to-end modules two at a time: 72 s with the launcher's threads, 50 s with one. Tests run alone keep the rule.
+SHARED_CORES := OMP_NUM_THREADS=1
 
 test: venv system-deps ## Set up and run every test: lint, audit, unit + end-to-end, the image
 	# Beside lint, audit and then the unit tests (one core) run the image test (a container build: mostly one core
@@ -57,11 +62,12 @@ test: venv system-deps ## Set up and run every test: lint, audit, unit + end-to-
 	@mkdir -p build
 	@unit=0 early=0 waited=0 built=0; \
 		bash docker/image-test.sh >build/image-test.log 2>&1 & image=$$!; \
-		$(BIN)/python -m pytest -m waits --basetemp=build/pytest-waits --durations=5 $(PYTEST_ARGS) \
+		$(SHARED_CORES) $(BIN)/python -m pytest -m waits --basetemp=build/pytest-waits --durations=5 $(PYTEST_ARGS) \
 			>build/pytest-waits.log 2>&1 & waits=$$!; \
 		$(MAKE) --no-print-directory lint audit || { kill $$image $$waits; wait; exit 1; }; \
-		$(BIN)/python -m pytest -m "not slow" --durations=10 $(PYTEST_ARGS) || unit=$$?; \
-		$(BIN)/python -m pytest -m "slow and not waits and not alone" --durations=5 $(PYTEST_ARGS) $(E2E_EARLY) \
+		$(SHARED_CORES) $(BIN)/python -m pytest -m "not slow" --durations=10 $(PYTEST_ARGS) || unit=$$?; \
+		$(SHARED_CORES) $(BIN)/python -m pytest -m "slow and not waits and not alone" --durations=5 $(PYTEST_ARGS) \
+			$(E2E_EARLY) \
 			|| early=$$?; \
 		wait $$waits || waited=$$?; cat build/pytest-waits.log; \
 		wait $$image || built=$$?; cat build/image-test.log; \
@@ -71,8 +77,8 @@ test: venv system-deps ## Set up and run every test: lint, audit, unit + end-to-
 	# The other end-to-end runs two at a time (about half of a core sat idle while they ran one at a time: launches,
 	# servers, signals), a module's tests on one worker (they share its fixtures); then those that time themselves or
 	# work to a deadline (-m alone: a time budget, a stop timeout), one at a time, with nothing else running.
-	$(BIN)/python -m pytest -m "slow and not waits and not alone" -n 2 --dist loadfile --durations=25 $(PYTEST_ARGS) \
-		$(addprefix --ignore=,$(E2E_EARLY))
+	$(SHARED_CORES) $(BIN)/python -m pytest -m "slow and not waits and not alone" -n 2 --dist loadfile --durations=25 \
+		$(PYTEST_ARGS) $(addprefix --ignore=,$(E2E_EARLY))
 	$(BIN)/python -m pytest -m "slow and not waits and alone" --durations=25 $(PYTEST_ARGS)
 
 .PHONY: pytest
