@@ -254,7 +254,7 @@ def test_a_second_job_on_the_same_bucket_is_refused_and_the_first_is_unharmed(
     tmp_path: Path, aws: dict[str, str], bucket: str
 ) -> None:
     url = f"s3://{bucket}/run"
-    first = start(env=machine_env(tmp_path, url, aws, "a", demo_samples="6400"))  # 320 steps: still running
+    first = start(env=machine_env(tmp_path, url, aws, "a", demo_samples="32000"))  # 1,600 steps: still running
     wait_for_object(aws, f"{bucket}/run/checkpoint-10/.complete", first)
     second = entrypoint(env=machine_env(tmp_path, url, aws, "b"))
     assert second.returncode == 3, second.stderr[-3000:]

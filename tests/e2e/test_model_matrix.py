@@ -45,11 +45,16 @@ def test_scratch_train_stop_resume_then_continue_from_the_saved_model(
         **options,
     )
 
+    exits = tmp_path / "exits"  # where a launcher reads the codes its ranks recorded (torchrun's own is 1 or 0)
+    exits.mkdir()
+    env["MLM_EXIT_DIR"] = str(exits)
     assert job_in_process(env, stop_at=STOP_AT) == 75
+    assert (exits / "rank-0.exit").read_text() == "75"
     assert json.loads((scratch / "run.json").read_text())["status"] == "preempted"
     assert (scratch / f"checkpoint-{STOP_AT}" / ".complete").exists()
 
     assert job_in_process(env) == 0
+    assert (exits / "rank-0.exit").read_text() == "0"  # finished: a stop signal landing after it is no crash
     state = json.loads((scratch / f"checkpoint-{STEPS}" / "trainer_state.json").read_text())
     assert state["global_step"] == STEPS
     records = [json.loads(line) for line in (scratch / "logs" / "train.jsonl").read_text().splitlines()]

@@ -338,3 +338,24 @@ def test_an_unwritable_hf_home_is_exit_3_in_one_line(tmp_path: Path) -> None:
     assert result.returncode == 3, result.stderr[-3000:]
     errors = [line for line in result.stderr.splitlines() if line.startswith("mlm-trainer: error:")]
     assert len(errors) == 1 and errors[0].startswith(f"mlm-trainer: error: HF_HOME='{blocker / 'hf'}': not writable")
+
+
+def test_a_sigterm_after_the_run_finished_is_no_crash(tmp_path: Path) -> None:
+    """A pod deleted as its run ends: the stop signal lands once run.json says "finished", while the rank and
+    torchrun are still shutting down (torchrun, signalled, exits 1 whatever its ranks did). The launcher exits 0
+    with no error line and no traceback: the rank recorded that it finished."""
+    output = tmp_path / "out"
+    process = start(env=tiny_env(output, log_format="text"))
+    run = output / "run.json"
+    while process.poll() is None:
+        try:
+            if json.loads(run.read_text())["status"] == "finished":
+                break
+        except (OSError, ValueError, KeyError):
+            pass  # not written yet, or being replaced
+        time.sleep(0.02)
+    assert process.poll() is None, "the run had exited before the signal: the case was not tried"
+    process.send_signal(signal.SIGTERM)
+    _, stderr = process.communicate(timeout=120)
+    assert process.returncode == 0, stderr[-3000:]
+    assert "error" not in stderr.lower() and "Traceback" not in stderr, stderr[-3000:]

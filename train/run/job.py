@@ -138,8 +138,10 @@ def run(config: Config, location: OutputLocation, startup: Startup | None = None
             end_phase(prepared, record, location)
             return 0
         finish(config, prepared, record, metrics, location)
-        if prepared.stopper.stopped:  # the plan's end fitted the stop's window: torchrun, signalled, exits 1 anyway
-            record_exit_code(0)
+        # Finished: said to the launcher whatever comes next. A stop signal may land from here to the exit (the
+        # plan's end fitted the stop's window, or a pod deleted as its run ends); torchrun, signalled, exits 1
+        # whatever its ranks did, and the launcher must not call a finished run a crash.
+        record_exit_code(0)
         return 0
     finally:
         if distributed.is_world_zero():
