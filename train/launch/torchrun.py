@@ -346,9 +346,11 @@ def run_torchrun(
             signal.signal(sig, handler)
     codes = read_exit_codes(exit_dir)
     # A rank that recorded its code has said in one line what went wrong; one that died of a signal could not,
-    # and the agent's report says which it was.
+    # and the agent's report says which it was. When torchrun itself succeeded, what it held back is the report of
+    # an attempt it restarted (--max-restarts) and the lines of the attempt that finished: shown, not dropped.
     cause = None if aborted or documented_exit(codes, 0) else killed_rank(b"".join(relay.held))
-    relay.finish(drop_report=(bool(aborted) or bool(codes) or cause is not None) and not debug)
+    recorded = bool(codes) and status != 0
+    relay.finish(drop_report=(bool(aborted) or recorded or cause is not None) and not debug)
     if cause:
         log(cause, "error")
     if aborted:
