@@ -82,12 +82,30 @@ exit_process(75)
     assert (tmp_path / "buffered.txt").read_text() == "written before exit"
 
 
-def test_a_process_that_loaded_triton_ends_on_its_last_word_not_on_nanobinds_leak_report():
-    """torch 2.15 imports triton with torch._dynamo (transformers 5.25's model loading does): objects frozen at exit
-    are still alive when triton's nanobind bindings are torn down, which then print hundreds of "leaked" lines."""
+def test_a_process_that_loaded_triton_ends_on_its_last_word_unless_the_launchers_relay_reads_its_stderr():
+    """torch 2.15 imports triton with torch._dynamo (transformers 5.25's models do): objects frozen at exit are still
+    alive when triton's nanobind bindings are torn down, which then print a "leaked" report. A process on its own
+    takes the last collection and ends on its last word; a rank the launcher started (its handoff in the
+    environment) freezes all the same, and the launcher's relay drops the report (tests/launch/test_torchrun.py)."""
+    import os
     import subprocess
     import sys
 
+    from train.common.handoff import HANDOFF_ENV
+    from train.launch.torchrun import _StderrRelay
+
     script = "import sys, triton; from train.common.errors import exit_process; print('last word', file=sys.stderr)"
-    done = subprocess.run([sys.executable, "-c", script + "; exit_process(3)"], capture_output=True, text=True)
-    assert done.returncode == 3 and done.stderr == "last word\n", done.stderr[:500]
+    alone = {k: v for k, v in os.environ.items() if k not in (HANDOFF_ENV, "MLM_DEBUG")}
+    done = subprocess.run([sys.executable, "-c", script + "; exit_process(3)"], capture_output=True, env=alone)
+    assert done.returncode == 3 and done.stderr == b"last word\n", done.stderr[:500]
+    launched = {**alone, HANDOFF_ENV: "{}"}
+    done = subprocess.run([sys.executable, "-c", script + "; exit_process(3)"], capture_output=True, env=launched)
+    assert done.returncode == 3 and done.stderr.startswith(b"last word\nnanobind: leaked"), done.stderr[:500]
+    sink = io.BytesIO()
+    relay = _StderrRelay(sink)
+    relay.feed(done.stderr)
+    relay.finish(drop_report=True)
+    assert sink.getvalue() == b"last word\n"
+    debugging = {**launched, "MLM_DEBUG": "1"}  # the relay keeps the ranks' every line: nothing to drop then
+    done = subprocess.run([sys.executable, "-c", script + "; exit_process(3)"], capture_output=True, env=debugging)
+    assert done.returncode == 3 and done.stderr == b"last word\n", done.stderr[:500]

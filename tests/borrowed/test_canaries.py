@@ -34,6 +34,7 @@ from train.borrowed import (
     transformers_args,
     transformers_models,
     transformers_trainer,
+    triton,
 )
 from train.borrowed.registry import MODULES, TOUCHES
 from train.borrowed.touch import Touch
@@ -95,6 +96,17 @@ def _triton_bindings_loaded(tmp_path: Path) -> None:
         "import torch._dynamo\nprint(before, triton_bindings_loaded())\n"
     )
     assert said.split() == ["False", "True"], f"torch._dynamo no longer loads triton._C.libtriton ({said.strip()})"
+
+
+@canary("triton.leak_report_part")
+def _leak_report_part(tmp_path: Path) -> None:
+    script = "import gc, sys, torch._dynamo\nprint('last word', file=sys.stderr, flush=True)\ngc.freeze()\n"
+    done = subprocess.run([sys.executable, "-c", script], cwd=REPO, capture_output=True, timeout=120, check=False)
+    assert done.returncode == 0, done.stderr[-2000:]
+    first, *report = (done.stderr + b"glued\n").splitlines(keepends=True)  # the next line a stream would carry
+    assert first == b"last word\n" and report, "triton's bindings no longer report objects left alive at exit"
+    left = b"".join(line[triton.leak_report_part(line) :] for line in report)
+    assert left == b"glued\n", f"nanobind's leak report reads otherwise now: {left[:300]!r}"
 
 
 @canary("stdlib.run_exit_handlers")

@@ -16,7 +16,8 @@ import pytest
 from tests.conftest import tiny_env
 from tests.e2e.runs import RESUMABLE, entrypoint, is_descendant, rank_pids, running, start, wait_for
 
-pytestmark = [pytest.mark.slow, pytest.mark.alone]  # timed or to a deadline: not beside other runs
+# Not -m alone but where marked: each waits for what it needs (a checkpoint, the end) with room to spare.
+pytestmark = pytest.mark.slow
 
 # Two workers per rank and steps long enough that a kill lands mid-training, after the first checkpoint.
 WITH_WORKERS = {**RESUMABLE, "demo_samples": "6400", "dataloader_num_workers": "2"}
@@ -54,6 +55,7 @@ def assert_all_gone(pids: list[int]) -> None:
     assert not [pid for pid in pids if running(pid)], "processes of the run left behind"
 
 
+@pytest.mark.alone  # once, beside other runs, it failed in a way not seen again: kept alone until that is understood
 def test_a_dataloader_worker_killed_as_the_oom_killer_would_ends_the_run_in_one_line(tmp_path: Path) -> None:
     output = tmp_path / "out"
     env = tiny_env(output, **WITH_WORKERS)

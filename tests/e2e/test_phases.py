@@ -6,13 +6,17 @@ from __future__ import annotations
 
 import json
 import signal
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
 from tests.conftest import tiny_env
 from tests.e2e.runs import entrypoint, records, start, wait_for
+from train.common.handoff import Handoff
+from train.common.phase import PhaseFacts
 from train.report.runlog import load_run
+from train.run.job import PHASE_ENDED
 
 pytestmark = pytest.mark.slow
 
@@ -100,3 +104,19 @@ def test_two_phases_change_blocks_and_mixture_then_decay_and_a_stop_in_phase_2_r
     assert (stopped / "final" / "model.safetensors").read_bytes() == (
         straight / "final" / "model.safetensors"
     ).read_bytes()
+
+
+def test_a_phase_that_ends_records_75_for_its_launcher(tmp_path: Path, job_in_process: Callable[..., int]) -> None:
+    """A phase that is not the last ends with its checkpoint and exit 0, and records 75 for its launcher: a stop
+    signal landing from there to the exit (torchrun, signalled, exits 1 whatever its ranks did) stops the plan
+    with the code of a run to run again (the next phase starts), neither a crash nor a start of the next phase."""
+    output = tmp_path / "out"
+    exits = tmp_path / "exits"
+    exits.mkdir()
+    phase = PhaseFacts(index=0, count=2, name="first", start=0, end=4, total=8, decay_steps=None)
+    handoff = Handoff(precision="fp32", global_batch_size=8, batch="", nnodes="1", phase=phase.record())
+    env = tiny_env(output, max_steps="4", per_device_train_batch_size="8", exit_dir=str(exits), launch=handoff.to_env())
+    assert job_in_process(env) == 0
+    assert (exits / "rank-0.exit").read_text() == "75"
+    assert json.loads((output / "run.json").read_text())["status"] == PHASE_ENDED
+    assert (output / "checkpoint-4" / ".complete").exists() and not (output / "final").exists()

@@ -271,6 +271,45 @@ def test_the_relay_drops_c10d_hostname_warnings_unless_debugging() -> None:
         assert sink.getvalue() == expected
 
 
+def test_the_relay_drops_the_leak_report_of_a_rank_that_froze_its_objects() -> None:
+    """A rank the launcher started leaves its objects to the operating system at exit (gc.freeze); triton's
+    bindings then print nanobind's leak report after the rank's last word. The relay drops it; MLM_DEBUG=1 keeps it."""
+    import io
+
+    from train.launch.torchrun import _StderrRelay
+
+    report = (
+        b"nanobind: leaked 4 instances!\n"
+        b' - leaked instance 0x7fe0f55c53a8 of type "triton._C.libtriton.ir.attribute"\n'
+        b"nanobind: leaked 64 types!\n"
+        b' - leaked type "triton._C.libtriton.ir.location"\n'
+        b" - ... skipped remainder\n"
+        b"nanobind: this is likely caused by a reference counting issue in the binding code.\n"
+        b"See https://nanobind.readthedocs.io/en/latest/refleaks.html"  # the last line has no newline
+    )
+    last = b"mlm-trainer: finished: model in /out/final\n"
+    for keep, expected in ((False, last), (True, last + report)):
+        sink = io.BytesIO()
+        relay = _StderrRelay(sink, keep_noise=keep)
+        relay.feed(last + report)
+        relay.finish(drop_report=True)
+        assert sink.getvalue() == expected
+    # A crashed rank's report, then torchrun's, glued to the report's last line: the agent's report is still held
+    # back (the rank said in one line what went wrong), and arriving in pieces changes nothing.
+    agent = b"E1206 02:36:24.862000 23312 /venv/torch/distributed/elastic/multiprocessing/api.py:1002] failed (exitcode: 1)\n"
+    stream = (
+        b"mlm-trainer: error: rank 0 crashed: KeyError\n" + report + agent + b"Traceback (most recent call last):\n"
+    )
+    for size in (len(stream), 7):
+        sink = io.BytesIO()
+        relay = _StderrRelay(sink)
+        for at in range(0, len(stream), size):
+            relay.feed(stream[at : at + size])
+        assert relay.reporting
+        relay.finish(drop_report=True)
+        assert sink.getvalue() == b"mlm-trainer: error: rank 0 crashed: KeyError\n"
+
+
 def test_a_held_signal_traceback_does_not_hold_back_the_lines_after_it() -> None:
     """Under Slurm torchrun gets SIGTERM twice; its SignalException traceback is dropped, the rank's one line
     that comes after it is not."""

@@ -27,6 +27,7 @@ from typing import IO, Any, NoReturn
 
 from train.borrowed.stdlib import forget_exit_handlers, run_exit_handlers
 from train.borrowed.torchrun import agent_reports_a_failure, is_agent_signal_exception, rank_killed_by_signal
+from train.borrowed.triton import leak_report_part, may_become_leak_report
 from train.common.errors import (
     DOCUMENTED_EXITS,
     EXIT_CRASH,
@@ -184,7 +185,8 @@ _CHAINED = (
 )
 # c10d warns on every connection whose peer has no reverse DNS name, which is the rule in containers and network
 # namespaces ("W... socket.cpp:...] [c10d] The hostname of the client socket cannot be retrieved. err=-3"): news to
-# nobody, and not a JSON line in JSON mode. Dropped (MLM_DEBUG=1 keeps them).
+# nobody, and not a JSON line in JSON mode. Dropped (MLM_DEBUG=1 keeps them), as is the leak report triton's bindings
+# print after a rank's last word (train/common/errors.py exit_process).
 _NOISE = re.compile(rb"\[c10d\] The hostname of the client socket cannot be retrieved")
 
 
@@ -203,6 +205,10 @@ class _StderrRelay:
 
     def _line(self, line: bytes) -> None:
         if not self.keep_noise and _NOISE.search(line):
+            return
+        if not self.keep_noise and (dropped := leak_report_part(line)):
+            if line[dropped:].strip():  # a line glued to the report's last one, which has no newline
+                self._line(line[dropped:])
             return
         if self.reporting or (self.traceback is None and agent_reports_a_failure(line)):
             # Only the report holds back what follows it; a held SignalException traceback does not (a second
@@ -239,10 +245,15 @@ class _StderrRelay:
         for line in lines:
             self._line(line + b"\n")
         # Progress bars redraw with \r and no newline: show them now, unless this may start a held line.
-        if self.partial and not self.reporting and self.traceback is None and not re.match(rb"[EWIT]", self.partial):
+        if self.partial and not self.reporting and self.traceback is None and not self._may_be_held(self.partial):
             self.sink.write(self.partial)
             self.partial = b""
         self.sink.flush()
+
+    def _may_be_held(self, partial: bytes) -> bool:
+        """Whether a line whose end has not arrived may turn out to be held back or dropped: a log line of torchrun's
+        agent (its level's letter first) or a line of the leak report."""
+        return re.match(rb"[EWIT]", partial) is not None or (not self.keep_noise and may_become_leak_report(partial))
 
     def finish(self, drop_report: bool) -> None:
         if self.partial:

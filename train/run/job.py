@@ -22,6 +22,7 @@ from train.common import distributed
 from train.common.console import now, say, warn
 from train.common.errors import (
     EXIT_CRASH,
+    EXIT_PREEMPTED,
     ConfigError,
     EnvironmentProblem,
     Preempted,
@@ -136,6 +137,10 @@ def run(config: Config, location: OutputLocation, startup: Startup | None = None
             end_stopped(config, prepared, record, metrics, location, cut)
         if prepared.phase is not None and not prepared.phase.last:
             end_phase(prepared, record, location)
+            # Its checkpoint is saved and the next phase starts from it. A stop signal landing from here to the exit
+            # makes torchrun exit 1 whatever the ranks did: 75 tells the launcher to stop the plan there (run again,
+            # the next phase starts), neither a crash nor a start of the next phase. torchrun's 0 wins otherwise.
+            record_exit_code(EXIT_PREEMPTED)
             return 0
         finish(config, prepared, record, metrics, location)
         # Finished: said to the launcher whatever comes next. A stop signal may land from here to the exit (the
