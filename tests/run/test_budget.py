@@ -264,6 +264,40 @@ def test_a_stop_after_the_first_plan_goes_on_for_the_window_then_stops_without_s
     assert callback.plan.total == 101
 
 
+@pytest.mark.parametrize(("margin_used", "whole"), [(0.4, True), (0.6, False)])
+def test_a_stop_a_little_behind_the_plan_finishes_it_on_up_to_half_its_margin(
+    tmp_path: Any, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture, margin_used: float, whole: bool
+) -> None:
+    """A stop whose window the deadline bounds (the plan was made to end by it): the plan's rest runs when it fits
+    on up to half of the margin, as a late re-plan's decay may use (the stop's own save put the run behind its
+    plan: CI's failure); a run further behind ends short, decayed, as a stopped run."""
+    clock = Clock()
+    monkeypatch.setattr(budget_module, "time", clock)
+    handoff = budget_handoff(clock.now, 120, "2m")
+    monkeypatch.setattr(signal, "signal", lambda *handler: None)  # the test process keeps its own handlers
+    stopper = StopOnSignal()
+    callback = TimeBudget(handoff, eval_batches=0, checkpoint_mb=1.0, stopper=stopper, stop_timeout_s=270)
+    args = arguments(tmp_path, max_steps=10_000, warmup_steps=5, save_strategy="steps", save_steps=50)
+    state = TrainerState()
+    state.max_steps, state.save_steps = 10_000, 50
+    optimizer = torch.optim.SGD([torch.zeros(1, requires_grad=True)], lr=1.0)
+    scheduler = get_scheduler("linear", optimizer=optimizer, num_warmup_steps=5, num_training_steps=10_000)
+    tools = first_plan(callback, args, state, clock, scheduler)
+    at = state.global_step
+    stopper.received, stopper.received_at, stopper.stopped = signal.SIGTERM, clock.now, True
+    clock.now += 1.0  # the stop's save: the final write is then 2/3 s
+    # The plan made earlier (a faster start than these 0.5 s steps) left ``1 - margin_used`` of the margin now.
+    margin = callback.plan.margin_s
+    total = at + math.floor((handoff.deadline - clock.now - 2 / 3 - (1 - margin_used) * margin) / 0.5)
+    callback.plan.total = state.max_steps = total
+    callback.on_save(args, state, TrainerControl(should_training_stop=True), **tools)
+    cut = callback.cut
+    assert cut is not None and cut.whole_plan is whole, cut
+    assert (cut.at_step + cut.steps == total) is whole and callback.plan.total <= total
+    said = capsys.readouterr().err
+    assert ("the plan's" in said and "steps left fit: finishing" in said) is whole, said
+
+
 def test_a_re_plan_with_no_room_for_its_decay_decays_from_the_rate_it_finds(
     tmp_path: Any, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture
 ) -> None:

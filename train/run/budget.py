@@ -330,8 +330,18 @@ class TimeBudget(TrainerCallback):
         end = min(self.plan.deadline, received + self.stop_timeout_s)
         costs = self.costs(args, state)
         quiet = dataclasses.replace(costs, evaluate_every=math.inf, save_every=math.inf)  # none of either
-        fit = agreed_minimum(steps_that_fit(time.time(), end, quiet, margin_for(self.stop_timeout_s)), args.device)
-        at, total = state.global_step, self.plan.total
+        at, total, now = state.global_step, self.plan.total, time.time()
+        fit = steps_that_fit(now, end, quiet, margin_for(self.stop_timeout_s))
+        if (
+            fit < total - at
+            and end >= self.plan.deadline
+            and (steps_that_fit(now, end, quiet, self.plan.margin_s / 2) >= total - at)
+        ):
+            # The deadline bounds the window, and the plan was made to end by it: a run a little behind its plan
+            # (the stop's own save, a slower step) finishes the plan on up to half of its margin, as a late re-plan
+            # may, rather than end a few steps short as a stopped run.
+            fit = total - at
+        fit = agreed_minimum(fit, args.device)
         steps, decay = steps_after_stop(total - at, fit, decay_ahead(kind, args, total, at, self.decay_ratio))
         if steps < 1:
             return
