@@ -223,21 +223,31 @@ def test_the_decay_after_a_stop_starts_at_the_stops_rate_and_keeps_the_schedules
     assert decay_ahead("linear", args, total=100, at=30, decay_ratio=0.2) == 70  # it decays all along
 
 
-def test_a_stop_after_the_first_plan_goes_on_for_the_window_then_stops_without_saving(
-    tmp_path: Any, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture
-) -> None:
+def planned_with_a_stopper(
+    tmp_path: Any, monkeypatch: pytest.MonkeyPatch, budget: tuple[float, str], stop_timeout_s: int
+) -> tuple[Clock, Handoff, StopOnSignal, TimeBudget, Any, TrainerState, dict]:
+    """A run with a time budget (``budget``: seconds, as asked) that saves every 50 steps, with a stopper, begun and
+    planned on steps of 0.5 s, on a clock the test moves."""
     clock = Clock()
     monkeypatch.setattr(budget_module, "time", clock)
-    handoff = budget_handoff(clock.now, 3600, "1h")
+    handoff = budget_handoff(clock.now, *budget)
     monkeypatch.setattr(signal, "signal", lambda *handler: None)  # the test process keeps its own handlers
     stopper = StopOnSignal()
-    callback = TimeBudget(handoff, eval_batches=0, checkpoint_mb=1.0, stopper=stopper, stop_timeout_s=60)
+    callback = TimeBudget(handoff, eval_batches=0, checkpoint_mb=1.0, stopper=stopper, stop_timeout_s=stop_timeout_s)
     args = arguments(tmp_path, max_steps=10_000, warmup_steps=5, save_strategy="steps", save_steps=50)
     state = TrainerState()
     state.max_steps, state.save_steps = 10_000, 50
     optimizer = torch.optim.SGD([torch.zeros(1, requires_grad=True)], lr=1.0)
     scheduler = get_scheduler("linear", optimizer=optimizer, num_warmup_steps=5, num_training_steps=10_000)
-    tools = first_plan(callback, args, state, clock, scheduler)
+    return clock, handoff, stopper, callback, args, state, first_plan(callback, args, state, clock, scheduler)
+
+
+def test_a_stop_after_the_first_plan_goes_on_for_the_window_then_stops_without_saving(
+    tmp_path: Any, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture
+) -> None:
+    clock, handoff, stopper, callback, args, state, tools = planned_with_a_stopper(
+        tmp_path, monkeypatch, (3600, "1h"), 60
+    )
     planned = callback.plan.total
     assert planned is not None and planned > 1000
     # SIGTERM at step 5; the ranks agree at the step's end, save its checkpoint (1 s), and on_save decides.
@@ -250,7 +260,7 @@ def test_a_stop_after_the_first_plan_goes_on_for_the_window_then_stops_without_s
     assert cut is not None and (cut.at_step, cut.steps, cut.decay_steps, cut.whole_plan) == (5, 96, 96, False)
     assert not control.should_training_stop and stopper.finishing
     assert state.max_steps == callback.plan.total == 101
-    assert [scheduler.lr_lambdas[0](step) for step in (5, 53, 101)] == pytest.approx([1.0, 0.5, 0.0])
+    assert [tools["lr_scheduler"].lr_lambdas[0](step) for step in (5, 53, 101)] == pytest.approx([1.0, 0.5, 0.0])
     assert "stopped by SIGTERM at step 5, its checkpoint saved (what a rerun resumes): 96 more steps" in (
         capsys.readouterr().err
     )
@@ -271,18 +281,9 @@ def test_a_stop_a_little_behind_the_plan_finishes_it_on_up_to_half_its_margin(
     """A stop whose window the deadline bounds (the plan was made to end by it): the plan's rest runs when it fits
     on up to half of the margin, as a late re-plan's decay may use (the stop's own save put the run behind its
     plan: CI's failure); a run further behind ends short, decayed, as a stopped run."""
-    clock = Clock()
-    monkeypatch.setattr(budget_module, "time", clock)
-    handoff = budget_handoff(clock.now, 120, "2m")
-    monkeypatch.setattr(signal, "signal", lambda *handler: None)  # the test process keeps its own handlers
-    stopper = StopOnSignal()
-    callback = TimeBudget(handoff, eval_batches=0, checkpoint_mb=1.0, stopper=stopper, stop_timeout_s=270)
-    args = arguments(tmp_path, max_steps=10_000, warmup_steps=5, save_strategy="steps", save_steps=50)
-    state = TrainerState()
-    state.max_steps, state.save_steps = 10_000, 50
-    optimizer = torch.optim.SGD([torch.zeros(1, requires_grad=True)], lr=1.0)
-    scheduler = get_scheduler("linear", optimizer=optimizer, num_warmup_steps=5, num_training_steps=10_000)
-    tools = first_plan(callback, args, state, clock, scheduler)
+    clock, handoff, stopper, callback, args, state, tools = planned_with_a_stopper(
+        tmp_path, monkeypatch, (120, "2m"), 270
+    )
     at = state.global_step
     stopper.received, stopper.received_at, stopper.stopped = signal.SIGTERM, clock.now, True
     clock.now += 1.0  # the stop's save: the final write is then 2/3 s
