@@ -14,7 +14,8 @@ TRITON_BINDINGS = "triton._C.libtriton"
 # remainder", "nanobind: this is likely caused by ...". Its last line has no newline: what the stream carries next
 # (torchrun's own log line) is glued to it.
 _LEAK_REPORT = (b"nanobind: ", b" - leaked ", b" - ... skipped remainder")
-_LEAK_REPORT_END = re.compile(rb"See https://nanobind\.readthedocs\.io/\S*?refleaks\.html")
+_LEAK_REPORT_LAST = b"See https://nanobind.readthedocs.io/"
+_LEAK_REPORT_END = re.compile(re.escape(_LEAK_REPORT_LAST) + rb"\S*?refleaks\.html")
 
 
 @borrows("triton", "3.9", "python/triton/_C/libtriton (the nanobind extension module built from python/src/main.cc)")
@@ -46,4 +47,4 @@ def leak_report_part(line: bytes) -> int:
 def may_become_leak_report(partial: bytes) -> bool:
     """Whether ``partial``, the start of a line whose end has not arrived yet, may still turn out to start with the
     report (``leak_report_part``): the relay holds it until the line is whole."""
-    return any(partial[: len(start)] == start[: len(partial)] for start in (*_LEAK_REPORT, b"See https://nanobind."))
+    return any(partial[: len(start)] == start[: len(partial)] for start in (*_LEAK_REPORT, _LEAK_REPORT_LAST))

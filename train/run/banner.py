@@ -138,7 +138,12 @@ def _packing_text(packing: Packing | None) -> str:
 
 def banner(config: Config, facts: RunFacts, handoff: Handoff | None = None, start: TrainStart = TrainStart()) -> str:
     """The launch banner: one JSON line in json format, a short block of aligned lines in text format."""
-    record = banner_record(config, facts, handoff, start)
+    return banner_text(config, facts, banner_record(config, facts, handoff, start))
+
+
+def banner_text(config: Config, facts: RunFacts, record: dict[str, Any]) -> str:
+    """``record`` (from banner_record) as the banner: the same record, with its one time stamp, that the log
+    file keeps, so stdout and logs/train.jsonl never differ by a second."""
     files = RunFiles(config.training.output_dir)
     if resolve_format(config.job.log_format) == "json":
         return json.dumps(jsonable(record))

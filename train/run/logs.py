@@ -28,7 +28,7 @@ from train.config import Config
 from train.machine.sampler import Sampler
 from train.outputs.facts import RunFacts
 from train.outputs.runfiles import RunFiles
-from train.run.banner import TrainStart, banner, banner_record
+from train.run.banner import TrainStart, banner_record, banner_text
 from train.run.outcome import perplexity, real_tokens_per_second
 from train.run.startup import FIRST_STEP, STARTUP_EVENT, Startup, startup_text
 
@@ -187,8 +187,9 @@ class TrainingLog(TrainerCallback):
         self.gpus.start()
         if self.config is not None and self.facts is not None:
             start = TrainStart(max_steps=state.max_steps, world_size=args.world_size, start_step=state.global_step)
-            append_record(self.output_dir, banner_record(self.config, self.facts, self.handoff, start))
-            text = banner(self.config, self.facts, self.handoff, start)
+            record = banner_record(self.config, self.facts, self.handoff, start)
+            append_record(self.output_dir, record)
+            text = banner_text(self.config, self.facts, record)
             print(text, file=self.stream or sys.stdout, flush=True)
 
     def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
