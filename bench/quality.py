@@ -30,7 +30,7 @@ from typing import Any
 from bench.real import MODELS
 
 BLOCK = 128  # max_seq_length of every system and of the judge, as in the real series
-SEED = 42
+SEED = 42  # the judge's (its masks), and the training runs' unless --quality-seed says otherwise
 EVAL_MLM_PROBABILITY = 0.15  # the judge's masking rate: run_mlm.py's training rate, our default's too
 
 SYSTEMS: dict[str, str] = {
@@ -61,6 +61,9 @@ class QualitySettings:
     corpus_mb: float = 8.0  # the real series' corpus (its 30,522-token tokenizer needs about 8 MiB of words)
     threads: int | None = None  # OMP_NUM_THREADS of the training runs; None: every core, as a user's job gets
     baseline_rates: list[float] = field(default_factory=lambda: list(BASELINE_RATES))  # run_mlm.py's sweep
+    # Every system's training seed (its initial weights, the order of its examples and its masks): repeats at
+    # other seeds show how much of a difference between systems is the seed's. The judge keeps SEED.
+    seed: int = SEED
 
 
 def default_quality_settings(device: str) -> QualitySettings:
@@ -106,7 +109,7 @@ def run_mlm_flags(
         "--model_type", "distilbert", "--config_overrides", MODELS[settings.model], "--tokenizer_name", tokenizer,
         "--train_file", train_file, "--max_seq_length", str(BLOCK), "--line_by_line", "true",
         "--per_device_train_batch_size", str(settings.batch_size), "--max_steps", str(settings.max_steps),
-        "--seed", str(SEED), "--report_to", "none", "--eval_strategy", "no",
+        "--seed", str(settings.seed), "--report_to", "none", "--eval_strategy", "no",
         "--save_strategy", "steps", "--save_steps", str(settings.save_steps), "--logging_steps", "10",
         "--output_dir", output_dir,
     ]  # fmt: skip
@@ -130,7 +133,7 @@ def our_options(
         "model_name_or_path": "scratch:distilbert", "config_overrides": MODELS[settings.model],
         "tokenizer_name": tokenizer, "dataset": train_file, "validation_split_percentage": "0", "eval_strategy": "no",
         "max_seq_length": str(BLOCK), "max_steps": str(settings.max_steps),
-        "per_device_train_batch_size": str(settings.batch_size), "seed": str(SEED),
+        "per_device_train_batch_size": str(settings.batch_size), "seed": str(settings.seed),
         "save_strategy": "steps", "save_steps": str(settings.save_steps), "save_total_limit": "0",
         "output_dir": output_dir,
     }  # fmt: skip
@@ -221,7 +224,8 @@ def quality_markdown(result: dict[str, Any]) -> str:
         f"a checkpoint every {settings['save_steps']} steps. Data: {result['corpus']['train_lines']:,} training "
         f"lines of real English from this machine (bench/corpus.py), {result['corpus']['heldout_lines']:,} "
         f"held-out lines judged by `./entrypoint.sh evaluate` (same tokenizer, seed {SEED}, eval_mlm_probability "
-        f"{EVAL_MLM_PROBABILITY}: the same masks for every checkpoint). Seconds are since each system's launch.",
+        f"{EVAL_MLM_PROBABILITY}: the same masks for every checkpoint). Training seed "
+        f"{settings.get('seed', SEED)}. Seconds are since each system's launch.",
         "",
     ]
     target = summary["target"]

@@ -140,6 +140,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     quality_options.add_argument("--quality-save-steps", type=int, help="a checkpoint every N steps (default 30)")
     quality_options.add_argument("--quality-heldout", type=int, help="held-out lines the judge scores (default 500)")
     quality_options.add_argument(
+        "--quality-seed", type=int, help=f"every system's training seed (default {quality.SEED}; the judge keeps it)"
+    )
+    quality_options.add_argument(
         "--quality-rates",
         help="run_mlm.py's learning-rate sweep, comma-separated; the best is the baseline "
         f"(default {','.join(f'{r:g}' for r in quality.BASELINE_RATES)})",
@@ -244,7 +247,7 @@ def quality_settings(args: argparse.Namespace, device: str) -> quality.QualitySe
     settings = quality.default_quality_settings(device)
     set_given(settings, model=args.quality_model, max_steps=args.quality_steps, batch_size=args.quality_batch,
               save_steps=args.quality_save_steps, heldout=args.quality_heldout, corpus_mb=args.real_corpus_mb,
-              threads=args.threads)  # fmt: skip
+              threads=args.threads, seed=args.quality_seed)  # fmt: skip
     if args.quality_systems:
         settings.systems = args.quality_systems.split(",")
     if args.quality_rates:

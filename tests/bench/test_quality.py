@@ -3,6 +3,8 @@ time-to-target arithmetic, and the report."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 from bench import quality
@@ -73,6 +75,10 @@ def test_both_systems_train_the_same_model_data_steps_batch_and_checkpoints():
     assert quality.our_options("ours-mask-schedule", settings, "/t", "/k", "/o")["final_mlm_probability"] == "0.15"
     with pytest.raises(ValueError):
         quality.our_options("run_mlm", settings, "/t", "/k", "/o")
+    # another training seed reaches every system; the judge keeps its own (its masks)
+    reseeded = replace(settings, seed=7)
+    assert flag(quality.run_mlm_flags(reseeded, "/t", "/k", "/o", 3e-4), "--seed") == "7"
+    assert quality.our_options("ours", reseeded, "/t", "/k", "/o")["seed"] == "7"
 
 
 def test_options_become_the_command_line_the_cache_is_filled_with():
