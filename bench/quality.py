@@ -225,7 +225,7 @@ def quality_markdown(result: dict[str, Any]) -> str:
         f"lines of real English from this machine (bench/corpus.py), {result['corpus']['heldout_lines']:,} "
         f"held-out lines judged by `./entrypoint.sh evaluate` (same tokenizer, seed {SEED}, eval_mlm_probability "
         f"{EVAL_MLM_PROBABILITY}: the same masks for every checkpoint). Training seed "
-        f"{settings.get('seed', SEED)}. Seconds are since each system's launch.",
+        f"{settings['seed']}. Seconds are since each system's launch.",
         "",
     ]
     target = summary["target"]

@@ -135,6 +135,7 @@ def test_report_states_the_target_each_time_and_the_ratio():
     text = quality.quality_markdown({**result, "sweep": {"finals": {"0.0001": 9.3, "0.0005": 9.0}, "best": "0.0005"}})
     assert "0.0001: 9.3000, 0.0005: 9.0000; the best, **0.0005**, is the baseline" in text
     assert "CPU, 2 cores" in text and "**9.0000**" in text and "90 steps of 16" in text
+    assert "Training seed 42." in text
     assert "| run_mlm |" in text and "120.0 (90)" in text and "**1.00x**" in text
     assert "| ours |" in text and "never" in text and "n/a" in text
     assert "### ours" in text and "| 30 | 10.0 | 9.5000 |" in text
