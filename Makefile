@@ -54,7 +54,17 @@ E2E_EARLY := tests/e2e/test_branches.py tests/e2e/test_readme.py
 # end-to-end modules two at a time: 72 s with the launcher's threads, 50 s with one. Tests run alone keep the rule.
 SHARED_CORES := OMP_NUM_THREADS=1
 
-test: venv system-deps ## Set up and run every test: lint, audit, unit + end-to-end, the image
+# The image test's Debian base (debootstrap, about 40 s, mostly waiting on the network and dpkg) is made while .venv
+# installs (about 2 minutes, mostly one core unpacking wheels): neither needs the other. Its failure is not the
+# run's: the image test makes the base itself when none is there, and fails there, with its log.
+.PHONY: test-setup
+test-setup: system-deps
+	@mkdir -p build
+	@bash docker/image-test.sh base >build/image-base.log 2>&1 & base=$$!; \
+		$(MAKE) --no-print-directory venv || { kill $$base; wait $$base; exit 1; }; \
+		wait $$base || echo "make test: the image's base was not made beforehand: $$(tail -n 1 build/image-base.log)"
+
+test: test-setup ## Set up and run every test: lint, audit, unit + end-to-end, the image
 	# Beside lint, audit and then the unit tests (one core) run the image test (a container build: mostly one core
 	# unpacking wheels; it is the longest part, so it starts first) and the end-to-end runs that mostly wait (-m
 	# waits: Slurm's scheduling, a timeout); their logs follow the unit tests', then E2E_EARLY's. The other

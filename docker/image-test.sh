@@ -8,6 +8,8 @@
 # ID.
 #
 # usage: bash docker/image-test.sh          (make image-test; as root, with .ci/system-deps.sh's packages)
+#        bash docker/image-test.sh base     only make the Debian base, kept for the next run (make test does this
+#                                           while it installs .venv: the base needs neither the venv nor its wheels)
 #
 # Settings (environment, optional):
 #   IMAGE_TEST_DIR=DIR   podman storage, the cached base image, the wheelhouse, logs (default build/podman)
@@ -419,13 +421,21 @@ check_any_user() {
 }
 
 _main() {
+	[[ $# -eq 0 || ($# -eq 1 && "$1" == base) ]] || {
+		echo "usage: bash docker/image-test.sh [base]" >&2
+		exit 2
+	}
 	trap _finish EXIT
 	cd "$REPO"
-	[[ -x "$PYTHON" ]] || fail "$PYTHON is missing: make venv"
 	phase setup
 	setup_podman
 	phase base
 	make_base
+	if [[ "${1:-}" == base ]]; then
+		passed "base $BASE made"
+		return
+	fi
+	[[ -x "$PYTHON" ]] || fail "$PYTHON is missing: make venv"
 	phase wheels
 	make_wheelhouse
 	phase build

@@ -16,7 +16,7 @@ from tests.e2e.runs import HUB_TOKEN, REPO_ID, entrypoint, push_env
 from tests.hub_server import HubServer, Repo, Request
 
 pytestmark = pytest.mark.slow
-# The tests marked alone are timed or work to a deadline: make test runs them one at a time, beside nothing.
+# The test marked waits mostly waits on the hub: make test runs it beside the unit tests, not two at a time.
 
 TOKEN = HUB_TOKEN  # the token the loopback hub (the `hub` fixture, tests/e2e/conftest.py) accepts
 
@@ -98,7 +98,7 @@ def test_a_failed_push_exits_3_and_keeps_final(hub: HubServer, tmp_path: Path) -
     assert not hub.repos
 
 
-@pytest.mark.alone
+@pytest.mark.waits  # mostly the hub's 25 s delay: make test runs it beside the unit tests
 def test_an_upload_longer_than_ddp_timeout_does_not_fail_the_other_ranks(hub: HubServer, tmp_path: Path) -> None:
     """Two ranks; the hub takes longer to accept the commit than the process group's timeout. The other rank
     must not be waiting in a collective meanwhile (it would time out, and torchrun would fail the finished run)."""

@@ -33,10 +33,11 @@ from train.outputs.marker import mark_complete
 from train.outputs.runfiles import OPTIONS_NAME
 
 pytestmark = pytest.mark.slow
-# The tests marked alone are timed or work to a deadline: make test runs them one at a time, beside nothing.
+# The test marked alone works to a deadline (two presses further apart than ONE_PRESS_S, closer than a step): make
+# test runs it one at a time, beside nothing. The others wait for what they need (a checkpoint, the evaluation's
+# record) and then signal; beside another run they only take longer, with bounds far above that.
 
 
-@pytest.mark.alone
 def test_sigterm_saves_resumes_and_ends_with_identical_weights(tmp_path: Path) -> None:
     """Under a mask rate schedule, on a mixture of two corpora: the resumed steps mask at the rates the uninterrupted
     run's did, the mixture is rebuilt from the seed, and each evaluation has a loss per source."""
@@ -76,7 +77,6 @@ def test_sigterm_saves_resumes_and_ends_with_identical_weights(tmp_path: Path) -
     assert evaluations and all(r["eval_demo_loss"] > 0 and r["eval_legal_loss"] > 0 for r in evaluations)
 
 
-@pytest.mark.alone
 def test_a_killed_rank_ends_the_job_without_hanging(tmp_path: Path) -> None:
     output = tmp_path / "out"
     process = start(env=tiny_env(output, nproc_per_node="2", **RESUMABLE))
@@ -90,7 +90,6 @@ def test_a_killed_rank_ends_the_job_without_hanging(tmp_path: Path) -> None:
     assert not (output / "final").exists()
 
 
-@pytest.mark.alone
 def test_max_restarts_resume_from_the_last_checkpoint(tmp_path: Path) -> None:
     output = tmp_path / "out"
     process = start(env=tiny_env(output, max_restarts="1", **RESUMABLE))
@@ -134,7 +133,6 @@ def newest_checkpoints(output: Path) -> list[Path]:
 STOP_NOISE = ("Traceback", "SignalException", "KeyboardInterrupt", "error: stopped")
 
 
-@pytest.mark.alone
 def test_slurms_signal_saves_and_says_one_line(tmp_path: Path) -> None:
     """Slurm's --signal=USR1 means what SIGTERM means: a checkpoint, exit 75, one line (Ctrl-C's SIGINT: the
     evaluation test below)."""
@@ -153,7 +151,6 @@ def test_slurms_signal_saves_and_says_one_line(tmp_path: Path) -> None:
         assert noise not in stderr, stderr[-3000:]
 
 
-@pytest.mark.alone
 def test_one_ctrl_c_under_timeout_during_a_long_evaluation_saves_without_finishing_it(tmp_path: Path) -> None:
     """Ctrl-C means what SIGTERM means. `timeout` re-sends the SIGINT its process group got to the launcher: two
     deliveries of one press, which must save and exit 75 as one press does, not abort as two presses do. Landing
@@ -257,7 +254,6 @@ def test_a_two_rank_run_resumed_on_one_keeps_its_global_batch(tmp_path: Path) ->
     assert mask_rates(output) == mask_rates(tmp_path / "straight")  # on one rank, the steps' rates as on two
 
 
-@pytest.mark.alone
 def test_a_second_job_on_the_same_output_dir_is_refused_and_the_first_is_unharmed(tmp_path: Path) -> None:
     output = tmp_path / "out"
     env = tiny_env(output, **{**RESUMABLE, "demo_samples": "32000"})  # 1,600 steps: still running meanwhile
