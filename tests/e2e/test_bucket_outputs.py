@@ -89,6 +89,18 @@ def test_a_stopped_run_resumes_on_a_fresh_machine_from_the_bucket_with_identical
     assert straight.returncode == 0, straight.stderr[-3000:]
     assert f"finished: model in s3://{bucket}/straight/final" in straight.stderr
 
+    # evaluate-only, from the bucket to the bucket, on a machine with nothing of a's: the model downloaded and
+    # verified, the figures written there. (A damaged checkpoint in the bucket set aside for the one before:
+    # tests/test_mirror.py, tests/test_store.py.)
+    model = f"s3://{bucket}/straight/final"
+    scored = entrypoint(
+        "evaluate", "--model_name_or_path", model, env=machine_env(tmp_path, f"s3://{bucket}/scores", aws, "e")
+    )
+    assert scored.returncode == 0, scored.stderr[-3000:]
+    assert f"{model}: intact" in scored.stderr
+    results = json.loads(filesystem(aws).cat_file(f"{bucket}/scores/eval_results.json"))
+    assert results["model"] == model and results["eval_loss"] > 0
+
     # The same machine's cache, so the same tokenizer: two trainings of one differ (train/model/tokenizer_training.py).
     url, fs = f"s3://{bucket}/run", filesystem(aws)
     first = start(env=machine_env(tmp_path, url, aws, "b", cache="a"))
@@ -108,20 +120,6 @@ def test_a_stopped_run_resumes_on_a_fresh_machine_from_the_bucket_with_identical
     history = fs.cat_file(f"{bucket}/run/logs/train.jsonl").decode()
     assert history.count('"event": "banner"') == 2  # the stopped run's log, appended to on the other machine
     assert_no_secret(aws, f"{bucket}/run", tmp_path, texts=(straight.stderr, stopped, resumed.stderr))
-
-
-def test_a_model_in_the_bucket_is_evaluated_into_the_bucket(tmp_path: Path, aws: dict[str, str], bucket: str) -> None:
-    """evaluate-only, from the bucket to the bucket: the model downloaded and verified, the figures written there.
-    (A damaged checkpoint in the bucket set aside for the one before: tests/test_mirror.py, tests/test_store.py.)"""
-    url, fs = f"s3://{bucket}/run", filesystem(aws)
-    done = entrypoint(env=machine_env(tmp_path, url, aws, "a", max_steps="20"))
-    assert done.returncode == 0, done.stderr[-3000:]
-    env = machine_env(tmp_path, f"s3://{bucket}/scores", aws, "c", max_steps="20")
-    scored = entrypoint("evaluate", "--model_name_or_path", f"{url}/final", env=env)
-    assert scored.returncode == 0, scored.stderr[-3000:]
-    assert f"{url}/final: intact" in scored.stderr
-    results = json.loads(fs.cat_file(f"{bucket}/scores/eval_results.json"))
-    assert results["model"] == f"{url}/final" and results["eval_loss"] > 0
 
 
 def test_a_missing_bucket_is_exit_2_before_training(tmp_path: Path, aws: dict[str, str]) -> None:
