@@ -54,6 +54,22 @@ def test_tokenization_is_cached(hf_home: Path) -> None:
     assert tokenize(other, raw, tokenizer)["train"].cache_files[0]["filename"] != first.cache_files[0]["filename"]
 
 
+@pytest.mark.parametrize("workers", ["1", "2"])
+def test_a_second_tokenization_says_it_read_the_cache(tmp_path: Path, workers: str) -> None:
+    """In one process or in two (datasets then writes a file per process): what the start-up record notes."""
+    texts = [f"line {i} of a corpus no other test tokenizes ({tmp_path.name})" for i in range(400)]
+    config = config_for(
+        jsonl(tmp_path, "corpus.jsonl", texts), tokenizer_vocab_size="100", preprocessing_num_workers=workers
+    )
+    raw = load_raw(config)
+    tokenizer = train_tokenizer(raw, config)
+    first = tokenize(config, raw, tokenizer)
+    second = tokenize(config, raw, tokenizer)
+    assert len(first["train"].cache_files) == int(workers)
+    assert [split.cached for split in first.values()] == [False, False]
+    assert [split.cached for split in second.values()] == [True, True]
+
+
 def test_the_tokenizer_fingerprint_ignores_its_truncation_state() -> None:
     config = config_for("demo", demo_samples="50", tokenizer_vocab_size="100")
     tokenizer = train_tokenizer(load_raw(config), config)

@@ -11,6 +11,7 @@ import bisect
 import itertools
 import json
 from collections.abc import Iterable
+from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
@@ -115,6 +116,12 @@ def preprocessing_workers(config: Config, rows: int) -> int | None:
     return workers if workers > 1 else None
 
 
+def in_cache(cache_dir: Path, name: str) -> bool:
+    """Whether ``map`` with ``cache_file_name=cache_dir/name.arrow`` will read its result rather than compute it:
+    one file, or, where it ran in ``num_proc`` processes, one per process (``name_00000_of_00002.arrow``, ...)."""
+    return (cache_dir / f"{name}.arrow").exists() or any(cache_dir.glob(f"{name}_*_of_*.arrow"))
+
+
 class IndexedExamples:
     """A tokenized split whose examples carry their position as ``sample_index`` (what the collator keys its
     masks on), computed when read: a stored column would cost a full rewrite of the split or 8 bytes per example
@@ -167,7 +174,7 @@ def tokenize(config: Config, raw: RawData, tokenizer: Any) -> dict[str, IndexedE
     for split, dataset in raw.splits.items():
         workers = preprocessing_workers(config, len(dataset))
         last_step = "packed" if Padding(job.padding).packs else "tok"
-        cached = (cache_dir / f"{key}-{split}-{last_step}.arrow").exists()
+        cached = in_cache(cache_dir, f"{key}-{split}-{last_step}")
         tokenized = dataset.map(
             encode,
             batched=True,
