@@ -78,9 +78,10 @@ def count_cut_tokens(encoded: dict[str, list], count: int) -> dict[str, list]:
         return {**encoded, CUT_TOKENS: [0] * count}
     first = [i for i, example in enumerate(mapping) if i == 0 or mapping[i - 1] != example]
     cut = [0] * count
+    masks = encoded["special_tokens_mask"]
     for i, example in enumerate(mapping):
-        if i not in first:
-            cut[example] += sum(1 for special in encoded["special_tokens_mask"][i] if not special)
+        if i and mapping[i - 1] == example:  # an overflow row: not its example's first
+            cut[example] += len(masks[i]) - sum(masks[i])
     return {**{key: [values[i] for i in first] for key, values in encoded.items()}, CUT_TOKENS: cut}
 
 
