@@ -119,8 +119,17 @@ def preprocessing_workers(config: Config, rows: int) -> int | None:
 
 def in_cache(cache_dir: Path, name: str) -> bool:
     """Whether ``map`` with ``cache_file_name=cache_dir/name.arrow`` will read its result rather than compute it:
-    one file, or, where it ran in ``num_proc`` processes, one per process (``name_00000_of_00002.arrow``, ...)."""
-    return (cache_dir / f"{name}.arrow").exists() or any(cache_dir.glob(f"{name}_*_of_*.arrow"))
+    the one file, or a whole set of the files it writes when it runs in N processes (datasets' default
+    ``suffix_template``: ``name_00000_of_00002.arrow``, ...), whatever N this run would use (datasets reads the most
+    complete set there is)."""
+    if (cache_dir / f"{name}.arrow").exists():
+        return True
+    shards: dict[int, set[int]] = {}
+    for path in cache_dir.glob(f"{name}_*_of_*.arrow"):
+        rank, _, count = path.name[len(name) + 1 : -len(".arrow")].partition("_of_")
+        if rank.isdigit() and count.isdigit():
+            shards.setdefault(int(count), set()).add(int(rank))
+    return any(ranks == set(range(count)) for count, ranks in shards.items())
 
 
 class IndexedExamples:
