@@ -76,12 +76,12 @@ def count_cut_tokens(encoded: dict[str, list], count: int) -> dict[str, list]:
     encoded.pop("overflowing_tokens", None)  # what a slow tokenizer returns instead: not counted
     if mapping is None:
         return {**encoded, CUT_TOKENS: [0] * count}
-    first = [i for i, example in enumerate(mapping) if i == 0 or mapping[i - 1] != example]
-    cut = [0] * count
-    masks = encoded["special_tokens_mask"]
+    first, cut, masks = [], [0] * count, encoded["special_tokens_mask"]
     for i, example in enumerate(mapping):
-        if i and mapping[i - 1] == example:  # an overflow row: not its example's first
+        if i and mapping[i - 1] == example:  # an overflow row of the example before
             cut[example] += len(masks[i]) - sum(masks[i])
+        else:
+            first.append(i)
     return {**{key: [values[i] for i in first] for key, values in encoded.items()}, CUT_TOKENS: cut}
 
 
