@@ -92,17 +92,17 @@ def test_a_stopped_run_resumes_on_a_fresh_machine_from_the_bucket_with_identical
     # evaluate-only, from the bucket to the bucket, on a machine with nothing of a's: the model downloaded and
     # verified, the figures written there. (A damaged checkpoint in the bucket set aside for the one before:
     # tests/test_mirror.py, tests/test_store.py.)
-    model = f"s3://{bucket}/straight/final"
+    fs, model = filesystem(aws), f"s3://{bucket}/straight/final"
     scored = entrypoint(
         "evaluate", "--model_name_or_path", model, env=machine_env(tmp_path, f"s3://{bucket}/scores", aws, "e")
     )
     assert scored.returncode == 0, scored.stderr[-3000:]
     assert f"{model}: intact" in scored.stderr
-    results = json.loads(filesystem(aws).cat_file(f"{bucket}/scores/eval_results.json"))
+    results = json.loads(fs.cat_file(f"{bucket}/scores/eval_results.json"))
     assert results["model"] == model and results["eval_loss"] > 0
 
     # The same machine's cache, so the same tokenizer: two trainings of one differ (train/model/tokenizer_training.py).
-    url, fs = f"s3://{bucket}/run", filesystem(aws)
+    url = f"s3://{bucket}/run"
     first = start(env=machine_env(tmp_path, url, aws, "b", cache="a"))
     wait_for_object(aws, f"{bucket}/run/checkpoint-10/.complete", first)
     first.send_signal(signal.SIGTERM)
