@@ -41,6 +41,8 @@ SYSTEMS: dict[str, str] = {
     "dynamic padding, masked-only head), at run_mlm.py's best learning rate",
     "ours-mask-schedule": "./entrypoint.sh with its defaults and a mask rate falling linearly from 30 % to 15 % "
     "(MLM_FINAL_MLM_PROBABILITY=0.15; Ankner et al. 2023)",
+    "ours-batch-warmup": "./entrypoint.sh with its defaults and a global batch growing linearly from a quarter of "
+    "its rows to all of them over the first half of the steps (MLM_BATCH_WARMUP_RATIO=0.5; Cramming, ModernBERT)",
     "ours-packed": "./entrypoint.sh with MLM_RECIPE=classic and padding packed (128-token blocks, documents apart), "
     "at run_mlm.py's best learning rate",
 }
@@ -145,6 +147,8 @@ def our_options(
         options["padding"] = "packed"
     if name == "ours-mask-schedule":
         options["final_mlm_probability"] = "0.15"
+    if name == "ours-batch-warmup":
+        options["batch_warmup_ratio"] = "0.5"
     return options
 
 

@@ -205,3 +205,22 @@ def test_whole_words_and_flattened_batches_carry_their_draws() -> None:
     flat = collator(isolate=isolate, flatten=True, mlm_probability=0.5, mask_draws=True)(examples)
     assert flat[MASK_DRAW].shape == flat["labels"].shape == (1, 19) and "position_ids" in flat
     assert torch.equal(thin_masks(flat, 0.5)["labels"], flat["labels"])
+
+
+def test_a_batch_warm_up_keeps_the_first_rows_of_every_layout() -> None:
+    """first_rows cuts every per-row tensor (a 4D mask and ModernBERT's dict of them too) and the flash-attention
+    boundaries at the last kept row."""
+    from train.model.collator import first_rows
+    from train.model.packing import varlen_kwargs
+
+    batch = collator(mask_draws=True)([sample(i, 12) for i in range(6)])
+    kept = first_rows(batch, 2)
+    assert all(value.shape[0] == 2 for value in kept.values()), {k: v.shape for k, v in kept.items()}
+    assert torch.equal(kept["labels"], batch["labels"][:2]) and first_rows(batch, 6) is batch
+    masks = {"full_attention": torch.zeros(6, 1, 12, 12), "sliding_attention": torch.zeros(6, 1, 12, 12)}
+    assert first_rows({**batch, "attention_mask": masks}, 3)["attention_mask"]["sliding_attention"].shape[0] == 3
+    documents = torch.tensor([[0] * 5 + [1] * 7] * 6)
+    flat = {"input_ids": torch.zeros(6, 12, dtype=torch.long), **varlen_kwargs(documents)}
+    cut = first_rows(flat, 2)
+    assert cut["cu_seq_lens_q"].tolist() == varlen_kwargs(documents[:2])["cu_seq_lens_q"].tolist() == [0, 5, 12, 17, 24]
+    assert cut["max_length_q"] == cut["max_length_k"] == 7

@@ -165,3 +165,42 @@ def test_a_mixtures_evaluation_gives_a_loss_per_source_and_their_weighted_mean_i
     assert metrics["eval_news_loss"] != metrics["eval_legal_loss"]
     other = trainer.evaluate(eval_dataset=parts["legal"])  # a set given by name: evaluated as it is
     assert "eval_legal_loss" not in other and other["eval_loss"] > 0
+
+
+def test_a_batch_warm_up_trains_each_step_on_its_rows_and_logs_them(tmp_path) -> None:
+    """Each optimizer step's batches reach the model cut to the step's rows (train/common/schedules.py), the
+    Trainer counts those rows' tokens, and each record logs the step's global rows."""
+    from transformers import TrainingArguments
+
+    from train.common.schedules import BatchWarmup
+    from train.model.collator import MaskingCollator
+    from train.run.trainer import MLMTrainer
+
+    config = DistilBertConfig(n_layers=1, dim=32, hidden_dim=64, n_heads=2, vocab_size=50, max_position_embeddings=64)
+    collator = MaskingCollator(pad_token_id=0, mask_token_id=4, vocab_size=50, mlm_probability=0.3)
+    rows = [
+        {"input_ids": [2, *[5 + (i + j) % 40 for j in range(10)], 3], "special_tokens_mask": [1] + [0] * 10 + [1],
+         "sample_index": i}
+        for i in range(64)
+    ]  # fmt: skip
+    args = TrainingArguments(
+        output_dir=str(tmp_path), use_cpu=True, report_to=[], max_steps=8, per_device_train_batch_size=4,
+        gradient_accumulation_steps=2, logging_steps=1, save_strategy="no", dataloader_num_workers=0,
+        remove_unused_columns=False, include_num_input_tokens_seen="non_padding",
+    )  # fmt: skip
+    trainer = MLMTrainer(model=DistilBertForMaskedLM(config), args=args, train_dataset=rows, data_collator=collator)
+    warmup = BatchWarmup(full=8, start=0.25, ratio=0.5, unit=2)
+    trainer.batch_warmup = warmup
+    seen: list[int] = []
+    forward = trainer.model.forward
+
+    def counting(**inputs):
+        seen.append(inputs["input_ids"].shape[0])
+        return forward(**inputs)
+
+    trainer.model.forward = counting
+    trainer.train()
+    logged = [record["batch_rows"] for record in trainer.state.log_history if "loss" in record]
+    assert logged == [warmup.rows(step, 8) for step in range(8)] == [2, 4, 4, 6, 8, 8, 8, 8]
+    assert [seen[i] + seen[i + 1] for i in range(0, 16, 2)] == logged  # two micro-batches a step
+    assert trainer.state.num_input_tokens_seen == sum(logged) * 12

@@ -25,6 +25,8 @@ ENTRYPOINT = REPO / "entrypoint.sh"
 RESUMABLE = {"demo_samples": "1600", "per_device_train_batch_size": "16", "save_strategy": "steps", "save_steps": "10"}
 # A mask rate falling from 30 % to 10 % over the run, logged every 10 steps
 SCHEDULED_MASKING = {"mlm_probability": "0.3", "final_mlm_probability": "0.1", "logging_steps": "10"}
+# A global batch growing from a quarter of its rows to all of them over the first half of the run
+GROWING_BATCH = {"batch_warmup_ratio": "0.5"}
 
 
 def entrypoint(
@@ -71,6 +73,15 @@ def records(log: Path) -> list[dict]:
 def logged_losses(output_dir: Path) -> dict[int, float]:
     """The training losses a run logged in its train.jsonl, by step."""
     return {r["step"]: r["loss"] for r in records(output_dir / "logs" / "train.jsonl") if "loss" in r}
+
+
+def batch_rows(output: Path) -> dict[int, int]:
+    """The global rows each training record of a run under a batch warm-up logged, by step (every session's)."""
+    return {
+        r["step"]: r["batch_rows"]
+        for r in records(output / "logs" / "train.jsonl")
+        if r.get("event") == "train" and "loss" in r
+    }
 
 
 def mask_rates(output: Path) -> dict[int, float]:

@@ -32,7 +32,7 @@ STOP_TIMEOUT_S = 30  # torchrun's time for the ranks after a stop signal
 OPTIONS = {
     "time_budget": f"{BUDGET_S}s", "nproc_per_node": "2", "num_train_epochs": "500", "per_device_train_batch_size": "8",
     "eval_strategy": "steps", "eval_steps": "10", "save_strategy": "steps", "save_steps": "10", "logging_steps": "1",
-    "warmup_steps": "5", "mlm_probability": "0.3", "final_mlm_probability": "0.1",
+    "warmup_steps": "5", "mlm_probability": "0.3", "final_mlm_probability": "0.1", "batch_warmup_ratio": "0.5",
 }  # fmt: skip
 
 
@@ -97,6 +97,9 @@ def test_a_budgeted_run_stopped_and_resumed_replans_and_ends_inside_its_budget_d
     assert last["learning_rate"] == pytest.approx(last_rate(run)), last
     # The mask rate follows the plan as the learning rate does: its last step at the schedule's end.
     assert last["mlm_probability"] == pytest.approx(0.3 + (0.1 - 0.3) * (total - 1) / total, abs=1e-6), last
+    # So does the batch warm-up: the global batch (2 ranks x 8) whole by the plan's end, a quarter at the start.
+    banner = next(r for r in records(output / "logs" / "train.jsonl") if r["event"] == "banner")
+    assert last["batch_rows"] == 16 and banner["batch_warmup"]["first_rows"] == 4, banner["batch_warmup"]
     assert json.loads((output / "all_results.json").read_text())["eval_loss"] > 0
     # quality against time: each evaluation of this session, the last one the final model's, inside the budget
     final = run["quality_curve"][-1]

@@ -15,8 +15,10 @@ import torch
 
 from tests.conftest import tiny_env
 from tests.e2e.runs import (
+    GROWING_BATCH,
     RESUMABLE,
     SCHEDULED_MASKING,
+    batch_rows,
     continues,
     entrypoint,
     is_descendant,
@@ -29,6 +31,7 @@ from tests.e2e.runs import (
     wait_for,
 )
 from tests.helpers import Payload
+from train.common.schedules import BatchWarmup
 from train.outputs.marker import mark_complete
 from train.outputs.runfiles import OPTIONS_NAME
 
@@ -39,13 +42,16 @@ pytestmark = pytest.mark.slow
 
 
 def test_sigterm_saves_resumes_and_ends_with_identical_weights(tmp_path: Path) -> None:
-    """Under a mask rate schedule, on a mixture of two corpora: the resumed steps mask at the rates the uninterrupted
-    run's did, the mixture is rebuilt from the seed, and each evaluation has a loss per source."""
+    """Under a mask rate schedule and a batch warm-up, on a mixture of two corpora: the resumed steps mask at the
+    rates and train the rows the uninterrupted run's did, the mixture is rebuilt from the seed, and each evaluation
+    has a loss per source."""
     legal = tmp_path / "legal.txt"
     legal.write_text(
         "".join(f"the licensee may copy and modify the work under clause {i} of this licence\n" for i in range(200))
     )
-    options = {**RESUMABLE, **SCHEDULED_MASKING, "demo_samples": "1000", "dataset": f"demo=0.6,{legal}=0.4"}
+    options = {
+        **RESUMABLE, **SCHEDULED_MASKING, **GROWING_BATCH, "demo_samples": "1000", "dataset": f"demo=0.6,{legal}=0.4"
+    }  # fmt: skip
     straight = entrypoint(env=tiny_env(tmp_path / "a", **options))
     assert straight.returncode == 0, straight.stderr[-3000:]
 
@@ -70,6 +76,11 @@ def test_sigterm_saves_resumes_and_ends_with_identical_weights(tmp_path: Path) -
     assert mask_rates(output) == rates and len(rates) > 3, rates  # both sessions' records, the same rates
     total = next(r["step"] for r in records(tmp_path / "a" / "logs" / "train.jsonl") if r["event"] == "train_end")
     assert rates == {step: pytest.approx(0.3 + (0.1 - 0.3) * (step - 1) / total) for step in rates}
+    rows = batch_rows(tmp_path / "a")
+    assert batch_rows(output) == rows and rows == {
+        step: BatchWarmup(16, 0.25, 0.5, 1).rows(step - 1, total) for step in rows
+    }
+    assert rows[min(rows)] < 16 == rows[max(rows)], rows  # growing, then whole
     mixture = json.loads((output / "run.json").read_text())["mixture"]
     assert [(m["key"], m["weight"]) for m in mixture] == [("demo", 0.6), ("legal", 0.4)]
     assert all(abs(m["share"] - m["weight"]) < 0.02 for m in mixture), mixture  # the token shares, as asked
@@ -227,7 +238,8 @@ def test_a_two_rank_run_resumed_on_one_keeps_its_global_batch(tmp_path: Path) ->
     2 %: the same weights and optimizer state, the examples in another order)."""
     output = tmp_path / "out"
     options = {
-        **RESUMABLE, **SCHEDULED_MASKING, "demo_samples": "800", "per_device_train_batch_size": "8", "logging_steps": "5"
+        **RESUMABLE, **SCHEDULED_MASKING, **GROWING_BATCH, "demo_samples": "800", "per_device_train_batch_size": "8",
+        "logging_steps": "5",
     }  # fmt: skip
     straight = entrypoint(env=tiny_env(tmp_path / "straight", nproc_per_node="2", **options))
     assert straight.returncode == 0, straight.stderr[-3000:]
@@ -252,6 +264,7 @@ def test_a_two_rank_run_resumed_on_one_keeps_its_global_batch(tmp_path: Path) ->
     uninterrupted = logged_losses(tmp_path / "straight")
     continues(whole, uninterrupted, [step for step in sorted(uninterrupted) if step - 5 >= stop])
     assert mask_rates(output) == mask_rates(tmp_path / "straight")  # on one rank, the steps' rates as on two
+    assert batch_rows(output) == batch_rows(tmp_path / "straight")  # and the same global rows
 
 
 def test_a_second_job_on_the_same_output_dir_is_refused_and_the_first_is_unharmed(tmp_path: Path) -> None:

@@ -20,6 +20,7 @@ from train.run.budget import (
     Costs,
     TimeBudget,
     late_decay,
+    margin_for,
     step_time,
     steps_after_stop,
     steps_that_fit,
@@ -420,12 +421,7 @@ def test_slow_steps_are_timed_from_the_first_and_planned_from_at_once_then_again
     monkeypatch.setattr(budget_module, "time", clock)
     callback = TimeBudget(budget_handoff(clock.now, 180, "3m"), eval_batches=0, checkpoint_mb=20.0)
     args = arguments(tmp_path, max_steps=10_000)
-    state = TrainerState()
-    state.max_steps = 10_000
-    optimizer = torch.optim.SGD([torch.zeros(1, requires_grad=True)], lr=1.0)
-    scheduler = get_scheduler("linear", optimizer=optimizer, num_warmup_steps=0, num_training_steps=10_000)
-    tools = {"lr_scheduler": scheduler, "optimizer": optimizer}
-    callback.on_train_begin(args, state, TrainerControl(), **tools)
+    state, tools = begun(callback, args, warmup=0)
     drive(callback, args, state, clock, 30.0, **tools)
     assert callback.step_times == [30.0] and callback.plan.total is not None  # planned after the first step
     first = callback.plan.total
@@ -435,3 +431,42 @@ def test_slow_steps_are_timed_from_the_first_and_planned_from_at_once_then_again
     assert len(callback.plan.plans) == 2 and callback.plan.plans[1]["at_step"] == 3
     assert callback.plan.plans[1]["step_s"] == pytest.approx(70 / 3, abs=1e-3)
     assert "time budget: planned at step 1:" in capsys.readouterr().err
+
+
+def test_under_a_batch_warm_up_steps_are_timed_and_planned_as_full_ones(
+    tmp_path: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A ramp's small steps are cheap: each is timed as its time over its share of the rows, and the plan counts
+    each planned step at its share, so more steps fit than full ones would, and no more than their cost allows."""
+    from train.common.schedules import BatchWarmup
+
+    warmup = BatchWarmup(full=16, start=0.25, ratio=0.5, unit=1)
+    costs = Costs(step=1.0, evaluation=0.0, evaluate_every=math.inf, save=0.0, save_every=math.inf, final=0.0)
+    fit = steps_that_fit(now=0, deadline=100, costs=costs, margin=0, at=0, warmup=warmup)
+    assert fit > 100 and warmup.full_steps(0, fit) <= 100 < warmup.full_steps(0, fit + 1), fit
+    assert steps_that_fit(0, 100, costs, 0, at=0, warmup=None) == 100
+
+    clock = Clock()
+    monkeypatch.setattr(budget_module, "time", clock)
+    callback = TimeBudget(budget_handoff(clock.now, 400, "400s"), eval_batches=0, checkpoint_mb=0.0)
+    callback.batch_warmup = warmup
+    args = arguments(tmp_path, max_steps=10_000, warmup_steps=5)
+    state, tools = begun(callback, args, warmup=5)
+    for _ in range(WARMUP_STEPS + 3):  # at a quarter of the rows, a quarter of a full step's 2 s
+        drive(callback, args, state, clock, 0.5, **tools)
+    assert callback.step_times == [pytest.approx(2.0)] * 3
+    total = callback.plan.total
+    assert total is not None and state.max_steps == total
+    left = 400 - (clock.now - 1_000) - margin_for(400)
+    assert 2.0 * warmup.full_steps(5, total) <= left < 2.0 * warmup.full_steps(5, total + 1)
+
+
+def begun(callback: TimeBudget, args: Any, warmup: int, steps: int = 10_000) -> tuple[TrainerState, dict[str, Any]]:
+    """A run of ``steps`` begun under ``callback`` with a linear schedule: its state and the tools it is driven with."""
+    state = TrainerState()
+    state.max_steps = steps
+    optimizer = torch.optim.SGD([torch.zeros(1, requires_grad=True)], lr=1.0)
+    scheduler = get_scheduler("linear", optimizer=optimizer, num_warmup_steps=warmup, num_training_steps=steps)
+    tools = {"lr_scheduler": scheduler, "optimizer": optimizer}
+    callback.on_train_begin(args, state, TrainerControl(), **tools)
+    return state, tools

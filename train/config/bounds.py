@@ -9,8 +9,9 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from types import MappingProxyType
 from typing import Any
 
 from train.common import durations
@@ -125,4 +126,44 @@ LOCAL_RANKS = Bound(_local_ranks, f"distinct local ranks from 0 to {MAX_PROCESSE
 OVERRIDES = Bound(
     _overrides,
     "comma-separated key=value pairs, each key once (e.g. n_layers=2,dim=128), or a JSON object (in YAML a mapping)",
+)
+
+
+# 0 epochs is what TrainingArguments reads when max_steps decides the length (validate checks the pair); a
+# negative count is an error whatever else is set.
+EPOCHS = Bound(lambda v: v >= 0, "a positive number (or 0 with max_steps)")
+# The bounds of TrainingArguments fields the types alone do not express. Beyond these, every float must be finite
+# and every integer must fit 64 bits (train.config.validate): no TrainingArguments field documents inf or nan
+# (trainer.py passes inf to clip_grad_norm_ internally to mean "no clipping"; the documented way to turn clipping
+# off is max_grad_norm=0).
+TRAINING_BOUNDS: Mapping[str, Bound] = MappingProxyType(
+    {
+        "num_train_epochs": EPOCHS,
+        "per_device_train_batch_size": integers(1),
+        "per_device_eval_batch_size": integers(1),
+        "gradient_accumulation_steps": integers(1),
+        "eval_accumulation_steps": integers(1),
+        "torch_empty_cache_steps": integers(1),
+        "dataloader_prefetch_factor": integers(1),
+        "ddp_bucket_cap_mb": integers(1),
+        "max_steps": Bound(lambda v: v == -1 or v >= 1, "a positive integer, or -1 to train num_train_epochs"),
+        "save_total_limit": integers(0, note=" (0 keeps every checkpoint)"),
+        "seed": SEED,
+        "data_seed": SEED,
+        "dataloader_num_workers": integers(0, MAX_PROCESSES),
+        "ddp_timeout": integers(1, MAX_TIMEOUT_S, " seconds"),
+        "learning_rate": POSITIVE,
+        "weight_decay": NON_NEGATIVE,
+        "adam_beta1": FRACTION,
+        "adam_beta2": FRACTION,
+        "adam_epsilon": POSITIVE,
+        "max_grad_norm": Bound(NON_NEGATIVE.accepts, "a number >= 0 (0 turns clipping off)"),
+        "label_smoothing_factor": FRACTION,
+        "neftune_noise_alpha": POSITIVE,
+        "warmup_steps": steps(zero=True),
+        "logging_steps": steps(),
+        "eval_steps": steps(),
+        "save_steps": steps(),
+        "eval_delay": NON_NEGATIVE,
+    }
 )

@@ -25,18 +25,16 @@ from train.config.bounds import (
     MAX_SEQ_LENGTH,
     MAX_TIMEOUT_S,
     MIN_SEQ_LENGTH,
-    NON_NEGATIVE,
     OPEN_FRACTION,
     OVERRIDES,
     POSITIVE,
     PROBABILITY,
     PROCESSES,
-    SEED,
+    TRAINING_BOUNDS,
     Bound,
     help_with,
     integers,
     non_blank,
-    steps,
 )
 
 ENV_PREFIX = "MLM_"
@@ -82,6 +80,15 @@ class JobArguments:
         "The fraction of the steps that warmup_stable_decay decays over (lr_scheduler_kwargs' num_decay_steps "
         "wins); whatever the steps turn out to be: epochs, a time budget's plan.",
         OPEN_FRACTION,
+    )
+    batch_warmup_ratio: float = option(
+        0.0,
+        "Fraction of the steps over which the global batch grows linearly, in rows, from batch_warmup_start of its "
+        "size to all of it (docs/models.md); each training record logs its rows. 0: the whole batch from the start.",
+        FRACTION,
+    )
+    batch_warmup_start: float = option(
+        0.25, "The batch's share of its size at a batch warm-up's first step.", OPEN_FRACTION
     )
     tokenizer_name: str | None = option(
         None,
@@ -351,44 +358,6 @@ PROJECT_DEFAULTS: dict[str, Any] = {
     "seed": 42,
 }
 
-# 0 epochs is what TrainingArguments reads when max_steps decides the length (validate checks the pair); a
-# negative count is an error whatever else is set.
-EPOCHS = Bound(lambda v: v >= 0, "a positive number (or 0 with max_steps)")
-# The bounds of TrainingArguments fields the types alone do not express. Beyond these, every float must be finite
-# and every integer must fit 64 bits (train.config.validate): no TrainingArguments field documents inf or nan
-# (trainer.py passes inf to clip_grad_norm_ internally to mean "no clipping"; the documented way to turn clipping
-# off is max_grad_norm=0).
-TRAINING_BOUNDS: Mapping[str, Bound] = MappingProxyType(
-    {
-        "num_train_epochs": EPOCHS,
-        "per_device_train_batch_size": integers(1),
-        "per_device_eval_batch_size": integers(1),
-        "gradient_accumulation_steps": integers(1),
-        "eval_accumulation_steps": integers(1),
-        "torch_empty_cache_steps": integers(1),
-        "dataloader_prefetch_factor": integers(1),
-        "ddp_bucket_cap_mb": integers(1),
-        "max_steps": Bound(lambda v: v == -1 or v >= 1, "a positive integer, or -1 to train num_train_epochs"),
-        "save_total_limit": integers(0, note=" (0 keeps every checkpoint)"),
-        "seed": SEED,
-        "data_seed": SEED,
-        "dataloader_num_workers": integers(0, MAX_PROCESSES),
-        "ddp_timeout": integers(1, MAX_TIMEOUT_S, " seconds"),
-        "learning_rate": POSITIVE,
-        "weight_decay": NON_NEGATIVE,
-        "adam_beta1": FRACTION,
-        "adam_beta2": FRACTION,
-        "adam_epsilon": POSITIVE,
-        "max_grad_norm": Bound(NON_NEGATIVE.accepts, "a number >= 0 (0 turns clipping off)"),
-        "label_smoothing_factor": FRACTION,
-        "neftune_noise_alpha": POSITIVE,
-        "warmup_steps": steps(zero=True),
-        "logging_steps": steps(),
-        "eval_steps": steps(),
-        "save_steps": steps(),
-        "eval_delay": NON_NEGATIVE,
-    }
-)
 JOB_FIELDS = tuple(f.name for f in dataclasses.fields(JobArguments))
 # Every option's bound by name: the one table validation iterates.
 BOUNDS: Mapping[str, Bound] = MappingProxyType(

@@ -14,8 +14,8 @@ from typing import Any, NoReturn
 
 from train.common.errors import ConfigError
 from train.common.mixture import mixture_parts
-from train.config.bounds import INT64, shown
-from train.config.schema import BOUNDS, EPOCHS
+from train.config.bounds import EPOCHS, INT64, shown
+from train.config.schema import BOUNDS
 
 
 def validate(values: Mapping[str, Any], sources: Mapping[str, str]) -> None:

@@ -190,3 +190,31 @@ def thin_masks(batch: dict[str, Any], rate: float) -> dict[str, Any]:
     batch["input_ids"] = torch.where(dropped, labels, batch["input_ids"])
     batch["labels"] = labels.masked_fill(dropped, IGNORE_INDEX)
     return batch
+
+
+def first_rows(batch: dict[str, Any], rows: int) -> dict[str, Any]:
+    """A collated batch's first ``rows`` rows, every layout the collator makes: each tensor whose first dimension
+    is the batch's rows (ids, labels, draws, positions, a 2D or 4D attention mask, ModernBERT's dict of masks), and
+    the flash-attention varlen kwargs (document boundaries over the flattened rows: train/model/packing.py), cut at
+    the last kept row's end. A batch warm-up's step (train/common/schedules.py BatchWarmup) trains these; the
+    collator, a batch ahead and perhaps in a worker process, cannot know the step. A padding-free batch is one row:
+    the job refuses a batch warm-up there (train/run/batches.py check_batch_warmup)."""
+    size = batch["input_ids"].shape[0]
+    if rows >= size:
+        return batch
+    length = batch["input_ids"].shape[1]
+
+    def cut(value: Any) -> Any:
+        if isinstance(value, dict):
+            return {key: cut(item) for key, item in value.items()}
+        if isinstance(value, torch.Tensor) and value.dim() >= 1 and value.shape[0] == size:
+            return value[:rows]
+        return value
+
+    kept = {key: cut(value) for key, value in batch.items()}
+    if "cu_seq_lens_q" in batch:
+        boundaries = batch["cu_seq_lens_q"]
+        boundaries = boundaries[boundaries <= rows * length]  # each row starts a segment: its end is a boundary
+        longest = int(boundaries.diff().max())
+        kept.update(cu_seq_lens_q=boundaries, cu_seq_lens_k=boundaries, max_length_q=longest, max_length_k=longest)
+    return kept

@@ -72,6 +72,7 @@ class RunFacts:
     mixture: list[dict[str, Any]] | None = None  # a mixture's sources: shares asked and had (train/data/mixture.py)
     branch: dict[str, Any] | None = None  # a branch's parent checkpoint and step (train/outputs/branch.py)
     phase: dict[str, Any] | None = None  # a phased run's phase this launch trained (train/common/phase.py)
+    batch_warmup: dict[str, Any] | None = None  # a growing global batch (train/common/schedules.py BatchWarmup)
 
     @property
     def tokens_per_sample(self) -> float | None:

@@ -69,6 +69,8 @@ def run_facts(config: Config, facts: RunFacts, *, started: str, status: str, han
         "model": as_json(facts.model),
         # The masking rates set, and the share of real tokens the first training samples had masked.
         "masking": as_json(facts.masking),
+        # A global batch growing over the first steps: its first rows and its full ones (tokens where packed).
+        "batch_warmup": facts.batch_warmup,
         # The padding mode, whether documents were kept apart, and real tokens per position computed.
         "packing": as_json(facts.packing),
         "image_revision": config.job.image_revision,

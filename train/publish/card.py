@@ -105,13 +105,18 @@ def drift_text(cosine: Any) -> str:
 
 
 def global_batch(config: Config, run: dict[str, Any], results: dict[str, Any]) -> str:
-    """Samples per optimizer step: per-device batch x world size x accumulation, as run.json recorded them."""
+    """Samples per optimizer step: per-device batch x world size x accumulation, as run.json recorded them; under
+    a batch warm-up, where it grew from."""
     options = run.get("config") or config.as_dict(redact=True)
     world = run.get("world_size") or results.get("world_size")
     if not world:
         return "?"
     per_device = int(options.get("per_device_train_batch_size") or 0)
-    return str(per_device * int(world) * int(options.get("gradient_accumulation_steps") or 1))
+    full = str(per_device * int(world) * int(options.get("gradient_accumulation_steps") or 1))
+    warmup = run.get("batch_warmup")
+    if not warmup:
+        return full
+    return f"{full}, from {warmup['first_rows']} over the first {warmup['ratio']:.0%} of the steps"
 
 
 def data_values(config: Config, run: dict[str, Any], results: dict[str, Any]) -> dict[str, str]:

@@ -54,6 +54,7 @@ def banner_record(
         ),
         "per_device_train_batch_size": int(training.per_device_train_batch_size),
         "gradient_accumulation_steps": int(training.gradient_accumulation_steps),
+        "batch_warmup": facts.batch_warmup,
         "model": job.model_name_or_path,
         "recipe": recipe_summary(job.recipe, job.model_name_or_path, training, job.decay_ratio),
         "attention": model.attention,
@@ -129,6 +130,16 @@ def _masking_text(masking: Masking | None) -> str | None:
     )
 
 
+def _warmup_text(warmup: dict[str, Any] | None) -> str:
+    if not warmup:
+        return ""
+    tokens = f" ({warmup['first_tokens']:,} tokens)" if "first_tokens" in warmup else ""
+    return (
+        f"; warming up from {warmup['first_rows']} rows{tokens}, growing linearly to all of it over the first "
+        f"{warmup['ratio']:.0%} of the steps"
+    )
+
+
 def _packing_text(packing: Packing | None) -> str:
     if not packing or packing.efficiency is None:
         return ""
@@ -178,7 +189,8 @@ def banner_text(config: Config, facts: RunFacts, record: dict[str, Any]) -> str:
         f"  hardware   {hardware}, world size {record['world_size']}",
         f"  precision  {record['precision']}",
         f"  batch      global {record['global_batch_size']} = {record['world_size']} rank(s) × "
-        f"{record['per_device_train_batch_size']} per device × {record['gradient_accumulation_steps']} accumulation",
+        f"{record['per_device_train_batch_size']} per device × {record['gradient_accumulation_steps']} accumulation"
+        + _warmup_text(facts.batch_warmup),
         f"  model      {record['model']}" + _model_text(facts.model),
         *([f"  MLM head   {facts.model.head_weights}"] if facts.model.head_weights else []),
         f"  recipe     {record['recipe']}",

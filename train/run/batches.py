@@ -14,6 +14,7 @@ import torch
 
 from train.borrowed.transformers_models import attn_implementation
 from train.common.errors import ConfigError
+from train.common.schedules import BatchWarmup
 from train.config import Config
 from train.data import Corpus, Padding
 from train.model import packing
@@ -65,6 +66,29 @@ def masking_collator(config: Config, tokenizer: Any, model: Any) -> MaskingColla
         isolate=isolate,
         flatten=padding.flattens,
     )
+
+
+def batch_warmup(config: Config) -> BatchWarmup | None:
+    """The run's batch warm-up (train/common/schedules.py), in global rows: per-device batch x accumulation x
+    ranks at full size, each rank training a row of each micro-batch at least; None without one."""
+    job, training = config.job, config.training
+    if job.batch_warmup_ratio <= 0:
+        return None
+    unit = max(training.world_size, 1) * training.gradient_accumulation_steps
+    full = training.per_device_train_batch_size * unit
+    return BatchWarmup(full=full, start=job.batch_warmup_start, ratio=job.batch_warmup_ratio, unit=unit)
+
+
+def check_batch_warmup(config: Config) -> None:
+    """ConfigError, naming MLM_BATCH_WARMUP_RATIO, where a batch warm-up has no rows to leave out: a padding-free
+    batch is one row of all its examples."""
+    job = config.job
+    if job.batch_warmup_ratio > 0 and Padding(job.padding).flattens:
+        raise ConfigError(
+            f"{config.source_of('batch_warmup_ratio')}={job.batch_warmup_ratio:g}: a batch warm-up trains fewer rows "
+            f"of each batch, and {config.source_of('padding')}={job.padding} lays a batch out as one row; use padding "
+            "packed or dynamic, or no batch warm-up (0)"
+        )
 
 
 MEASURED_SAMPLES = 256  # samples collated to measure the masking rate and the efficiency: a few milliseconds

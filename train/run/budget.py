@@ -14,6 +14,9 @@ The rule, stated once:
   plus its share of the evaluations and saves to come (each one's measured time,
   or until it happens an estimate: an evaluation a third of a training step per batch - a forward pass - and a
   save the checkpoint's size at ``ESTIMATED_WRITE_MB_S``).
+- Under a batch warm-up (train/common/schedules.py BatchWarmup) every measure and plan is in full steps: a step's
+  time is divided by its share of the full batch's rows, and the steps planned cost their shares; the ramp, the
+  learning rate's schedule and the plan count the same optimizer steps, so the decay still ends at the last one.
 - Before the deadline stay the final evaluation, the final model's write, the publishing and a margin of
   ``MARGIN_FRACTION`` of the budget (at least ``MIN_MARGIN_S``).
 - The plan only shortens the run the other options set (max_steps, epochs, a resumed run's earlier plan); every
@@ -49,7 +52,8 @@ from transformers import TrainerCallback
 from train.common import distributed, durations
 from train.common.console import say, warn
 from train.common.handoff import Handoff
-from train.run.budget_schedule import decay_after, decay_ahead, schedule_for
+from train.common.schedules import BatchWarmup
+from train.run.budget_schedule import CONSTANT, decay_after, decay_ahead, late_decay, schedule_for
 from train.run.budget_stop import CutShort, steps_after_stop
 from train.run.preemption import StopOnSignal
 from train.run.trainer import schedule_kind, step_schedule
@@ -64,7 +68,6 @@ FEW_STEPS = 50  # a plan of fewer steps is said to be of little use (a 3-minute 
 STALL_CAP = 10
 SLOW_STEP_SHARE = 0.02  # a step taking this share of the budget is timed, warm-up or not, and planned from at once
 FORWARD_SHARE = 1 / 3  # an evaluation batch: a forward pass of a training step's forward + backward
-CONSTANT = ("constant", "constant_with_warmup", "inverse_sqrt", "reduce_lr_on_plateau")  # schedules with no decay
 
 
 @dataclass(frozen=True)
@@ -82,28 +85,28 @@ class Costs:
         return self.step + self.evaluation / self.evaluate_every + self.save / self.save_every
 
 
-def steps_that_fit(now: float, deadline: float, costs: Costs, margin: float) -> int:
-    """Steps that end, with their share of evaluations and saves, the final work and the margin, by ``deadline``."""
+def steps_that_fit(
+    now: float, deadline: float, costs: Costs, margin: float, at: int = 0, warmup: BatchWarmup | None = None
+) -> int:
+    """Steps that end, with their share of evaluations and saves, the final work and the margin, by ``deadline``.
+    Under a batch warm-up (``costs.step`` then a full step's time) the steps after ``at`` cost their share of the
+    batch, and the ramp is a share of the plan: the most steps whose cost fits (it grows with the steps)."""
     left = deadline - now - costs.final - margin
-    return max(math.floor(left / costs.per_step()), 0) if left > 0 else 0
+    if left <= 0:
+        return 0
+    fit = max(math.floor(left / costs.per_step()), 0)  # every step a full one: at least these fit
+    if warmup is None or fit == 0:
+        return fit
+    others = costs.per_step() - costs.step  # evaluations' and saves' shares: the same whatever the batch
 
+    def fits(steps: int) -> bool:
+        return costs.step * warmup.full_steps(at, at + steps) + others * steps <= left
 
-def late_decay(kind: str, args: Any, steps: tuple[int, int, int], decay_ratio: float, room: int) -> int | None:
-    """A re-plan that leaves no step after the current one (an evaluation or a save far slower than measured: a
-    loaded machine): the steps to decay over from here, or None when the plan has steps left (the schedule rebuilt
-    for it then ends decayed at its last step). ``steps``: the new plan's total, the current step, the steps the
-    options allow.
-
-    With no step left the run would end at the rate it has now, never decayed (the stable rate of warmup_stable_decay).
-    Instead the rate decays from where it is over the decay's share of the plan or ``room`` steps (half the margin at
-    the measured step time), whichever is fewer; at least one step, never past what the options allow. (A re-plan
-    that only moves the decay's start by a few steps, as plans do from one evaluation to the next, is not one.)"""
-    total, at, cap = steps
-    if kind in CONSTANT or total > at:
-        return None
-    share = decay_ahead(kind, args, total, 0, decay_ratio)
-    steps_left = min(max(min(share, room), 1), cap - at)
-    return steps_left if steps_left > 0 else None
+    low, high = fit, math.ceil(fit * warmup.full / warmup.unit) + 1  # no step is cheaper than the smallest batch's
+    while low < high:
+        middle = (low + high + 1) // 2
+        low, high = (middle, high) if fits(middle) else (low, middle - 1)
+    return low
 
 
 def step_time(times: list[float]) -> float:
@@ -172,6 +175,7 @@ class TimeBudget(TrainerCallback):
         self.stop_timeout_s = stop_timeout_s
         self.planned_early = False  # the first plan came before TIMED_STEPS steps were timed (slow steps)
         self.size_evaluation: Any = None  # cuts the held-out set to fit the budget (train/run/budget_evaluation.py)
+        self.batch_warmup: BatchWarmup | None = None  # a growing batch: steps timed and planned as full ones
 
     @property
     def cut(self) -> CutShort | None:
@@ -209,7 +213,10 @@ class TimeBudget(TrainerCallback):
         self.steps_this_session += 1
         slow = took > SLOW_STEP_SHARE * self.plan.budget_s  # the pace already: timed, and the plan made at once
         if self.steps_this_session > WARMUP_STEPS or slow:
-            self.step_times.append(took)
+            # Under a batch warm-up, a step's time as a full step's: its time over its share of the rows (the
+            # batch's rows are most of a step's work; the rest, counted as rows too, makes the plan cautious).
+            share = self.batch_warmup.share(state.global_step - 1, state.max_steps) if self.batch_warmup else 1.0
+            self.step_times.append(took / share)
         timed = len(self.step_times)
         if timed == TIMED_STEPS and self.planned_early:
             self.replan = True  # planned on slow steps: again, once as many are timed as a plan usually has
@@ -264,7 +271,9 @@ class TimeBudget(TrainerCallback):
             batch_s = step_time(self.step_times[-STEP_WINDOW:]) * FORWARD_SHARE
             self.eval_batches = self.size_evaluation(self.plan.budget_s, self.eval_batches, batch_s, args.device)
         costs = self.costs(args, state)
-        fit = state.global_step + steps_that_fit(time.time(), self.plan.deadline, costs, self.plan.margin_s)
+        fit = state.global_step + steps_that_fit(
+            time.time(), self.plan.deadline, costs, self.plan.margin_s, state.global_step, self.batch_warmup
+        )
         cap = self.plan.cap or fit
         total = agreed_minimum(max(min(fit, cap), state.global_step), args.device)
         before, at = self.plan.total, state.global_step

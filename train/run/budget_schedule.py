@@ -19,6 +19,7 @@ from train.common.schedules import WSD, scheduler_kwargs
 from train.run.trainer import lr_scheduler_for, step_schedule
 
 WARMUP_SHARE = 10  # a warm-up longer than half the plan becomes a tenth of it
+CONSTANT = ("constant", "constant_with_warmup", "inverse_sqrt", "reduce_lr_on_plateau")  # schedules with no decay
 
 
 def warmup_for(total: int, args: Any) -> int:
@@ -85,3 +86,21 @@ def decay_after(scheduler: Any, at: int, stable: int, decay: int, kind: str, kwa
 
 def _from_stop(step: int, *, at: int, level: float, floor: float, shape: Any) -> float:
     return floor + (level - floor) * shape(step - at) if level > floor else level
+
+
+def late_decay(kind: str, args: Any, steps: tuple[int, int, int], decay_ratio: float, room: int) -> int | None:
+    """A re-plan that leaves no step after the current one (an evaluation or a save far slower than measured: a
+    loaded machine): the steps to decay over from here, or None when the plan has steps left (the schedule rebuilt
+    for it then ends decayed at its last step). ``steps``: the new plan's total, the current step, the steps the
+    options allow.
+
+    With no step left the run would end at the rate it has now, never decayed (the stable rate of warmup_stable_decay).
+    Instead the rate decays from where it is over the decay's share of the plan or ``room`` steps (half the margin at
+    the measured step time), whichever is fewer; at least one step, never past what the options allow. (A re-plan
+    that only moves the decay's start by a few steps, as plans do from one evaluation to the next, is not one.)"""
+    total, at, cap = steps
+    if kind in CONSTANT or total > at:
+        return None
+    share = decay_ahead(kind, args, total, 0, decay_ratio)
+    steps_left = min(max(min(share, room), 1), cap - at)
+    return steps_left if steps_left > 0 else None

@@ -51,7 +51,15 @@ from train.outputs.checkpoints import DATA_IDENTITY, kept_global_batch, resumed_
 from train.outputs.facts import Masking, ModelFacts, Packing, RunFacts, Sharding
 from train.outputs.runfiles import RunFiles, step_of
 from train.run.adapting import adapt, check_adapting
-from train.run.batches import argmax_logits, batch_facts, check_isolation, masked_accuracy, masking_collator
+from train.run.batches import (
+    argmax_logits,
+    batch_facts,
+    batch_warmup,
+    check_batch_warmup,
+    check_isolation,
+    masked_accuracy,
+    masking_collator,
+)
 from train.run.branching import (
     PHASE_KEY,
     BranchLearningRate,
@@ -96,6 +104,7 @@ class Prepared:
     data_changed: list[str] | None = None  # what changed since the resumed checkpoint, when told to go on anyway
     branch: BranchPoint | None = None  # where the run branched from, when it is a branch (train/outputs/branch.py)
     phase: PhaseFacts | None = None  # the phase this launch trains, in a phased run (train/launch/phases.py)
+    batch_warmup: dict[str, Any] | None = None  # a growing global batch's facts (BatchWarmup.record)
 
     def write_model(self, directory: Path) -> None:
         """The trained model and its tokenizer, as AutoModelForMaskedLM / AutoTokenizer load them, and a
@@ -135,6 +144,7 @@ class Prepared:
             mixture=as_record(corpus.mixture) if corpus.mixture else None,
             branch=self.branch.as_record() if self.branch else None,
             phase=self.phase.record() if self.phase else None,
+            batch_warmup=self.batch_warmup,
         )
 
     def sharding_facts(self) -> dict[str, Any]:
@@ -169,6 +179,7 @@ def prepare(
     padding = Padding(job.padding)
     stopper = StopOnSignal()  # first: a stop while the data is prepared (or a checkpoint downloads) is exit 75
     check_sharding(config)
+    check_batch_warmup(config)
     arch = scratch_config(config)
     check_adapting(config, scratch=arch is not None)
     model_config = check_before_data(config, arch)
@@ -252,21 +263,25 @@ def prepare(
     trainer.decay_ratio = job.decay_ratio
     trainer.phase = phase
     trainer.eval_parts = corpus.validation_parts
+    trainer.batch_warmup = batch_warmup(config)
     if budget is not None:
         budget.size_evaluation = EvaluationSizer(trainer)
+        budget.batch_warmup = trainer.batch_warmup
     if job.final_mlm_probability is not None:
         trainer.mask_rates = (job.mlm_probability, job.final_mlm_probability)
     losses_are_batch_means(trainer)
     held_out = corpus.validation if evaluating else None
     adapt(trainer, config, held_out, tokenizer.pad_token_id, arch is not None, built.head_weights is not None)
     masking, packing_facts = batch_facts(config, collator, corpus)
+    warmup = trainer.batch_warmup  # in tokens too where every row is a packed block of max_seq_length
+    warmup_facts = warmup.record(job.max_seq_length if padding.packs else None) if warmup else None
     mark("trainer")
     return Prepared(
         trainer=trainer, tokenizer=tokenizer, corpus=corpus, stopper=stopper, guard=guard, head=built.head,
         head_weights=built.head_weights, masking=masking, packing=packing_facts, resume=resume, budget=budget,
         sharding=built.sharding, sharding_choice=built.choice, ddp_estimate=built.estimate, state_bytes=state_bytes,
         setup_bytes=built.setup_bytes, data_identity=raw.identity, data_changed=data_changed,
-        companions=companions, branch=recorded_branch, phase=phase,
+        companions=companions, branch=recorded_branch, phase=phase, batch_warmup=warmup_facts,
     )  # fmt: skip
 
 

@@ -76,6 +76,8 @@ def _text_line(record: dict[str, Any]) -> str:
             parts.append(f"grad {_float(record['grad_norm'], '.3g')}")
         if "mlm_probability" in record:  # a mask rate schedule's rate at this step
             parts.append(f"masking {record['mlm_probability']:.1%}")
+        if "batch_rows" in record:  # a batch warm-up's global batch at this step
+            parts.append(f"batch {record['batch_rows']}")
         if record.get("tokens_per_second") is not None:
             parts.append(f"{record['tokens_per_second']:,.0f} tok/s")
         if record.get("samples_per_second") is not None:
@@ -232,7 +234,8 @@ class TrainingLog(TrainerCallback):
             # to every step's logs; this record has elapsed_s and the rates over the last interval instead.
             for key in [k for k in logs if k.startswith("train_")]:
                 del logs[key]
-            self._emit({"event": "train", **base, "max_steps": state.max_steps, **logs, **self._speed(args, state)})
+            speed = self._speed(args, state, logs.get("batch_rows"))
+            self._emit({"event": "train", **base, "max_steps": state.max_steps, **logs, **speed})
 
     def on_train_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
         self.gpus.stop()
@@ -252,11 +255,15 @@ class TrainingLog(TrainerCallback):
             point["tokens_seen"] = int(state.num_input_tokens_seen)
         return point
 
-    def _speed(self, args: Any, state: Any) -> dict[str, Any]:
+    def _speed(self, args: Any, state: Any, rows: int | None = None) -> dict[str, Any]:
+        """The interval's rates, elapsed time and ETA; ``rows``: a batch warm-up's global batch at the logged step
+        (the steps of the interval taken as its size)."""
         now = time.monotonic()
         out: dict[str, Any] = {}
         if self._busy > 0 and self._steps_timed:
-            batch = global_batch(args.per_device_train_batch_size, args.world_size, args.gradient_accumulation_steps)
+            batch = rows or global_batch(
+                args.per_device_train_batch_size, args.world_size, args.gradient_accumulation_steps
+            )
             samples_per_second = self._steps_timed * batch / self._busy
             out["samples_per_second"] = round(samples_per_second, 3)
             tokens_seen = state.num_input_tokens_seen or 0

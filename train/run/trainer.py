@@ -1,6 +1,6 @@
 """The Hugging Face Trainer as the job uses it: one subclass (streamed and resumed loaders, evaluation's own masking,
-the scheduler's decay ratio, a mask rate schedule, packed batches' token count, tied weights on resume) and the
-helpers the job calls on it. Whatever of it reaches into a private API of transformers or torch lives in
+the scheduler's decay ratio, a mask rate schedule, a batch warm-up, packed batches' token count, tied weights on
+resume) and the helpers the job calls on it. Whatever of it reaches into a private API of transformers or torch lives in
 train/borrowed/ (the private methods overridden: :class:`~train.borrowed.transformers_trainer.TrainerOverrides`,
 whose public-named hooks this subclass implements), each touch with its version and a canary: when a library moves,
 read docs/development.md's "Upgrading a library".
@@ -33,10 +33,10 @@ from train.borrowed.transformers_trainer import (
 from train.common import distributed
 from train.common.console import say
 from train.common.phase import PhaseFacts
-from train.common.schedules import WSD, mask_rate, scheduler_kwargs
+from train.common.schedules import WSD, BatchWarmup, mask_rate, scheduler_kwargs
 from train.common.writable import follow_umask
 from train.data import ResumedStream, own_loader_state, stream_loader
-from train.model.collator import thin_masks
+from train.model.collator import first_rows, thin_masks
 from train.run.adapting import drop_encoder_gradients, with_head_rate
 from train.run.preemption import leave_signals_to_rank
 
@@ -52,6 +52,8 @@ class MLMTrainer(TrainerOverrides):
     decay_ratio: float = 0.2  # warmup_stable_decay's decay as a fraction of the steps (the decay_ratio option)
     mask_rates: tuple[float, float] | None = None  # a mask rate schedule's first and final rates
     mask_rate_now: float | None = None  # the rate of the step being trained, under a schedule
+    batch_warmup: BatchWarmup | None = None  # a global batch growing over the first steps (train/run/batches.py)
+    batch_rows_now: int | None = None  # the global rows of the step being trained, under a batch warm-up
     eval_parts: dict[str, Any] | None = None  # a mixture's held-out part per source (train/data/corpus.py)
     head_parameters: tuple[Any, ...] = ()  # the MLM head's (train/run/adapting.py sets them)
     head_learning_rate: float | None = None  # the head's own rate (the head_learning_rate option)
@@ -60,17 +62,26 @@ class MLMTrainer(TrainerOverrides):
     phase: PhaseFacts | None = None  # a phased run's phase (train/launch/phases.py): the schedule is the plan's
 
     def get_batch_samples(self, epoch_iterator: Any, num_batches: int, device: Any) -> tuple[list, Any]:
-        """The batches of the next optimizer step (the Trainer's own), under a mask rate schedule each thinned to the
-        step's rate (train/model/collator.py thin_masks) before the Trainer counts their masked tokens for the
-        loss. The rate follows the planned steps as they stand (``state.max_steps``, which a time budget re-plans);
-        a resumed run has its step, so its rate, from the checkpoint."""
-        if self.mask_rates is None:
-            return super().get_batch_samples(epoch_iterator, num_batches, device)
-        first, final = self.mask_rates
-        start = self.phase.start if self.phase else 0  # in a phase, its rates go from its first step to its last
-        rate = mask_rate(first, final, self.state.global_step - start, self.state.max_steps - start)
-        self.mask_rate_now = rate
-        return super().get_batch_samples((thin_masks(b, rate) for b in epoch_iterator), num_batches, device)
+        """The batches of the next optimizer step (the Trainer's own): under a batch warm-up each cut to its share of
+        the step's rows (train/model/collator.py first_rows), under a mask rate schedule each thinned to the step's
+        rate (thin_masks), before the Trainer counts their tokens and masked tokens. Both follow the planned steps
+        as they stand (``state.max_steps``, which a time budget re-plans; a phased run's plan); a resumed run has
+        its step, so its batch and rate, from the checkpoint."""
+        batches = epoch_iterator
+        done, total = self.state.global_step, self.phase.total if self.phase else self.state.max_steps
+        if self.batch_warmup is not None:
+            self.batch_rows_now = self.batch_warmup.rows(done, total)
+            rows = self.batch_warmup.micro_batch_rows(
+                done, total, max(self.args.world_size, 1), self.args.gradient_accumulation_steps
+            )
+            batches = (first_rows(batch, rows[i]) for i, batch in enumerate(batches))
+        if self.mask_rates is not None:
+            first, final = self.mask_rates
+            start = self.phase.start if self.phase else 0  # in a phase, its rates go from its first step to its last
+            rate = mask_rate(first, final, done - start, self.state.max_steps - start)
+            self.mask_rate_now = rate
+            batches = (thin_masks(batch, rate) for batch in batches)
+        return super().get_batch_samples(batches, num_batches, device)
 
     def training_step(self, model: Any, inputs: dict[str, Any], num_items_in_batch: Any = None) -> torch.Tensor:
         """The Trainer's forward and backward; while the head warms up, the encoder's gradients then dropped, so that
@@ -99,9 +110,12 @@ class MLMTrainer(TrainerOverrides):
         return optimizer
 
     def log(self, logs: dict[str, float], start_time: float | None = None) -> None:
-        """The Trainer's log, a training record under a mask rate schedule with the rate of its step."""
+        """The Trainer's log, a training record under a mask rate schedule with the rate of its step, under a batch
+        warm-up with its step's global rows."""
         if self.mask_rate_now is not None and "loss" in logs:
             logs = {**logs, "mlm_probability": round(self.mask_rate_now, 6)}
+        if self.batch_rows_now is not None and "loss" in logs:
+            logs = {**logs, "batch_rows": self.batch_rows_now}
         super().log(logs, start_time)
 
     def create_scheduler(self, num_training_steps: int, optimizer: Any = None) -> Any:
