@@ -42,6 +42,11 @@ def test_a_phased_run_refuses_a_length_of_its_own(monkeypatch, capsys, base_env,
         monkeypatch, capsys, {**base_env, "MLM_MAX_STEPS": "100"}, "--config", str(tmp_path / "plan.yaml")
     )
     assert code == 2 and "MLM_MAX_STEPS: a run in phases" in err
+    # A batch warm-up makes the first steps smaller: a phase given in tokens would train fewer than it says.
+    code, _, err = run_plan(
+        monkeypatch, capsys, {**base_env, "MLM_BATCH_WARMUP_RATIO": "0.5"}, "--config", str(tmp_path / "plan.yaml")
+    )
+    assert code == 2 and "phase long: a length in tokens counts full batches, and MLM_BATCH_WARMUP_RATIO=0.5" in err
 
 
 def test_each_phase_hands_its_place_to_the_ranks_and_a_rerun_skips_the_phases_done() -> None:
