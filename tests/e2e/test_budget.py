@@ -23,6 +23,7 @@ import pytest
 
 from tests.conftest import tiny_env
 from tests.e2e.runs import entrypoint, last_rate, records, start, wait_for
+from train.outputs.checkpoints import planned_steps
 
 pytestmark = [pytest.mark.slow, pytest.mark.alone]  # timed or to a deadline: not beside other runs
 
@@ -60,9 +61,12 @@ def test_a_budgeted_run_stopped_and_resumed_replans_and_ends_inside_its_budget_d
     assert f"time budget {BUDGET_S}s (MLM_TIME_BUDGET={BUDGET_S}s): the run ends by" in stderr
     plans = [line for line in stderr.splitlines() if "time budget: planned" in line or "re-planned" in line]
     assert "planned at step 5:" in plans[0] and "set by the time budget" in plans[0], plans
-    # the last plan (after an evaluation and a save were timed) is what the checkpoint of the stop holds
-    earlier = int(re.findall(r"planned at step \d+: (\d+) steps", plans[-1])[0])
-    assert 10 < earlier < 20_000, plans
+    # every plan printed, the checkpoint the rerun resumes holding one of them
+    printed = [int(n) for line in plans for n in re.findall(r"planned at step \d+: (\d+) steps", line)]
+    assert printed and all(10 < n < 20_000 for n in printed), plans
+    newest = max((p for p in output.glob("checkpoint-*") if (p / ".complete").exists()), key=lambda p: int(p.name[11:]))
+    held = planned_steps(newest)  # what the rerun resumes: its plan is where the resumed one starts
+    assert held in printed, (held, printed, newest.name)
 
     launched = time.monotonic()
     # No evaluation but the final one in the resumed run: a stop inside an evaluation stops at once, with no window
@@ -85,8 +89,8 @@ def test_a_budgeted_run_stopped_and_resumed_replans_and_ends_inside_its_budget_d
     assert "steps left fit: finishing" in stderr and "a crash" not in stderr, stderr[-3000:]
     assert run["status"] == "finished" and budget["cut_short"]["whole_plan"], budget
     assert budget["cut_short"]["final_step"] == budget["planned_steps"]
-    assert budget["steps_set_by_options"] == earlier  # the stopped run's plan is where the resumed one starts
-    assert 10 < budget["planned_steps"] <= earlier and budget["plans"][0]["at_step"] > 10
+    assert re.search(rf"resuming from \S*/{newest.name}\b", stderr) and budget["steps_set_by_options"] == held, held
+    assert 10 < budget["planned_steps"] <= held and budget["plans"][0]["at_step"] > 10
     steps = [r for r in records(output / "logs" / "train.jsonl") if r.get("event") == "train" and "loss" in r]
     last = steps[-1]
     # The demo's scratch model gets the modern recipe: warmup-stable-decay, a 1-sqrt decay over the last 20 % of
