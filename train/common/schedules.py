@@ -87,7 +87,7 @@ class BatchWarmup:
             return float(total - done)
         floor, slope = self.unit / self.full, (1.0 - self.start) / ramp
         rising = ramp * (floor - self.start) / (1.0 - self.start) if self.start < floor else 0.0  # at the floor before
-        end = min(math.ceil(ramp), total)  # the first full step
+        end = self.ramp_steps(total)  # the first full step
         flat = min(max(math.ceil(rising) - done, 0), end - done)
         first = done + flat
         linear = (end - first) * self.start + slope * (end - first) * (first + end - 1) / 2
