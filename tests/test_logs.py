@@ -22,6 +22,7 @@ from transformers.trainer_callback import PrinterCallback, ProgressCallback
 from tests.fakes import h100s, install, uuid_of
 from train.common import console
 from train.common.handoff import Handoff
+from train.common.schedules import BatchWarmup, full_steps_between
 from train.config import load_config
 from train.outputs.facts import Masking, RunFacts
 from train.outputs.location import output_location
@@ -450,3 +451,23 @@ def test_the_eta_never_passes_a_time_budgets_deadline(tmp_path, capsys):
     log._started, log._start_step = time.monotonic() - 1.0, 0  # 2 steps in 1 s: 50,000 s to go by the steps
     eta = log._speed(args, state)["eta_s"]
     assert 55.0 < eta <= 60.0
+
+
+def test_under_a_batch_warm_up_the_eta_counts_the_full_steps_still_to_come(tmp_path):
+    """The ramp's first steps are cheap: timed on them, an ETA counting steps would take the full ones to come for as
+    many cheap ones and read low. It counts in full steps, the time budget's unit."""
+    warmup = BatchWarmup(full=16, start=0.25, ratio=0.5, unit=2)
+    log = logs.TrainingLog(tmp_path / "out", "json")
+    state = SimpleNamespace(
+        is_world_process_zero=True, global_step=24, max_steps=240, epoch=0.0, num_input_tokens_seen=0
+    )
+    args = SimpleNamespace(per_device_train_batch_size=16, world_size=1, gradient_accumulation_steps=1)
+    log._started, log._start_step = time.monotonic() - 10.0, 0  # 24 of the ramp's steps in 10 s
+    by_steps = log._speed(args, state)["eta_s"]
+    assert by_steps == pytest.approx(10.0 / 24 * 216, rel=0.01)  # no cost given: a step is a step
+    log.steps_cost = lambda start, end: full_steps_between(warmup, start, end, 240)
+    log._started = time.monotonic() - 10.0
+    eta = log._speed(args, state)["eta_s"]
+    cost_done, cost_left = full_steps_between(warmup, 0, 24, 240), full_steps_between(warmup, 24, 240, 240)
+    assert eta == pytest.approx(10.0 / cost_done * cost_left, rel=0.01)
+    assert eta > 1.5 * by_steps  # the steps done cost under half a full step each

@@ -204,3 +204,6 @@ def test_a_batch_warm_up_trains_each_step_on_its_rows_and_logs_them(tmp_path) ->
     assert logged == [warmup.rows(step, 8) for step in range(8)] == [2, 4, 4, 6, 8, 8, 8, 8]
     assert [seen[i] + seen[i + 1] for i in range(0, 16, 2)] == logged  # two micro-batches a step
     assert trainer.state.num_input_tokens_seen == sum(logged) * 12
+    # The log's ETA counts in the plan's full steps (train/run/logs.py): the ramp's steps cost their shares.
+    assert trainer.steps_cost(0, 8) == warmup.full_steps(0, 8) < 8
+    assert trainer.steps_cost(4, 8) == 4  # the ramp is over after step 4

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from train.common.schedules import BatchWarmup
+from train.common.schedules import BatchWarmup, full_steps_between
 
 
 def test_the_batch_grows_linearly_in_whole_units_to_its_full_size_at_the_ramps_end() -> None:
@@ -38,6 +38,17 @@ def test_a_plans_cost_in_full_steps_is_the_sum_of_its_steps_shares(start: float,
         exact = sum(warmup.share(step, total) for step in range(done, total))
         assert warmup.full_steps(done, total) == pytest.approx(exact, abs=0.02 * total + 0.5), (done, total)
     assert warmup.full_steps(0, 240) < 240 * (1 - 0.5 * (1 - 0.5) / 2) + 1  # the ramp's steps cost less
+
+
+def test_the_cost_of_steps_between_two_steps_is_their_shares_sum_and_one_each_without_a_warm_up() -> None:
+    warmup = BatchWarmup(full=16, start=0.25, ratio=0.5, unit=2)
+    for start, end in [(0, 10), (10, 120), (0, 240), (150, 240), (240, 240), (20, 10)]:
+        exact = sum(warmup.share(step, 240) for step in range(start, end))
+        assert full_steps_between(warmup, start, end, 240) == pytest.approx(exact, abs=2.0), (start, end)
+        assert full_steps_between(None, start, end, 240) == max(end - start, 0)
+    # The first tenth of the steps costs well under a tenth of the plan, the steps after the ramp one each.
+    assert full_steps_between(warmup, 0, 24, 240) < 0.5 * 24
+    assert full_steps_between(warmup, 150, 240, 240) == 90
 
 
 def test_the_record_says_the_first_and_full_rows_and_tokens_of_packed_blocks() -> None:

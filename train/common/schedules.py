@@ -106,3 +106,13 @@ class BatchWarmup:
         """One rank's rows in each of a step's ``micro_batches``: the step's global rows shared out evenly."""
         rows = self.rows(done, total) // world
         return [rows // micro_batches + (1 if i < rows % micro_batches else 0) for i in range(micro_batches)]
+
+
+def full_steps_between(warmup: BatchWarmup | None, start: int, end: int, total: int) -> float:
+    """The steps after ``start`` up to ``end`` of a plan of ``total`` counted in full steps (the time budget's unit):
+    each its share of the full batch under a batch ``warmup``, one each without. The log's ETA divides the time the
+    steps done took by their cost in it, so a ramp's cheap first steps do not make the full ones still to come look
+    cheap."""
+    if warmup is None:
+        return float(max(end - start, 0))
+    return warmup.full_steps(start, total) - warmup.full_steps(max(end, start), total)

@@ -17,6 +17,7 @@ import json
 import math
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TextIO
 
@@ -24,6 +25,7 @@ from transformers.trainer_callback import PrinterCallback, ProgressCallback, Tra
 
 from train.common.console import jsonable, now, resolve_format
 from train.common.handoff import Handoff, global_batch
+from train.common.schedules import full_steps_between
 from train.config import Config
 from train.machine.sampler import Sampler
 from train.outputs.facts import RunFacts
@@ -141,6 +143,9 @@ class TrainingLog(TrainerCallback):
     """
 
     startup: Startup | None = None  # the start-up's phases, said and recorded once, at the session's first step
+    # The steps after a step up to another in full steps (MLMTrainer.steps_cost: a batch warm-up's cost less): what
+    # the ETA counts in; attach() sets it, one full step a step where no trainer is attached.
+    steps_cost: Callable[[int, int], float] | None = None
 
     def __init__(
         self,
@@ -275,10 +280,11 @@ class TrainingLog(TrainerCallback):
         self._busy, self._steps_timed = 0.0, 0
         if self._started is not None:
             elapsed = now - self._started
-            done = state.global_step - self._start_step
+            cost = self.steps_cost or (lambda start, end: full_steps_between(None, start, end, 0))
+            done = cost(self._start_step, state.global_step)
             out["elapsed_s"] = round(elapsed, 1)
             if done > 0 and state.max_steps:
-                eta = elapsed / done * max(state.max_steps - state.global_step, 0)
+                eta = elapsed / done * cost(state.global_step, state.max_steps)
                 deadline = self.handoff.deadline if self.handoff else None
                 if deadline is not None:  # a time budget ends the run by then, whatever the steps before its plan say
                     eta = min(eta, max(deadline - time.time(), 0.0))
@@ -381,4 +387,5 @@ def attach(
             callback.logging_dir = str(RunFiles(config.training.output_dir).logs)
     log = added[0]
     assert isinstance(log, TrainingLog)
+    log.steps_cost = getattr(trainer, "steps_cost", None)
     return log

@@ -33,7 +33,7 @@ from train.borrowed.transformers_trainer import (
 from train.common import distributed
 from train.common.console import say
 from train.common.phase import PhaseFacts
-from train.common.schedules import WSD, BatchWarmup, mask_rate, scheduler_kwargs
+from train.common.schedules import WSD, BatchWarmup, full_steps_between, mask_rate, scheduler_kwargs
 from train.common.writable import follow_umask
 from train.data import ResumedStream, own_loader_state, stream_loader
 from train.model.collator import first_rows, thin_masks
@@ -82,6 +82,12 @@ class MLMTrainer(TrainerOverrides):
             self.mask_rate_now = rate
             batches = (thin_masks(batch, rate) for batch in batches)
         return super().get_batch_samples(batches, num_batches, device)
+
+    def steps_cost(self, start: int, end: int) -> float:
+        """The steps after ``start`` up to ``end`` in full steps of the plan as it stands (the log's ETA): a batch
+        warm-up's steps cost their share of the full batch."""
+        total = self.phase.total if self.phase else self.state.max_steps
+        return full_steps_between(self.batch_warmup, start, end, total)
 
     def training_step(self, model: Any, inputs: dict[str, Any], num_items_in_batch: Any = None) -> torch.Tensor:
         """The Trainer's forward and backward; while the head warms up, the encoder's gradients then dropped, so that
