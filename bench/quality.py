@@ -19,15 +19,20 @@ keeps its recipe's own.
 
 This module is the pure part (tested in tests/bench/test_quality.py): settings, each system's flags or options,
 the judge's options, the curve arithmetic, the summary and its report; bench/quality_series.py runs it.
+``python -m bench.quality RESULTS.json`` renders a results file again by today's rules (its summary and report).
 """
 
 from __future__ import annotations
 
+import json
+import sys
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from bench.real import MODELS
+from bench.runner import write_results
 
 BLOCK = 128  # max_seq_length of every system and of the judge, as in the real series
 SEED = 42  # the judge's (its masks), and the training runs' unless --quality-seed says otherwise
@@ -183,16 +188,34 @@ def time_to_target(curve: Sequence[dict[str, Any]], target: float) -> dict[str, 
     return next((point for point in sorted(curve, key=lambda p: p["step"]) if point["loss"] <= target), None)
 
 
+def crossing_seconds(curve: Sequence[dict[str, Any]], target: float) -> float | None:
+    """When the curve crosses ``target`` between checkpoints: where the straight line from the last checkpoint judged
+    above it to the first at or below it meets it (the first checkpoint's own time where that one is already at
+    it); None when none reaches it. Time to target counts whole checkpoints, and their spacing (30 or 100 steps)
+    can hide a third of a system's figure; a loss that falls faster than the line crossed sooner, so this errs late."""
+    before: dict[str, Any] | None = None
+    for point in sorted(curve, key=lambda p: p["step"]):
+        if point["loss"] <= target:
+            if before is None:
+                return float(point["seconds"])
+            share = (before["loss"] - target) / (before["loss"] - point["loss"])
+            return float(before["seconds"] + share * (point["seconds"] - before["seconds"]))
+        before = point
+    return None
+
+
 def summarise(curves: dict[str, list[dict[str, Any]]], walls: dict[str, float]) -> dict[str, Any]:
     """The target (run_mlm.py's final judged loss), each system's final loss, time to target and the ratio
-    run_mlm's time / the system's (above 1: the system got there first). ``curves``: per system, points of
-    ``step``, ``seconds`` (since launch) and ``loss``; ``walls``: each process's launch-to-exit seconds."""
+    run_mlm's time / the system's (above 1: the system got there first), by checkpoints and by crossing.
+    ``curves``: per system, points of ``step``, ``seconds`` (since launch) and ``loss``; ``walls``: each process's
+    launch-to-exit seconds."""
     reference = sorted(curves.get(REFERENCE, []), key=lambda p: p["step"])
     if not reference:
         return {"target": None, "systems": {}}
     target = reference[-1]["loss"]
     reached_by_reference = time_to_target(reference, target)
-    assert reached_by_reference is not None  # its own final point is at the target
+    crossed_by_reference = crossing_seconds(reference, target)
+    assert reached_by_reference is not None and crossed_by_reference is not None  # its own final point is at it
     systems: dict[str, Any] = {}
     for name, curve in curves.items():
         points = sorted(curve, key=lambda p: p["step"])
@@ -200,6 +223,7 @@ def summarise(curves: dict[str, list[dict[str, Any]]], walls: dict[str, float]) 
             continue
         reached = time_to_target(points, target)
         seconds = reached["seconds"] if reached else None
+        crossing = crossing_seconds(points, target)
         systems[name] = {
             "final_step": points[-1]["step"],
             "final_loss": points[-1]["loss"],
@@ -208,6 +232,8 @@ def summarise(curves: dict[str, list[dict[str, Any]]], walls: dict[str, float]) 
             "target_step": reached["step"] if reached else None,
             "time_to_target_s": seconds,
             "ratio": reached_by_reference["seconds"] / seconds if seconds else None,
+            "crossing_s": crossing,
+            "crossing_ratio": crossed_by_reference / crossing if crossing else None,
         }
     return {"target": target, "systems": systems}
 
@@ -229,7 +255,7 @@ def quality_markdown(result: dict[str, Any]) -> str:
         f"lines of real English from this machine (bench/corpus.py), {result['corpus']['heldout_lines']:,} "
         f"held-out lines judged by `./entrypoint.sh evaluate` (same tokenizer, seed {SEED}, eval_mlm_probability "
         f"{EVAL_MLM_PROBABILITY}: the same masks for every checkpoint). Training seed "
-        f"{settings['seed']}. Seconds are since each system's launch.",
+        f"{settings.get('seed', SEED)}. Seconds are since each system's launch.",  # older files: SEED
         "",
     ]
     target = summary["target"]
@@ -247,19 +273,43 @@ def quality_markdown(result: dict[str, Any]) -> str:
         ]
     lines += [
         "| system | what | final step | final judged loss | process wall s | time to target s (step) "
-        "| run_mlm time / its time |",
-        "|---|---|---|---|---|---|---|",
+        "| run_mlm time / its time | crossing s | run_mlm crossing / its crossing |",
+        "|---|---|---|---|---|---|---|---|---|",
     ]
+    described = result.get("systems") or SYSTEMS  # the run's own words for its systems (older files: today's)
     for name, row in summary["systems"].items():
         step = f" ({row['target_step']})" if row["target_step"] is not None else ""
         ratio = f"**{row['ratio']:.2f}x**" if row["ratio"] is not None else "n/a"
+        crossing = row.get("crossing_ratio")
+        by_crossing = f"**{crossing:.2f}x**" if crossing is not None else "n/a"
         lines.append(
-            f"| {name} | {SYSTEMS[name]} | {row['final_step']} | {row['final_loss']:.4f} | "
-            f"{number(row['wall_s'], 1)} | {number(row['time_to_target_s'], 1)}{step} | {ratio} |"
+            f"| {name} | {described.get(name, SYSTEMS.get(name, name))} | {row['final_step']} | "
+            f"{row['final_loss']:.4f} | {number(row['wall_s'], 1)} | {number(row['time_to_target_s'], 1)}{step} | "
+            f"{ratio} | {number(row.get('crossing_s'), 1)} | {by_crossing} |"
         )
+    lines += [
+        "",
+        "Time to target is the first checkpoint judged at or below the target; the crossing is where the straight "
+        "line between the last checkpoint above it and the first at or below meets it (a curve falling faster than "
+        "the line crossed sooner: it errs late).",
+    ]
     lines += ["", "## Curves: checkpoint step, seconds since launch, judged held-out loss", ""]
     for name, curve in result["curves"].items():
         lines += [f"### {name}", "", "| step | s since launch | judged loss |", "|---|---|---|"]
         lines += [f"| {p['step']} | {p['seconds']:.1f} | {p['loss']:.4f} |" for p in curve]
         lines.append("")
     return "\n".join(lines)
+
+
+def rerendered(path: Path) -> dict[str, Any]:
+    """A results file's summary and report made again from its curves and walls by today's rules (new columns
+    reach the figures already measured), written back beside it: ``path`` and its ``.md``."""
+    result = json.loads(path.read_text(encoding="utf-8"))
+    result["summary"] = summarise(result["curves"], result.get("walls", {}))
+    write_results(path.parent, path.stem, result, quality_markdown(result), None)
+    return result
+
+
+if __name__ == "__main__":
+    for name in sys.argv[1:]:
+        rerendered(Path(name))

@@ -3,6 +3,7 @@ time-to-target arithmetic, and the report."""
 
 from __future__ import annotations
 
+import json
 from dataclasses import replace
 
 import pytest
@@ -108,6 +109,17 @@ def test_time_to_target_is_the_first_checkpoint_at_or_below_it():
     assert quality.time_to_target(curve, 8.0) is None
 
 
+def test_the_crossing_is_where_the_line_between_the_checkpoints_either_side_meets_the_target():
+    curve = [point(60, 20.0, 8.5), point(30, 10.0, 9.5), point(90, 30.0, 8.0)]
+    assert quality.crossing_seconds(curve, 9.0) == pytest.approx(15.0)  # halfway from 9.5 to 8.5: halfway in time
+    assert quality.crossing_seconds(curve, 8.5) == 20.0  # at a checkpoint: its time
+    assert quality.crossing_seconds(curve, 9.9) == 10.0  # the first checkpoint already at it: its own time
+    assert quality.crossing_seconds(curve, 7.0) is None
+    # Never after the first checkpoint at or below the target, never before the last one above it.
+    wavy = [point(30, 10.0, 9.5), point(60, 20.0, 9.6), point(90, 30.0, 8.6), point(120, 40.0, 9.7)]
+    assert 20.0 < quality.crossing_seconds(wavy, 9.0) < 30.0 == quality.time_to_target(wavy, 9.0)["seconds"]
+
+
 def test_summary_targets_run_mlm_final_loss_and_divides_its_time_by_each_systems():
     curves = {
         "run_mlm": [point(30, 40.0, 9.6), point(60, 80.0, 9.2), point(90, 120.0, 9.0)],
@@ -121,6 +133,13 @@ def test_summary_targets_run_mlm_final_loss_and_divides_its_time_by_each_systems
     assert mine["time_to_target_s"] == 15.0 and mine["target_step"] == 60 and mine["ratio"] == 8.0
     assert (mine["final_loss"], mine["final_step"], mine["wall_s"]) == (8.9, 90, 25.0)
     assert packed["time_to_target_s"] is None and packed["ratio"] is None and packed["wall_s"] is None
+    # By crossing: run_mlm.py's own at its final checkpoint (120 s); ours between 10 s (9.5) and 15 s (8.95).
+    assert theirs["crossing_s"] == 120.0 and theirs["crossing_ratio"] == 1.0
+    assert mine["crossing_s"] == pytest.approx(10.0 + 5.0 * 0.5 / 0.55)
+    assert (
+        mine["crossing_ratio"] == pytest.approx(120.0 / mine["crossing_s"]) and mine["crossing_ratio"] > mine["ratio"]
+    )
+    assert packed["crossing_s"] is None and packed["crossing_ratio"] is None
     assert quality.summarise({"ours": curves["ours"]}, {}) == {"target": None, "systems": {}}
 
 
@@ -139,5 +158,28 @@ def test_report_states_the_target_each_time_and_the_ratio():
     assert "| run_mlm |" in text and "120.0 (90)" in text and "**1.00x**" in text
     assert "| ours |" in text and "never" in text and "n/a" in text
     assert "### ours" in text and "| 30 | 10.0 | 9.5000 |" in text
+    assert "| 120.0 | **1.00x** |" in text  # run_mlm.py's crossing, at its final checkpoint
+    assert "crossing is where the straight line" in text
+    renamed = quality.quality_markdown({**result, "systems": {"run_mlm": "the baseline", "ours": "as it was then"}})
+    assert "| ours | as it was then |" in renamed  # a results file's own words for its systems
     empty = {**result, "curves": {}, "summary": {"target": None, "systems": {}}}
     assert "no target" in quality.quality_markdown(empty)
+
+
+def test_a_results_file_is_rendered_again_by_todays_rules(tmp_path):
+    curves = {
+        "run_mlm": [point(30, 40.0, 9.6), point(90, 120.0, 9.0)],
+        "ours": [point(30, 10.0, 9.5), point(60, 20.0, 8.5)],
+    }
+    result = {
+        "date": "2026-12-03T17:00:00+00:00", "environment": ENV, "settings": vars(quality.QualitySettings("cpu")),
+        "model": MODELS["tiny"], "corpus": {"train_lines": 1000, "heldout_lines": 50}, "curves": curves,
+        "walls": {"run_mlm": 130.0}, "summary": {"target": 9.0, "systems": {}},  # as written before the crossing
+    }  # fmt: skip
+    path = tmp_path / "2026-12-03-vm-quality.json"
+    path.write_text(json.dumps(result), encoding="utf-8")
+    quality.rerendered(path)
+    again = json.loads(path.read_text(encoding="utf-8"))
+    assert again["summary"]["systems"]["ours"]["crossing_s"] == pytest.approx(15.0)
+    assert again["curves"] == curves and again["walls"] == result["walls"]
+    assert "| ours |" in path.with_suffix(".md").read_text(encoding="utf-8")
