@@ -68,7 +68,7 @@ class MLMTrainer(TrainerOverrides):
         as they stand (``state.max_steps``, which a time budget re-plans; a phased run's plan); a resumed run has
         its step, so its batch and rate, from the checkpoint."""
         batches = epoch_iterator
-        done, total = self.state.global_step, self.phase.total if self.phase else self.state.max_steps
+        done, total = self.state.global_step, self.planned_steps
         if self.batch_warmup is not None:
             self.batch_rows_now = self.batch_warmup.rows(done, total)
             rows = self.batch_warmup.micro_batch_rows(
@@ -83,11 +83,16 @@ class MLMTrainer(TrainerOverrides):
             batches = (thin_masks(batch, rate) for batch in batches)
         return super().get_batch_samples(batches, num_batches, device)
 
+    @property
+    def planned_steps(self) -> int:
+        """The plan's steps as they stand, which the batch warm-up's ramp is a share of: a phased run's whole plan,
+        else the Trainer's max_steps (a time budget re-plans them)."""
+        return self.phase.total if self.phase else self.state.max_steps
+
     def steps_cost(self, start: int, end: int) -> float:
         """The steps after ``start`` up to ``end`` in full steps of the plan as it stands (the log's ETA): a batch
         warm-up's steps cost their share of the full batch."""
-        total = self.phase.total if self.phase else self.state.max_steps
-        return full_steps_between(self.batch_warmup, start, end, total)
+        return full_steps_between(self.batch_warmup, start, end, self.planned_steps)
 
     def training_step(self, model: Any, inputs: dict[str, Any], num_items_in_batch: Any = None) -> torch.Tensor:
         """The Trainer's forward and backward; while the head warms up, the encoder's gradients then dropped, so that
