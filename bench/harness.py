@@ -30,10 +30,10 @@ def install_probe(path: Path) -> None:
     def prepare_with_probe(config: Any, *args: Any) -> Any:
         prepared = prepare(config, *args)
         settings = {
-            "padding": config.job.padding,
-            "max_seq_length": config.job.max_seq_length,
+            "padding": config.data.padding,
+            "max_seq_length": config.data.max_seq_length,
             "masked_only_head": prepared.head == "masked-only",  # the head that ran, not the one asked for
-            "mlm_probability": config.job.mlm_probability,
+            "mlm_probability": config.masking.mlm_probability,
         }
         trainer, facts = prepared.trainer, prepared.facts()
         counted = {"train_samples": facts.train_samples, "train_real_tokens": facts.train_real_tokens}

@@ -7,7 +7,7 @@ launcher's own (train/launch/decide.py), asked here with the inputs of a user wh
 
 from __future__ import annotations
 
-from train.config import JobArguments
+from train.config import DataArguments
 from train.launch.decide import decide_pad_multiple, decide_precision
 
 # The compute capability the GPU runs are decided for: every GPU in bench/flops.py's peak table (A100, H100, H200)
@@ -23,4 +23,4 @@ def precision_flags(device: str) -> list[str]:
 
 def padding_flags(device: str) -> list[str]:
     """On a CPU, pad each batch to its longest sample (no tensor cores to round for); on a GPU, nothing."""
-    return list(decide_pad_multiple(JobArguments.pad_to_multiple_of, None, device == "cpu"))
+    return list(decide_pad_multiple(DataArguments.pad_to_multiple_of, None, device == "cpu"))

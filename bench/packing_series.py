@@ -69,11 +69,10 @@ def tokenized_layout(argv: list[str], batch: int, samples: int) -> dict[str, Any
     raw = load_raw(config)
     tokenizer = load_tokenizer(config, raw, scratch_config(config))
     split = tokenize(config, raw, tokenizer)["train"]
-    job = config.job
-    padding = Padding(job.padding)  # the collator's padding as train/run/build.py sets it: the mode's rules
+    padding = Padding(config.data.padding)  # the collator's padding as train/run/build.py sets it: the mode's rules
     collator = MaskingCollator(
         pad_token_id=tokenizer.pad_token_id, mask_token_id=tokenizer.mask_token_id, vocab_size=len(tokenizer),
-        pad_to_multiple_of=padding.pad_multiple(job.pad_to_multiple_of), flatten=padding.flattens,
+        pad_to_multiple_of=padding.pad_multiple(config.data.pad_to_multiple_of), flatten=padding.flattens,
     )  # fmt: skip
     drawn = random.Random(real.SEED).sample(range(len(split)), min(samples, len(split)))
     sample = split.__getitems__(drawn)

@@ -16,7 +16,7 @@ from tools.generated import Section, cell
 from train.borrowed.transformers_models import attn_implementation
 from train.common.errors import ConfigError
 from train.config import load_config
-from train.config.schema import JobArguments
+from train.config.sections import ModelArguments
 from train.model.head import use_masked_only_head
 from train.model.load import attention_implementation
 from train.model.packing import SUPPORTED, unsupported_reason
@@ -72,7 +72,7 @@ def full_row(model_type: str) -> tuple[str, str, str, str]:
     except ConfigError:
         head = "dense"
     # Of the implementations MLM_ATTN_IMPLEMENTATION offers, the ones the model keeps documents apart on.
-    offered = typing.get_args(typing.get_type_hints(JobArguments)["attn_implementation"])
+    offered = typing.get_args(typing.get_type_hints(ModelArguments)["attn_implementation"])
     possible = [a for a in SUPPORTED.get(model_type, ()) if a in offered and unsupported_reason(arch, a) is None]
     apart = ", ".join(possible) or "no"
     return attn_implementation(model.config), head, tokenizer_kind(config, model_type).name, apart

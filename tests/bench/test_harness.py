@@ -27,6 +27,8 @@ def test_the_probe_wraps_the_jobs_prepare(tmp_path: Path, monkeypatch: pytest.Mo
     prepared = SimpleNamespace(trainer=trainer, head="masked-only", facts=lambda: facts)
     monkeypatch.setattr(job, "prepare", lambda config, files, choose_resume: prepared)  # as train/run/job.py calls it
     harness.install_probe(tmp_path / "probe.json")
-    options = SimpleNamespace(padding="packed", max_seq_length=128, masked_only_head=False, mlm_probability=0.15)
-    assert job.prepare(SimpleNamespace(job=options), RunFiles(tmp_path), lambda: None) is prepared
+    config = SimpleNamespace(
+        data=SimpleNamespace(padding="packed", max_seq_length=128), masking=SimpleNamespace(mlm_probability=0.15)
+    )
+    assert job.prepare(config, RunFiles(tmp_path), lambda: None) is prepared
     assert [type(c).__name__ for c in added] == ["StepProbe"]

@@ -73,8 +73,8 @@ def test_both_parsers_read_the_same_training_arguments_from_the_real_flags():
     recipe, theirs = parse(real.recipe_flags("run_mlm", settings, "tiny", "/c.txt", "/tok") + extra)
     for name in ("max_steps", "per_device_train_batch_size", "seed", "learning_rate", "optim", "eval_strategy"):
         assert getattr(ours.training, name) == getattr(theirs, name), name
-    assert (ours.job.config_overrides, ours.job.max_seq_length) == (recipe.config_overrides, recipe.max_seq_length)
-    assert ours.job.masked_only_head is False and recipe.line_by_line is True
+    assert (ours.model.config_overrides, ours.data.max_seq_length) == (recipe.config_overrides, recipe.max_seq_length)
+    assert ours.model.masked_only_head is False and recipe.line_by_line is True
 
 
 def test_real_runs_alternate_within_each_model():

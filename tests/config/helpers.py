@@ -20,4 +20,4 @@ def write_yaml(tmp_path: Path, data: dict) -> str:
 
 def value_of(config: Config, name: str) -> Any:
     """An option's resolved value, wherever in the schema it is (job or TrainingArguments)."""
-    return getattr(config.job, name) if hasattr(config.job, name) else getattr(config.training, name)
+    return config.option(name)

@@ -20,8 +20,8 @@ def test_precedence_default_yaml_env_cli(tmp_path: Path) -> None:
     assert config.training.num_train_epochs == 3  # YAML beats the default
     assert config.training.per_device_train_batch_size == 16  # env beats YAML
     assert config.training.seed == 11  # CLI beats env
-    assert config.job.padding == "packed"
-    assert config.job.max_seq_length == 128  # untouched default
+    assert config.data.padding == "packed"
+    assert config.data.max_seq_length == 128  # untouched default
     assert config.sources["seed"] == "--seed"
     assert config.sources["per_device_train_batch_size"] == "MLM_PER_DEVICE_TRAIN_BATCH_SIZE"
     assert config.sources["num_train_epochs"] == f"{path}: num_train_epochs"
@@ -40,9 +40,9 @@ def test_config_flag_beats_mlm_config(tmp_path: Path) -> None:
 def test_list_and_bool_values_from_env_and_yaml(tmp_path: Path) -> None:
     config = load_config([], {"MLM_REPORT_TO": "tensorboard", "MLM_MASKED_ONLY_HEAD": "true"})
     assert config.training.report_to == ["tensorboard"]
-    assert config.job.masked_only_head is True
+    assert config.model.masked_only_head is True
     path = write_yaml(tmp_path, {"masked_only_head": True, "report_to": ["none"]})
-    assert load_config([], {"MLM_CONFIG": path}).job.masked_only_head is True
+    assert load_config([], {"MLM_CONFIG": path}).model.masked_only_head is True
 
 
 def test_a_comma_list_names_several_trackers_and_the_cli_replaces_it() -> None:
@@ -64,7 +64,7 @@ def test_a_yaml_key_without_a_value_leaves_the_option_but_must_be_one(tmp_path: 
 
 def test_a_cli_negation_sets_its_option_and_names_its_source() -> None:
     config = load_config(["--no_masked_only_head"], {"MLM_MASKED_ONLY_HEAD": "true"})
-    assert config.job.masked_only_head is False
+    assert config.model.masked_only_head is False
     assert config.sources["masked_only_head"] == "--no_masked_only_head"
 
 
@@ -164,10 +164,18 @@ def test_the_hub_token_moves_from_the_config_into_the_environment() -> None:
 
 def test_seed_preset_is_the_seed_recipe() -> None:
     config = load_config(["--config", str(REPO / "configs" / "seed.yaml")], {})
-    job, training = config.job, config.training
-    assert (job.model_name_or_path, job.dataset, job.demo_samples) == ("distilbert-base-uncased", "demo", 50000)
-    assert (job.padding, job.max_seq_length, job.mlm_probability) == ("max_length", 128, 0.15)
-    assert job.validation_split_percentage == 20  # 40,000 / 10,000 like the seed
+    training = config.training
+    assert (config.model.model_name_or_path, config.data.dataset, config.data.demo_samples) == (
+        "distilbert-base-uncased",
+        "demo",
+        50000,
+    )
+    assert (config.data.padding, config.data.max_seq_length, config.masking.mlm_probability) == (
+        "max_length",
+        128,
+        0.15,
+    )
+    assert config.data.validation_split_percentage == 20  # 40,000 / 10,000 like the seed
     assert training.num_train_epochs == 2
     assert (training.per_device_train_batch_size, training.per_device_eval_batch_size) == (32, 32)
     assert (training.eval_strategy.value, training.save_strategy.value, training.logging_steps) == (
@@ -181,5 +189,5 @@ def test_seed_preset_is_the_seed_recipe() -> None:
 
 def test_demo_preset_needs_no_hub() -> None:
     config = load_config(["--config", str(REPO / "configs" / "demo.yaml")], {})
-    assert config.job.model_name_or_path.startswith("scratch:")
-    assert config.job.tokenizer_name is None and config.job.dataset == "demo"
+    assert config.model.model_name_or_path.startswith("scratch:")
+    assert config.model.tokenizer_name is None and config.data.dataset == "demo"

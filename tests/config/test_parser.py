@@ -10,7 +10,7 @@ import pytest
 from train.common.errors import ConfigError
 from train.config import (
     BOUNDS,
-    JobArguments,
+    SECTIONS,
     build_parser,
     expected_type,
     load_config,
@@ -24,7 +24,7 @@ def test_the_parser_is_built_from_fields_that_carry_bounds_and_leaves_them_there
     """argparse refuses unknown keywords: the parser hands it each field without its bound, not the class's."""
     actions = option_actions(build_parser())
     assert actions["max_seq_length"].default == 128 and actions["seed"].default == 42
-    fields = {f.name: f for f in dataclasses.fields(JobArguments)}
+    fields = {f.name: f for _, section in SECTIONS for f in dataclasses.fields(section)}
     assert fields["max_seq_length"].metadata[BOUND] is BOUNDS["max_seq_length"]
 
 

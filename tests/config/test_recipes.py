@@ -15,8 +15,12 @@ from train.config.recipes import RECIPES
 
 def test_a_model_trained_from_scratch_gets_the_modern_recipe_and_says_so() -> None:
     config = load_config([], {"MLM_MODEL_NAME_OR_PATH": "scratch:bert"})
-    job, training = config.job, config.training
-    assert (job.mlm_probability, job.eval_mlm_probability, job.padding) == (0.3, 0.15, "packed")
+    training = config.training
+    assert (config.masking.mlm_probability, config.masking.eval_mlm_probability, config.data.padding) == (
+        0.3,
+        0.15,
+        "packed",
+    )
     assert training.lr_scheduler_type == "warmup_stable_decay"
     assert training.lr_scheduler_kwargs == {"decay_type": "1-sqrt"}
     assert (training.learning_rate, training.warmup_steps) == (1e-3, 0.06)
@@ -32,7 +36,7 @@ def test_a_pretrained_model_keeps_the_classic_defaults(tmp_path: Path) -> None:
     (model / "model.safetensors").write_bytes(b"")
     for name in ("distilbert-base-uncased", str(model)):
         config = load_config([], {"MLM_MODEL_NAME_OR_PATH": name})
-        assert (config.job.mlm_probability, config.training.learning_rate) == (0.15, 5e-5)
+        assert (config.masking.mlm_probability, config.training.learning_rate) == (0.15, 5e-5)
         assert config.training.lr_scheduler_type == "linear"
         assert not set(RECIPES["modern"]) & set(config.sources)
 
@@ -41,13 +45,17 @@ def test_what_is_set_wins_over_the_recipe_and_the_recipe_can_be_chosen(tmp_path:
     yaml = tmp_path / "c.yaml"
     yaml.write_text("model_name_or_path: scratch:roberta\nmlm_probability: 0.2\n", encoding="utf-8")
     config = load_config(["--config", str(yaml), "--learning_rate", "3e-4"], {"MLM_PADDING": "dynamic"})
-    assert (config.job.mlm_probability, config.training.learning_rate, config.job.padding) == (0.2, 3e-4, "dynamic")
+    assert (config.masking.mlm_probability, config.training.learning_rate, config.data.padding) == (
+        0.2,
+        3e-4,
+        "dynamic",
+    )
     assert config.source_of("mlm_probability") == f"{yaml}: mlm_probability"
     assert config.training.adam_beta2 == 0.98  # what nothing set still comes from the recipe
     classic = load_config([], {"MLM_MODEL_NAME_OR_PATH": "scratch:bert", "MLM_RECIPE": "classic"})
-    assert (classic.job.mlm_probability, classic.training.lr_scheduler_type) == (0.15, "linear")
+    assert (classic.masking.mlm_probability, classic.training.lr_scheduler_type) == (0.15, "linear")
     modern = load_config([], {"MLM_MODEL_NAME_OR_PATH": "distilbert-base-uncased", "MLM_RECIPE": "modern"})
-    assert modern.job.mlm_probability == 0.3
+    assert modern.masking.mlm_probability == 0.3
 
 
 def test_an_unknown_recipe_is_refused_naming_its_variable() -> None:

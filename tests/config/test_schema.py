@@ -13,8 +13,10 @@ from train.config import (
     MAX_PROCESSES,
     MAX_RESTARTS,
     PROJECT_DEFAULTS,
+    SECTIONS,
     TRAINING_BOUNDS,
-    JobArguments,
+    DataArguments,
+    LaunchArguments,
     build_parser,
     env_name,
     load_config,
@@ -25,11 +27,11 @@ from train.config.schema import BOUND
 
 def test_defaults_are_ours() -> None:
     config = load_config([], {})
-    assert config.job.model_name_or_path == "distilbert-base-uncased"
-    assert config.job.padding == "dynamic"
-    assert config.job.max_seq_length == 128
-    assert config.job.mlm_probability == 0.15
-    assert config.job.demo_samples == 50000
+    assert config.model.model_name_or_path == "distilbert-base-uncased"
+    assert config.data.padding == "dynamic"
+    assert config.data.max_seq_length == 128
+    assert config.masking.mlm_probability == 0.15
+    assert config.data.demo_samples == 50000
     assert config.training.output_dir == "./output"
     assert config.training.per_device_train_batch_size == 32
     assert config.sources == {}
@@ -49,7 +51,7 @@ def test_every_trainer_bound_names_a_trainer_field() -> None:
 
 
 def test_job_bounds_live_on_their_fields() -> None:
-    fields = {f.name: f for f in dataclasses.fields(JobArguments)}
+    fields = {f.name: f for _, section in SECTIONS for f in dataclasses.fields(section)}
     assert fields["max_seq_length"].metadata[BOUND] is BOUNDS["max_seq_length"]
     assert BOUNDS["max_seq_length"].accepts(8) and not BOUNDS["max_seq_length"].accepts(7)
     assert fields["tokenizer_name"].metadata[BOUND] is None and "tokenizer_name" not in BOUNDS
@@ -78,8 +80,8 @@ def test_a_bound_that_only_refuses_blanks_is_not_restated() -> None:
 
 
 def test_the_dataclass_keeps_plain_defaults() -> None:
-    """Other modules and tests read defaults off the class (JobArguments.stop_timeout)."""
-    assert JobArguments.stop_timeout == 270 and JobArguments().max_seq_length == 128
+    """Other modules and tests read defaults off the class (LaunchArguments.stop_timeout)."""
+    assert LaunchArguments.stop_timeout == 270 and DataArguments().max_seq_length == 128
 
 
 @pytest.mark.parametrize(("name", "var"), [("seed", "MLM_SEED"), ("max_seq_length", "MLM_MAX_SEQ_LENGTH")])

@@ -230,5 +230,5 @@ def test_a_mixture_refuses_what_it_cannot_do_naming_the_option(env: dict, messag
 def test_a_mixture_in_yaml_is_a_mapping_of_source_and_weight(tmp_path: Path) -> None:
     path = write_yaml(tmp_path, {"dataset": {"news.txt": 1, "legal.txt": 3}})
     config = load_config([], {"MLM_CONFIG": path})
-    parts = mixture_parts(config.job.dataset, config.source_of("dataset")) or ()
+    parts = mixture_parts(config.data.dataset, config.source_of("dataset")) or ()
     assert {(part.name, part.weight) for part in parts} == {("news.txt", 0.25), ("legal.txt", 0.75)}

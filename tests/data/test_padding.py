@@ -7,15 +7,15 @@ import typing
 
 import pytest
 
-from train.config import JobArguments
+from train.config import DataArguments
 from train.data import Padding
 
 P = Padding
 
 
 def test_the_enum_is_the_options_values():
-    field = next(f for f in dataclasses.fields(JobArguments) if f.name == "padding")
-    declared = typing.get_args(typing.get_type_hints(JobArguments)["padding"])
+    field = next(f for f in dataclasses.fields(DataArguments) if f.name == "padding")
+    declared = typing.get_args(typing.get_type_hints(DataArguments)["padding"])
     assert [mode.value for mode in Padding] == list(declared)
     assert Padding(field.default) is P.DYNAMIC
     with pytest.raises(ValueError):

@@ -227,7 +227,7 @@ def test_environment_points_at_the_volumes_and_is_a_valid_configuration(rendered
         config = load_config(container(template)["args"][1:], options)  # the command's flags after its name
         assert config.training.output_dir == "/output", f"{overlay}/{role}"
         if overlay == "finetune-checkpoints":  # the run on the output claim, every checkpoint of it
-            assert config.job.task_all_checkpoints and config.job.model_name_or_path == "/output"
+            assert config.task.task_all_checkpoints and config.model.model_name_or_path == "/output"
 
 
 def test_service_links_are_off(rendered):

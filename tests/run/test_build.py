@@ -48,13 +48,13 @@ def test_prepare_builds_the_rank_and_asks_for_the_resume_once_the_input_is_check
     prepared = prepare(config, files, choose_resume)
     assert asked == ["resume"] and prepared.resume is None
     assert prepared.head == "masked-only" and prepared.corpus.train_samples and prepared.corpus.eval_samples
-    assert prepared.packing.padding == config.job.padding and 0 < prepared.packing.efficiency <= 1
-    assert prepared.masking.mlm_probability == config.job.mlm_probability
+    assert prepared.packing.padding == config.data.padding and 0 < prepared.packing.efficiency <= 1
+    assert prepared.masking.mlm_probability == config.masking.mlm_probability
     markers = [c for c in prepared.trainer.callback_handler.callbacks if isinstance(c, CheckpointCompleteMarker)]
     assert [marker.files for marker in markers] == [files]  # the run's files, handed down, not rebuilt
     facts = prepared.facts()
     assert facts.dataset_fingerprint == prepared.corpus.fingerprint and facts.model.head == "masked-only"
-    assert facts.data_identity == {"demo": {"samples": config.job.demo_samples}} and markers[0].options[DATA_IDENTITY]
+    assert facts.data_identity == {"demo": {"samples": config.data.demo_samples}} and markers[0].options[DATA_IDENTITY]
 
 
 def test_bad_input_is_refused_before_the_resume_is_chosen(tmp_path: Path) -> None:

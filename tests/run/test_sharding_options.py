@@ -40,7 +40,7 @@ def test_the_trainers_fsdp_under_ddp_is_refused_naming_the_option() -> None:
 
 def test_ddp_is_the_default_and_checks_nothing() -> None:
     config = demo_config()
-    assert config.job.sharding == "ddp"
+    assert config.launch.sharding == "ddp"
     check_sharding(config)
 
 

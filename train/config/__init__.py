@@ -1,11 +1,13 @@
 """The one configuration schema and its precedence.
 
-Every option is a typed dataclass field: :class:`JobArguments` (ours) plus every field of
-``transformers.TrainingArguments``. Each is settable four ways, later ones winning:
+Every option is a typed dataclass field: ours in sections (``sections``: model, data, masking, schedule,
+adapting, checkpoint, outputs, launch, budget, task) plus every field of ``transformers.TrainingArguments``.
+Each is settable four ways, later ones winning:
 
     defaults  <  YAML file (MLM_CONFIG=path or --config path)  <  environment (MLM_<FIELD>)  <  CLI (--field)
 
-- ``schema``: the fields, each with its type, default, help and bound; our defaults for the Trainer's fields.
+- ``sections``: our fields by section, each with its type, default, help and bound.
+- ``schema``: the options as one table (names, bounds, sections); our defaults for the Trainer's fields.
 - ``bounds``: what a bound is, the limits (``MAX_PROCESSES``, ...), and how a value shows in an error.
 - ``parser``: the schema as one HfArgumentParser, which converts every layer's strings.
 - ``layers``: the four layers read by one loop (unknown keys name the nearest option); ``yaml_file`` reads the
@@ -43,13 +45,26 @@ from train.config.schema import (
     BOUNDS,
     ENV_PREFIX,
     JOB_FIELDS,
-    MIN_ROWS_PER_WORKER,
     NON_OPTION_ENV,
     PROJECT_DEFAULTS,
     SECRET_FIELDS,
+    SECTION_OF,
     TRAINING_BOUNDS,
-    JobArguments,
     env_name,
+)
+from train.config.sections import (
+    MIN_ROWS_PER_WORKER,
+    SECTIONS,
+    AdaptingArguments,
+    BudgetArguments,
+    CheckpointArguments,
+    DataArguments,
+    LaunchArguments,
+    MaskingArguments,
+    ModelArguments,
+    OutputArguments,
+    ScheduleArguments,
+    TaskArguments,
 )
 from train.config.validate import validate
 from train.config.yaml_file import read_yaml
@@ -79,7 +94,18 @@ __all__ = [
     "TRAINING_BOUNDS",
     "Bound",
     "Config",
-    "JobArguments",
+    "SECTIONS",
+    "SECTION_OF",
+    "AdaptingArguments",
+    "BudgetArguments",
+    "CheckpointArguments",
+    "DataArguments",
+    "LaunchArguments",
+    "MaskingArguments",
+    "ModelArguments",
+    "OutputArguments",
+    "ScheduleArguments",
+    "TaskArguments",
     "build_parser",
     "env_name",
     "expected_type",

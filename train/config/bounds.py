@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any
 
@@ -32,6 +32,9 @@ SHOWN_CHARS = 60  # an error message echoes at most this much of a value
 NPROC_WORDS = ("auto", "gpu", "cpu")  # launch.decide.decide_nproc's meanings
 DIGITS = re.compile(r"[0-9]+")  # ASCII only: str.isdigit() takes '²', int() takes Arabic-Indic digits
 OVERRIDE = re.compile(r"([A-Za-z_][A-Za-z0-9_]*)=([^=,]+)")
+
+
+BOUND = "bound"  # the metadata key of a field's Bound (the parser takes it out: argparse would refuse it)
 
 
 def shown(value: Any) -> str:
@@ -167,3 +170,22 @@ TRAINING_BOUNDS: Mapping[str, Bound] = MappingProxyType(
         "eval_delay": NON_NEGATIVE,
     }
 )
+
+
+def option(default: Any, help: str, bound: Bound | None = None) -> Any:
+    """A field's default, help and bound together; the help it shows ends with the bound's words."""
+    return field(default=default, metadata={"help": help_with(help, bound), BOUND: bound})
+
+
+@dataclass
+class Section:
+    """A section of the options. It knows where each option was set (``sources``: the resolved configuration's
+    map, given once it is resolved), so that a function handed the section alone names the option in its errors
+    as the user set it (``MLM_SEED``, ``job.yaml: seed``, ``--seed``)."""
+
+    def __post_init__(self) -> None:
+        self.sources: Mapping[str, str] = {}
+
+    def source_of(self, name: str) -> str:
+        """Where an option was set, as errors name it, else its name."""
+        return self.sources.get(name, name)

@@ -25,7 +25,7 @@ def stage_outputs(config: Config, environ: Mapping[str, str]) -> None:
     URL moves to ``Config.output_store``; ``training.output_dir`` becomes the staging directory (MLM_STAGING_DIR,
     else one under our cache named by the URL: the same on every node and every run of that output_dir), and
     errors about the local directory name MLM_STAGING_DIR."""
-    training, job = config.training, config.job
+    training = config.training
     url = STORE_URL.match(training.output_dir)
     if url and url["protocol"].lower() in LOCAL_PROTOCOLS:
         training.output_dir = training.output_dir[url.end() :]  # file:///out is /out
@@ -37,7 +37,7 @@ def stage_outputs(config: Config, environ: Mapping[str, str]) -> None:
             )
         return
     config.output_store, config.output_store_source = training.output_dir, config.source_of("output_dir")
-    staging = job.staging_dir or str(cache_root(environ) / STAGING / cache_key(training.output_dir))
+    staging = config.outputs.staging_dir or str(cache_root(environ) / STAGING / cache_key(training.output_dir))
     training.output_dir = os.path.abspath(os.path.expanduser(staging))
     config.sources["output_dir"] = config.sources.get("staging_dir", env_name("staging_dir"))
 

@@ -25,6 +25,7 @@ from train.config.phases import PHASES_KEY
 from train.config.recipes import RECIPES, recipe_for, recipe_source
 from train.config.resolved import Config
 from train.config.schema import ENV_PREFIX, NON_OPTION_ENV, env_name
+from train.config.sections import SECTIONS
 from train.config.validate import validate
 from train.config.yaml_file import read_yaml
 
@@ -118,10 +119,11 @@ def load_config(argv: Sequence[str] | None = None, environ: Mapping[str, str] | 
     namespace, _ = parser.parse_known_args(args=full_argv)
     validate(vars(namespace), sources)
     try:
-        job, training = parser.parse_args_into_dataclasses(args=full_argv, look_for_args_file=False)
+        *sections, training = parser.parse_args_into_dataclasses(args=full_argv, look_for_args_file=False)
     except (ValueError, TypeError) as exc:  # TrainingArguments.__post_init__ rejects combinations
         raise ConfigError(" ".join(str(exc).split())) from None
-    config = Config(job=job, training=training, sources=sources)
+    parts = {name: part for (name, _), part in zip(SECTIONS, sections, strict=True)}
+    config = Config(**parts, training=training, sources=sources)
     split_trackers(config)
     take_over_push(config, environ)
     stage_outputs(config, environ)

@@ -18,8 +18,9 @@ from transformers.hf_argparser import string_to_bool
 from train.borrowed.stdlib import argparse_actions
 from train.borrowed.transformers_args import FieldHookParser
 from train.common.errors import ConfigError
-from train.config.bounds import SHOWN_CHARS, help_with
-from train.config.schema import BOUND, PROJECT_DEFAULTS, TRAINING_BOUNDS, JobArguments
+from train.config.bounds import BOUND, SHOWN_CHARS, help_with
+from train.config.schema import PROJECT_DEFAULTS, TRAINING_BOUNDS
+from train.config.sections import SECTIONS
 
 TOKENS_SEEN_MODES = ("all", "non_padding", "no")
 
@@ -56,7 +57,7 @@ def tokens_seen_mode(value: str) -> str:
 
 def build_parser() -> HfArgumentParser:
     """The parser of every option, our defaults set, each TrainingArguments bound said in its help."""
-    parser = _SchemaParser((JobArguments, TrainingArguments), allow_abbrev=False)
+    parser = _SchemaParser((*(section for _, section in SECTIONS), TrainingArguments), allow_abbrev=False)
     for action in argparse_actions(parser):
         if action.dest == "include_num_input_tokens_seen":
             action.type, action.const, action.choices = tokens_seen_mode, "all", TOKENS_SEEN_MODES

@@ -11,16 +11,40 @@ from typing import Any
 from transformers import TrainingArguments
 
 from train.common.urls import without_credentials
-from train.config.schema import SECRET_FIELDS, JobArguments
+from train.config.bounds import Section
+from train.config.schema import SECRET_FIELDS, SECTION_OF
+from train.config.sections import (
+    AdaptingArguments,
+    BudgetArguments,
+    CheckpointArguments,
+    DataArguments,
+    LaunchArguments,
+    MaskingArguments,
+    ModelArguments,
+    OutputArguments,
+    ScheduleArguments,
+    TaskArguments,
+)
 
 REDACTED = "***"
 
 
 @dataclass
 class Config:
-    """The resolved configuration, and where each non-default value came from."""
+    """The resolved configuration: one of each section (train/config/sections.py), the Trainer's arguments, and
+    where each non-default value came from. Handed whole only to the few places that assemble the sections (the
+    job's build, the launcher's plan, doctor); every other function takes the section or the values it reads."""
 
-    job: JobArguments
+    model: ModelArguments
+    data: DataArguments
+    masking: MaskingArguments
+    schedule: ScheduleArguments
+    adapting: AdaptingArguments
+    checkpoint: CheckpointArguments
+    outputs: OutputArguments
+    launch: LaunchArguments
+    budget: BudgetArguments
+    task: TaskArguments
     training: TrainingArguments
     sources: dict[str, str]
     # MLM_PUSH_TO_HUB as the user set it: the job pushes final/, the Trainer is told not to (see take_over_push).
@@ -30,13 +54,26 @@ class Config:
     output_store: str | None = None
     output_store_source: str = "output_dir"
 
+    def __post_init__(self) -> None:
+        for section in self.sections():
+            section.sources = self.sources  # one map, so a source set later (staging_dir's) reaches every section
+
+    def sections(self) -> tuple[Section, ...]:
+        """Our sections, in the schema's order."""
+        return tuple(getattr(self, name) for name in dict.fromkeys(SECTION_OF.values()))
+
+    def option(self, name: str) -> Any:
+        """An option's value by its name, whatever its section (the Trainer's options too)."""
+        section = SECTION_OF.get(name)
+        return getattr(getattr(self, section) if section else self.training, name)
+
     def source_of(self, name: str) -> str:
         """Where an option was set, as errors name it (``MLM_SEED``, ``job.yaml: seed``, ``--seed``), else its name."""
         return self.sources.get(name, name)
 
     def as_dict(self, redact: bool = True) -> dict[str, Any]:
         """The resolved options as plain JSON-able values; secrets replaced by ``***``."""
-        resolved: dict[str, Any] = dataclasses.asdict(self.job)
+        resolved: dict[str, Any] = {k: v for section in self.sections() for k, v in dataclasses.asdict(section).items()}
         resolved.update(_jsonable(self.training.to_dict()))
         resolved["push_to_hub"] = self.push_to_hub
         resolved["output_store"] = without_credentials(self.output_store) if self.output_store else None

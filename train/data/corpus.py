@@ -88,7 +88,7 @@ def build_corpus(config: Config, raw: RawData, tokenizer: Any, rank: int, world_
         mixture=facts,
     )
     if is_world_zero():  # every rank counts the same cuts; one says so
-        warn_truncation(corpus, config.job.max_seq_length)
+        warn_truncation(corpus, config.data.max_seq_length)
     return corpus
 
 
@@ -105,7 +105,7 @@ def mixed_splits(
     tokenized = [(part, tokenize(config, part_raw, tokenizer)) for part, part_raw in raw.parts]
     mixed, facts = mix(
         [(part, splits["train"]) for part, splits in tokenized],
-        config.job.mixture_exhausted,
+        config.data.mixture_exhausted,
         config.training.seed,
         tokenizer.pad_token_id,
     )
@@ -150,7 +150,6 @@ def check_stream_parts(config: Config, corpus: Corpus) -> None:
 
 def no_training_example(config: Config, empty: list[int], world_size: int) -> ConfigError:
     """The one-line error for a stream that gives ranks ``empty`` of ``world_size`` nothing to train on."""
-    job = config.job
     if world_size == 1:
         what = "the training stream gave no example"
     else:
@@ -160,10 +159,10 @@ def no_training_example(config: Config, empty: list[int], world_size: int) -> Co
             "N-th example, or whole files when their number divides by N)"
         )
     why = ""
-    if job.max_eval_samples and not job.validation_file:
+    if config.data.max_eval_samples and not config.data.validation_file:
         why = (
-            f": {config.source_of('max_eval_samples')}={job.max_eval_samples} holds out the stream's first "
-            f"{job.max_eval_samples:,} examples, and every other line with the same text"
+            f": {config.source_of('max_eval_samples')}={config.data.max_eval_samples} holds out the stream's first "
+            f"{config.data.max_eval_samples:,} examples, and every other line with the same text"
         )
     fewer = ", or fewer ranks" if world_size > 1 else ""
     return ConfigError(

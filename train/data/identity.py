@@ -34,16 +34,15 @@ Identity = dict[str, dict[str, Any]]  # the record: a file's (or source's) name 
 def data_identity(config: Config, fingerprint: str) -> Identity:
     """What identifies the data this run reads now (the dataset, and the validation file when one is set);
     ``fingerprint``: the loaded data's, which stands for a hub dataset."""
-    job = config.job
-    source = resolve(job.dataset, config.source_of("dataset"), job.dataset_config_name)
+    source = resolve(config.data.dataset, config.source_of("dataset"), config.data.dataset_config_name)
     if source.name == DEMO:
-        identity: Identity = {"demo": {"samples": job.demo_samples}}
+        identity: Identity = {"demo": {"samples": config.data.demo_samples}}
     elif source.kind == "hub":
         identity = {f"hub:{source.name}": {"config": source.config_name, "fingerprint": fingerprint}}
     else:
         identity = files_identity(source_files_of(source.kind, source.name, source.files))
-    if job.validation_file:
-        validation = resolve_files(job.validation_file, config.source_of("validation_file"))
+    if config.data.validation_file:
+        validation = resolve_files(config.data.validation_file, config.source_of("validation_file"))
         found = files_identity(source_files_of(validation.kind, validation.name, validation.files))
         identity.update({f"validation:{name}": entry for name, entry in found.items()})
     return identity

@@ -37,10 +37,10 @@ TOKENIZER_SAMPLE = 100_000  # examples of a stream a tokenizer trained from scra
 def load_raw(config: Config) -> RawData:
     """The configured data: train (+ validation) splits of one ``text``-like column, or for ``streaming`` the
     training stream with its held-out evaluation examples; for a mixture, each source's read alone."""
-    parts = mixture_parts(config.job.dataset, config.source_of("dataset"))
+    parts = mixture_parts(config.data.dataset, config.source_of("dataset"))
     if parts is not None:
         return _mixed(config, parts)
-    raw = _streamed(config) if config.job.streaming else _in_memory(config)
+    raw = _streamed(config) if config.data.streaming else _in_memory(config)
     return replace(raw, identity=data_identity(config, raw.fingerprint))
 
 
@@ -49,7 +49,7 @@ def _mixed(config: Config, parts: tuple[Part, ...]) -> RawData:
     max_train_samples and max_eval_samples), and their concatenation for what reads the corpus whole."""
     read = []
     for part in parts:
-        alone = dataclasses.replace(config, job=dataclasses.replace(config.job, dataset=part.name))
+        alone = dataclasses.replace(config, data=dataclasses.replace(config.data, dataset=part.name))
         raw = _in_memory(alone)
         identity = {f"{part.key}:{name}": entry for name, entry in data_identity(alone, raw.fingerprint).items()}
         read.append((part, replace(raw, identity=identity)))
@@ -67,37 +67,46 @@ def _mixed(config: Config, parts: tuple[Part, ...]) -> RawData:
 
 
 def _in_memory(config: Config) -> RawData:
-    job = config.job
-    source = resolve(job.dataset, config.source_of("dataset"), job.dataset_config_name)
-    holdout = 0 if job.validation_file else job.validation_split_percentage
+    source = resolve(config.data.dataset, config.source_of("dataset"), config.data.dataset_config_name)
+    holdout = 0 if config.data.validation_file else config.data.validation_split_percentage
     if source.kind == "demo":
-        splits = split_off(demo_dataset(job.text_column, job.demo_samples), job.validation_split_percentage)
-        fingerprint = f"demo-{job.demo_samples}"
+        splits = split_off(
+            demo_dataset(config.data.text_column, config.data.demo_samples), config.data.validation_split_percentage
+        )
+        fingerprint = f"demo-{config.data.demo_samples}"
     elif source.kind == "hub":
-        hub = load_hub(source, job.text_column)
-        fingerprint = cache_key(job.dataset, job.dataset_config_name, {k: fingerprint_of(v) for k, v in hub.items()})
+        hub = load_hub(source, config.data.text_column)
+        fingerprint = cache_key(
+            config.data.dataset, config.data.dataset_config_name, {k: fingerprint_of(v) for k, v in hub.items()}
+        )
         splits = (
             DatasetDict({"train": hub["train"], "validation": hub["validation"]})
-            if "validation" in hub and not job.validation_file
+            if "validation" in hub and not config.data.validation_file
             else split_off(hub["train"], holdout)
         )
     else:
-        train = load_files(source, job.text_column)
+        train = load_files(source, config.data.text_column)
         fingerprint = fingerprint_of(train)
-        splits = DatasetDict({"train": train}) if job.validation_file else split_off(train, holdout)
-    if job.validation_file:
-        splits["validation"] = load_local(job.validation_file, config.source_of("validation_file"), job.text_column)
+        splits = DatasetDict({"train": train}) if config.data.validation_file else split_off(train, holdout)
+    if config.data.validation_file:
+        splits["validation"] = load_local(
+            config.data.validation_file, config.source_of("validation_file"), config.data.text_column
+        )
         fingerprint += "-" + fingerprint_of(splits["validation"])
-    if job.max_train_samples:
-        splits["train"] = splits["train"].select(range(min(job.max_train_samples, len(splits["train"]))))
-    if job.max_eval_samples and "validation" in splits:
-        splits["validation"] = splits["validation"].select(range(min(job.max_eval_samples, len(splits["validation"]))))
-    fingerprint += f"-{job.max_train_samples}-{job.max_eval_samples}-{job.validation_split_percentage}"
+    if config.data.max_train_samples:
+        splits["train"] = splits["train"].select(range(min(config.data.max_train_samples, len(splits["train"]))))
+    if config.data.max_eval_samples and "validation" in splits:
+        splits["validation"] = splits["validation"].select(
+            range(min(config.data.max_eval_samples, len(splits["validation"])))
+        )
+    fingerprint += (
+        f"-{config.data.max_train_samples}-{config.data.max_eval_samples}-{config.data.validation_split_percentage}"
+    )
     if "validation" not in splits and config.training.eval_strategy != "no":
         # The Trainer would fail later with a traceback: say which option leaves nothing to evaluate.
         raise ConfigError(
-            f"{config.source_of('validation_split_percentage')}={job.validation_split_percentage}: holds out no "
-            f"example of the {len(splits['train'])} training example(s); set validation_file, a larger "
+            f"{config.source_of('validation_split_percentage')}={config.data.validation_split_percentage}: holds out "
+            f"no example of the {len(splits['train'])} training example(s); set validation_file, a larger "
             "validation_split_percentage, or eval_strategy no"
         )
     return RawData(splits=splits, fingerprint=fingerprint)
@@ -106,29 +115,32 @@ def _in_memory(config: Config) -> RawData:
 def _streamed(config: Config) -> RawData:
     """The training stream, and (in the in-memory shape) the evaluation examples plus, for a tokenizer trained
     from scratch, a bounded sample of the stream."""
-    job = config.job
-    rows, fingerprint = open_stream(resolve(job.dataset, config.source_of("dataset"), job.dataset_config_name), job)
-    stream = TextStream(rows, job.text_column)
+    rows, fingerprint = open_stream(
+        resolve(config.data.dataset, config.source_of("dataset"), config.data.dataset_config_name), config.data
+    )
+    stream = TextStream(rows, config.data.text_column)
     splits: dict[str, Dataset] = {}
-    if job.validation_file:
-        evaluation = load_local(job.validation_file, config.source_of("validation_file"), job.text_column)
-        if job.max_eval_samples:
-            evaluation = evaluation.select(range(min(job.max_eval_samples, len(evaluation))))
+    if config.data.validation_file:
+        evaluation = load_local(
+            config.data.validation_file, config.source_of("validation_file"), config.data.text_column
+        )
+        if config.data.max_eval_samples:
+            evaluation = evaluation.select(range(min(config.data.max_eval_samples, len(evaluation))))
         splits["validation"] = evaluation
         fingerprint += "-" + fingerprint_of(evaluation)
-    elif job.max_eval_samples:
+    elif config.data.max_eval_samples:
         # The first examples of the stream are held out. Training leaves them out by their text: skip(n) would be
         # split among the ranks' shards, skipping other examples on every rank but the first.
-        splits["validation"] = materialize(stream, job.max_eval_samples)
-        stream = replace(stream, held_out=frozenset(splits["validation"][job.text_column]))
+        splits["validation"] = materialize(stream, config.data.max_eval_samples)
+        stream = replace(stream, held_out=frozenset(splits["validation"][config.data.text_column]))
     elif config.training.eval_strategy != "no":
         raise ConfigError(
             f"{config.source_of('streaming')}=true: a stream has no validation split to hold out; set "
             "max_eval_samples (the first examples of the stream are held out), validation_file, or eval_strategy no"
         )
-    fingerprint += f"-{job.max_eval_samples}"
-    if job.max_train_samples:
-        stream = replace(stream, rows=stream.rows.take(job.max_train_samples))
+    fingerprint += f"-{config.data.max_eval_samples}"
+    if config.data.max_train_samples:
+        stream = replace(stream, rows=stream.rows.take(config.data.max_train_samples))
     splits["train"] = materialize(stream, TOKENIZER_SAMPLE)  # for a tokenizer trained from scratch
     return RawData(splits=DatasetDict(splits), fingerprint=f"stream-{fingerprint}", stream=stream)
 

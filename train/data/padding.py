@@ -25,7 +25,7 @@ from enum import StrEnum
 
 
 class Padding(StrEnum):
-    """A padding mode; its value is the option's (``Padding(config.job.padding)``)."""
+    """A padding mode; its value is the option's (``Padding(config.data.padding)``)."""
 
     DYNAMIC = "dynamic"
     MAX_LENGTH = "max_length"

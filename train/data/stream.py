@@ -41,7 +41,7 @@ from train.borrowed.datasets import fingerprint as fingerprint_of
 from train.common.distributed import gather_from_every_rank, is_world_zero
 from train.common.errors import ConfigError, first_line
 from train.common.hf import cache_key, offline_hint
-from train.config import Config, JobArguments
+from train.config import Config, DataArguments
 from train.data.padding import Padding
 from train.data.raw import TextStream
 from train.data.sources import Source, demo_dataset, read_error, shown_url
@@ -62,12 +62,12 @@ def stream_training_overrides() -> dict[str, Any]:
     return {"ignore_data_skip": True, "include_num_input_tokens_seen": "non_padding"}
 
 
-def open_stream(source: Source, job: JobArguments) -> tuple[IterableDataset, str]:
-    """``source`` (resolved by train/data/sources.py) as a stream of ``job.text_column`` strings, and a
+def open_stream(source: Source, data: DataArguments) -> tuple[IterableDataset, str]:
+    """``source`` (resolved by train/data/sources.py) as a stream of ``data.text_column`` strings, and a
     fingerprint naming it."""
     if source.kind == "demo":
-        rows = demo_dataset(job.text_column, job.demo_samples)
-        return rows.to_iterable_dataset(num_shards=DEMO_SHARDS), f"demo-{job.demo_samples}"
+        rows = demo_dataset(data.text_column, data.demo_samples)
+        return rows.to_iterable_dataset(num_shards=DEMO_SHARDS), f"demo-{data.demo_samples}"
     if source.kind == "files":
         if any(f.startswith(("s3://", "s3a://")) for f in source.files):
             s3_ignores_http_client_options()
@@ -88,7 +88,7 @@ def open_stream(source: Source, job: JobArguments) -> tuple[IterableDataset, str
             hint = offline_hint("dataset", "MLM_DATASET")
             raise ConfigError(f"{source.label}={source.name!r}: cannot stream the hub dataset ({hint})") from exc
         fingerprint = cache_key(source.name, source.config_name)
-    return _text_only(stream, source, job.text_column), fingerprint
+    return _text_only(stream, source, data.text_column), fingerprint
 
 
 def s3_ignores_http_client_options() -> None:
@@ -134,19 +134,18 @@ def content_index(input_ids: list[int]) -> int:
 def tokenized_stream(config: Config, stream: TextStream, tokenizer: Any, rank: int, world_size: int) -> IterableDataset:
     """Rank ``rank``'s part of the stream, filtered, tokenized (and packed) on the fly in one batched step, each
     example with its sample index."""
-    job = config.job
     mine = split_dataset_by_node(stream.rows, rank=rank, world_size=world_size)
-    packs = Padding(job.padding).packs
+    packs = Padding(config.data.padding).packs
 
     def prepare(texts: list[Any]) -> dict[str, Any]:
         kept = stream.keep(texts)
         # a stream's cuts are not counted; a batch with nothing kept (all held out, or no text) has the columns of
         # one that has (the tokenizer refuses an empty list)
-        encoded = encode_texts(tokenizer, kept or [""], job, count_cut=False)
+        encoded = encode_texts(tokenizer, kept or [""], config.data, count_cut=False)
         if not kept:
             encoded = {key: [] for key in encoded}
         if packs:
-            encoded = group_texts(encoded, job.max_seq_length)
+            encoded = group_texts(encoded, config.data.max_seq_length)
         return {**encoded, SAMPLE_INDEX: [content_index(ids) for ids in encoded["input_ids"]]}
 
     return mine.map(prepare, batched=True, input_columns=[stream.column], remove_columns=[stream.column])

@@ -73,37 +73,36 @@ class Task:
 
 def load_task(config: Config) -> Task:
     """The task the options name (``task`` and the ``task_*_column`` options)."""
-    job = config.job
-    if not job.task:
+    if not config.task.task:
         raise ConfigError(
             "finetune needs a task: set --task DIR (MLM_TASK), a directory holding train and test files "
-            f"({TASK_SUFFIXES}) with a {job.task_text_column!r} and a {job.task_label_column!r} column"
+            f"({TASK_SUFFIXES}) with a {config.task.task_text_column!r} and a {config.task.task_label_column!r} column"
         )
     columns = TaskColumns(
-        text=job.task_text_column,
-        pair=job.task_text_pair_column,
-        label=job.task_label_column,
+        text=config.task.task_text_column,
+        pair=config.task.task_text_pair_column,
+        label=config.task.task_label_column,
         pair_required="task_text_pair_column" in config.sources,
         text_option=config.source_of("task_text_column"),
         pair_option=config.source_of("task_text_pair_column"),
         label_option=config.source_of("task_label_column"),
     )
     option = config.source_of("task")
-    glue = glue_name(job.task, option) or glue_folder(Path(job.task).expanduser())
+    glue = glue_name(config.task.task, option) or glue_folder(Path(config.task.task).expanduser())
     if glue is None:
-        return read_task(job.task, columns, option)
+        return read_task(config.task.task, columns, option)
     named = [config.source_of(name) for name in COLUMN_OPTIONS if name in config.sources]
     if named:
         raise ConfigError(f"{named[0]}: GLUE's {glue.folder} names its own columns; remove it")
-    if job.task.lower().startswith(GLUE_PREFIX):
+    if config.task.task.lower().startswith(GLUE_PREFIX):
         shards = from_hub(glue, option)
         raw = {split: read_split(found, option) for split, found in shards.items()}
         files = {split: ", ".join(found) for split, found in shards.items()}
     else:
-        data = read_local(glue, Path(job.task).expanduser())
+        data = read_local(glue, Path(config.task.task).expanduser())
         files, raw = data.files, {"train": data.train, "test": data.test}
     glue_columns = TaskColumns(text=glue.text, pair=glue.pair or PAIR, label="label", pair_required=bool(glue.pair))
-    return checked_task(job.task, raw, files, glue_columns, glue)
+    return checked_task(config.task.task, raw, files, glue_columns, glue)
 
 
 def read_task(path: str, columns: TaskColumns, option: str = "task") -> Task:

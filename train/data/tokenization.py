@@ -20,7 +20,7 @@ from datasets import Dataset, concatenate_datasets
 
 from train.common.errors import ConfigError
 from train.common.hf import cache_key, cache_root
-from train.config import MIN_ROWS_PER_WORKER, Config, JobArguments
+from train.config import MIN_ROWS_PER_WORKER, Config, DataArguments
 from train.data.padding import Padding
 from train.data.raw import RawData
 from train.machine.resources import usable_cpus
@@ -85,10 +85,10 @@ def count_cut_tokens(encoded: dict[str, list], count: int) -> dict[str, list]:
     return {**{key: [values[i] for i in first] for key, values in encoded.items()}, CUT_TOKENS: cut}
 
 
-def encode_texts(tokenizer: Any, texts: list[str], job: JobArguments, count_cut: bool) -> dict[str, Any]:
-    """A batch of texts tokenized the way ``job.padding`` needs: whole for packing (which cuts the blocks itself),
+def encode_texts(tokenizer: Any, texts: list[str], data: DataArguments, count_cut: bool) -> dict[str, Any]:
+    """A batch of texts tokenized the way ``data.padding`` needs: whole for packing (which cuts the blocks itself),
     else cut to max_seq_length and, for ``count_cut``, with each example's ``cut_tokens`` counted."""
-    padding = Padding(job.padding)
+    padding = Padding(data.padding)
     if padding.packs:
         # verbose=False: the "longer than the specified maximum" warning means nothing before packing cuts.
         return tokenizer(texts, return_special_tokens_mask=True, return_attention_mask=False, verbose=False)
@@ -96,7 +96,7 @@ def encode_texts(tokenizer: Any, texts: list[str], job: JobArguments, count_cut:
         texts,
         padding="max_length" if padding.pads_when_tokenized else False,  # transformers' argument, not our mode
         truncation=True,
-        max_length=job.max_seq_length,
+        max_length=data.max_seq_length,
         return_special_tokens_mask=True,
         return_attention_mask=padding.pads_when_tokenized,
         # The overflow says what truncation dropped: counted per example, then left out.
@@ -111,7 +111,7 @@ def preprocessing_workers(config: Config, rows: int) -> int | None:
 
     One is None, the calling process, not a pool of one: datasets forks for num_proc=1, and a forked fast tokenizer
     turns its own threads off, which made one process 4-11 % slower than run_mlm.py's."""
-    workers = config.job.preprocessing_num_workers
+    workers = config.data.preprocessing_num_workers
     if workers is None:
         workers = max(1, min(usable_cpus(), rows // MIN_ROWS_PER_WORKER))
     return workers if workers > 1 else None
@@ -169,21 +169,27 @@ def joined(parts: Iterable[IndexedExamples]) -> IndexedExamples:
 
 def tokenize(config: Config, raw: RawData, tokenizer: Any) -> dict[str, IndexedExamples]:
     """Tokenize every split of ``raw`` the configured way (cached); its examples carry a ``sample_index``."""
-    job = config.job
-    column = job.text_column
+    column = config.data.text_column
     key = cache_key(
-        CACHE_VERSION, raw.fingerprint, tokenizer_fingerprint(tokenizer), job.padding, job.max_seq_length, column
+        CACHE_VERSION,
+        raw.fingerprint,
+        tokenizer_fingerprint(tokenizer),
+        config.data.padding,
+        config.data.max_seq_length,
+        column,
     )
     cache_dir = cache_root() / "tokenized"
     cache_dir.mkdir(parents=True, exist_ok=True)
 
     def encode(batch: dict[str, list[str]]) -> dict[str, Any]:
-        return encode_texts(tokenizer, batch[column], job, count_cut=True)  # strings only: load_raw dropped the rest
+        return encode_texts(
+            tokenizer, batch[column], config.data, count_cut=True
+        )  # strings only: load_raw dropped the rest
 
     result = {}
     for split, dataset in raw.splits.items():
         workers = preprocessing_workers(config, len(dataset))
-        last_step = "packed" if Padding(job.padding).packs else "tok"
+        last_step = "packed" if Padding(config.data.padding).packs else "tok"
         cached = in_cache(cache_dir, f"{key}-{split}-{last_step}")
         tokenized = dataset.map(
             encode,
@@ -193,18 +199,18 @@ def tokenize(config: Config, raw: RawData, tokenizer: Any) -> dict[str, IndexedE
             cache_file_name=str(cache_dir / f"{key}-{split}-tok.arrow"),
             desc=f"Tokenizing {split}",
         )
-        if Padding(job.padding).packs:
+        if Padding(config.data.padding).packs:
             tokenized = tokenized.map(
                 group_texts,
                 batched=True,
-                fn_kwargs={"block": job.max_seq_length},
+                fn_kwargs={"block": config.data.max_seq_length},
                 num_proc=workers,
                 cache_file_name=str(cache_dir / f"{key}-{split}-packed.arrow"),
-                desc=f"Packing {split} into {job.max_seq_length}-token blocks",
+                desc=f"Packing {split} into {config.data.max_seq_length}-token blocks",
             )
         if len(tokenized) == 0:
             raise ConfigError(
-                f"{config.source_of('dataset')}: the {split} split has no complete {job.max_seq_length}-token "
+                f"{config.source_of('dataset')}: the {split} split has no complete {config.data.max_seq_length}-token "
                 "block to pack; use padding dynamic or a smaller max_seq_length"
             )
         result[split] = IndexedExamples(tokenized, cached)

@@ -37,7 +37,7 @@ def run_checks(config: Config, environ: Mapping[str, str], argv: Sequence[str] =
         ("cache (HF_HOME)", lambda: storage.check_cache(environ)),
         ("model", lambda: sources.check_model(config, environ)),
     ]
-    if config.job.tokenizer_name:
+    if config.model.tokenizer_name:
         steps.append(("tokenizer", lambda: sources.check_model(config, environ, "tokenizer_name")))
     steps += [
         ("dataset", lambda: sources.check_dataset(config, environ)),
@@ -60,7 +60,7 @@ def main(argv: Sequence[str] | None = None, environ: Mapping[str, str] | None = 
     environ = os.environ if environ is None else environ
     config = launcher_config(args, environ)  # a config error ends here: exit 2 through run_main
     checks = run_checks(config, environ, args)
-    log_format = resolve_format(config.job.log_format)
+    log_format = resolve_format(config.launch.log_format)
     colour = log_format == "text" and sys.stdout.isatty() and not environ.get("NO_COLOR")
     print(render(checks, log_format, colour=colour))
     return EXIT_ENVIRONMENT if failed(checks) else 0

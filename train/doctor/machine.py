@@ -158,7 +158,7 @@ def plan_or_refusal(
     """The plan the launcher would make here, with the same inputs; or why it would refuse (or why planning broke)."""
     try:
         host = Host(inventory, torch_cuda, usable_cpus(), shm_bytes)
-        return make_plan(config, host, environ, argv, Launch(torchrun_path(), resolve_format(config.job.log_format)))
+        return make_plan(config, host, environ, argv, Launch(torchrun_path(), resolve_format(config.launch.log_format)))
     except Exception as exc:  # a UserError: the launcher's refusal; anything else: a broken check, shown as such
         return exc
 

@@ -74,7 +74,7 @@ def check_model(config: Config, environ: Mapping[str, str], field_name: str = "m
     if field_name != "model_name_or_path":
         return check_tokenizer(config, environ, field_name)
     label = config.source_of(field_name)
-    source = model_source(config.job.model_name_or_path, config.job.config_overrides)
+    source = model_source(config.model.model_name_or_path, config.model.config_overrides)
     if source.kind == "hub":
         return with_head_state(check_hub("model", label, source.name, "model", environ), source.name)
     if source.kind == "scratch":
@@ -127,7 +127,7 @@ def _check_architecture(source: ModelSource, label: str) -> Check:
 
 def check_tokenizer(config: Config, environ: Mapping[str, str], field_name: str = "tokenizer_name") -> Check:
     """A tokenizer named by hub id or local directory (any directory: a tokenizer needs no config.json)."""
-    name, label = getattr(config.job, field_name), config.source_of(field_name)
+    name, label = config.option(field_name), config.source_of(field_name)
     if not hf.looks_local(name):
         return check_hub("tokenizer", label, name, "model", environ)
     path = Path(name).expanduser()
@@ -168,12 +168,12 @@ def check_source(name: str, label: str, environ: Mapping[str, str]) -> Check:
 
 def check_dataset(config: Config, environ: Mapping[str, str]) -> Check:
     label = config.source_of("dataset")
-    checks = [check_source(name, label, environ) for name in dataset_names(config.job.dataset, label)]
+    checks = [check_source(name, label, environ) for name in dataset_names(config.data.dataset, label)]
     # A mixture's row: its first failing source's, else each source's words in one row.
     result = next((check for check in checks if check.status != OK), None) or (
         checks[0] if len(checks) == 1 else Check("dataset", OK, "mixture: " + "; ".join(c.detail for c in checks))
     )
-    validation = config.job.validation_file
+    validation = config.data.validation_file
     if validation and not Path(validation).expanduser().exists():
         return Check(
             "dataset",

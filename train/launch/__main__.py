@@ -85,7 +85,7 @@ def main(argv: Sequence[str] | None = None, environ: Mapping[str, str] | None = 
 
     config = launcher_config(args, environ)
     # auto is judged once, on the launcher's stdout: the ranks' stdout is a pipe under torchrun.
-    log_format = resolve_format(config.job.log_format)
+    log_format = resolve_format(config.launch.log_format)
     path = config_file(args, environ)
     specs = phases_in(path) if command in ("train", "plan") else []
     if specs:
@@ -122,7 +122,7 @@ def start(config: Config, plan: Plan, environ: Mapping[str, str], log: Console) 
     log(plan.batch.banner)
     if plan.deadline:
         log(deadline_line(plan.deadline))
-    return launch(plan, environ, log, config.job.rdzv_timeout)
+    return launch(plan, environ, log, config.launch.rdzv_timeout)
 
 
 def replay(args: Sequence[str], environ: Mapping[str, str]) -> int:
@@ -138,7 +138,7 @@ def replay(args: Sequence[str], environ: Mapping[str, str]) -> int:
     run = read_run(location)
     argv = replay_argv(run, location, overrides)
     config = launcher_config(argv, environ)
-    log_format = resolve_format(config.job.log_format)
+    log_format = resolve_format(config.launch.log_format)
     log = Console(log_format)
     not_taken = withheld(run, config, location)
     if not_taken:
@@ -171,7 +171,7 @@ def phased(
     """A run in phases (train/launch/phases.py): ``plan`` shows every phase's place and options beside the first
     phase's plan; ``train`` runs the phases not yet trained, one torchrun each."""
     refuse_run_length(config, path)
-    log_format = resolve_format(config.job.log_format)
+    log_format = resolve_format(config.launch.log_format)
     phases = plan_phases(specs, args, environ, lambda c, argv: plan_for(c, environ, argv, log_format, JOB_MODULE))
     location = output_location(config)
     location.check(dry_run=command != "train")
@@ -199,7 +199,7 @@ def branch(args: Sequence[str], environ: Mapping[str, str]) -> int:
     path = config_file(rest, environ)
     if phases_in(path):
         raise ConfigError(f"{path}: phases: a branch trains one set of options; give it a preset without phases")
-    log_format = resolve_format(config.job.log_format)
+    log_format = resolve_format(config.launch.log_format)
     log = Console(log_format)
     location = output_location(config)
     if config.output_store:

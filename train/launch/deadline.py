@@ -85,7 +85,7 @@ def run_deadline(
 ) -> Deadline | None:
     """The earlier of the time budget's end and the Slurm job's; None without either. Exit 2 when it leaves too
     little time for one step."""
-    asked = config.job.time_budget
+    asked = config.budget.time_budget
     if not asked:
         return None
     started = launched_at() if started is None else started

@@ -25,14 +25,17 @@ from train.config.model_source import model_source
 
 def hub_repositories(config: Config) -> list[tuple[str, str, str]]:
     """(the option that names it, repo id, repo type) of each hub repository the run reads."""
-    job = config.job
     found = []
-    source = model_source(job.model_name_or_path, job.config_overrides)
+    source = model_source(config.model.model_name_or_path, config.model.config_overrides)
     if source.kind == "hub":
         found.append((config.source_of("model_name_or_path"), source.name, "model"))
-    if job.tokenizer_name and not hf.looks_local(job.tokenizer_name) and not is_store_url(job.tokenizer_name):
-        found.append((config.source_of("tokenizer_name"), job.tokenizer_name, "model"))
-    for name in dataset_names(job.dataset, config.source_of("dataset")):
+    if (
+        config.model.tokenizer_name
+        and not hf.looks_local(config.model.tokenizer_name)
+        and not is_store_url(config.model.tokenizer_name)
+    ):
+        found.append((config.source_of("tokenizer_name"), config.model.tokenizer_name, "model"))
+    for name in dataset_names(config.data.dataset, config.source_of("dataset")):
         if hf.is_hub_dataset(name):
             found.append((config.source_of("dataset"), name, "dataset"))
     return found

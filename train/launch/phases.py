@@ -85,18 +85,18 @@ def phase_steps(
     if spec.steps is not None:
         return spec.steps
     config = launcher_config(phase_argv, environ)
-    if config.job.batch_warmup_ratio > 0:  # its smaller first steps would train fewer tokens than the phase says
+    if config.schedule.batch_warmup_ratio > 0:  # its smaller first steps would train fewer tokens than the phase says
         raise ConfigError(
             f"phase {spec.name}: a length in tokens counts full batches, and {config.source_of('batch_warmup_ratio')}"
-            f"={config.job.batch_warmup_ratio:g} makes the first steps smaller; give the phases' lengths in steps, "
-            "or no batch warm-up"
+            f"={config.schedule.batch_warmup_ratio:g} makes the first steps smaller; give the phases' lengths in "
+            "steps, or no batch warm-up"
         )
     per_step = planner(config, phase_argv).batch.global_batch_size
     if per_step is None:
         raise ConfigError(
             f"phase {spec.name}: tokens need a fixed global batch; with an elastic number of nodes give steps"
         )
-    positions = per_step * config.job.max_seq_length
+    positions = per_step * config.data.max_seq_length
     return max(1, math.ceil((spec.tokens or 0) / positions))
 
 

@@ -20,7 +20,7 @@ from typing import Any
 from train.common.errors import STOP_SIGNALS, EnvironmentProblem
 from train.common.handoff import HANDOFF_ENV, Handoff
 from train.common.hf import arguments_without_models
-from train.config import SECRET_FIELDS, Config, env_name, load_config
+from train.config import SECRET_FIELDS, Config, LaunchArguments, env_name, load_config
 from train.config.recipes import recipe_summary
 from train.launch.deadline import Deadline, deadline_document, launched_at, run_deadline
 from train.launch.decide import (
@@ -88,30 +88,30 @@ def make_plan(
     """Every launch decision, from the resolved config, this node (``host``: its GPU inventory, CPUs, /dev/shm)
     and the cluster environment, in the order the launcher makes them (a refusal raises from the step that makes
     it); ``launch``: how the ranks are started."""
-    job, training, sources = config.job, config.training, config.sources
+    training, sources = config.training, config.sources
     inventory, torch_cuda, cpu_count = host.inventory, host.torch_cuda, host.cpu_count
     topology = topology_from_env(environ)
     cpu_mode, device_warning = decide_device(config, inventory, torch_cuda)
     gpu_count = 0 if cpu_mode else len(inventory.gpus)
     nproc, nproc_source = decide_nproc(
-        job.nproc_per_node, config.source_of("nproc_per_node"), topology.nproc_per_node, gpu_count, cpu_count
+        config.launch.nproc_per_node, config.source_of("nproc_per_node"), topology.nproc_per_node, gpu_count, cpu_count
     )
     gpus_used = inventory.gpus[:nproc] if not cpu_mode else []
-    log_flags = decide_log_format(job.log_format, launch.log_format)
+    log_flags = decide_log_format(config.launch.log_format, launch.log_format)
     use_cpu_flags, use_cpu_warning = decide_use_cpu(training.use_cpu, sources.get("use_cpu"), cpu_mode)
     backend, backend_flags = decide_backend(training.ddp_backend if "ddp_backend" in sources else None, cpu_mode)
     precision = precision_for(config, gpus_used)
     batch = batch_for(config, nproc, topology, cpu_mode)
-    pad_flags = decide_pad_multiple(job.pad_to_multiple_of, sources.get("pad_to_multiple_of"), cpu_mode)
+    pad_flags = decide_pad_multiple(config.data.pad_to_multiple_of, sources.get("pad_to_multiple_of"), cpu_mode)
     shm = shm_warning(host.shm_bytes, training.dataloader_num_workers)
-    max_restarts = decide_max_restarts(job.max_restarts, "max_restarts" in sources, topology)
+    max_restarts = decide_max_restarts(config.launch.max_restarts, "max_restarts" in sources, topology)
     started = launched_at()  # once: the deadline counts from it, and the ranks' quality curve too
     deadline = run_deadline(config, environ, started)
 
     # The decision flags go after the user's (highest precedence), in the order decided.
     flags = [*log_flags, *use_cpu_flags, *backend_flags, *precision.flags, *batch.flags, *pad_flags]
     user_flags, secret_env = split_secret_flags(user_argv)
-    torchrun_flags = _torchrun_flags(topology, nproc, max_restarts, job)
+    torchrun_flags = _torchrun_flags(topology, nproc, max_restarts, config.launch)
     command = [*launch.torchrun, *torchrun_flags, "-m", launch.module, *user_flags, *flags]
     plan = Plan(
         inventory=inventory,
@@ -141,7 +141,7 @@ def decide_device(config: Config, inventory: Inventory, torch_cuda: str | None) 
     if inventory.gpus and not config.training.use_cpu:
         return False, check_driver(inventory, torch_cuda)
     reason = "use_cpu is set" if inventory.gpus else inventory.cpu_reason
-    if config.job.require_gpu:
+    if config.launch.require_gpu:
         raise EnvironmentProblem(
             f"{config.source_of('require_gpu')} asks for a GPU but none is used: {reason}; give the container "
             "GPUs (docker run --gpus all; Kubernetes: resources.limits nvidia.com/gpu) or unset it to use the CPU"
@@ -164,7 +164,7 @@ def batch_for(config: Config, nproc: int, topology: Topology, cpu_mode: bool) ->
         per_device=training.per_device_train_batch_size,
         accumulation=training.gradient_accumulation_steps,
         accumulation_source=config.sources.get("gradient_accumulation_steps"),
-        global_batch_size=config.job.global_batch_size,
+        global_batch_size=config.schedule.global_batch_size,
         global_source=config.source_of("global_batch_size"),
     )
     return decide_batch(options, nproc, topology, "process" if cpu_mode else "GPU")
@@ -204,12 +204,12 @@ def sharding_plan(plan: Plan, config: Config) -> dict[str, Any]:
 
     estimate = planned_estimate(config)
     gpu_memory = smallest_memory([] if plan.cpu_mode else plan.inventory.gpus[: plan.nproc_per_node])
-    facts: dict[str, Any] = {"requested": config.job.sharding, "smallest_gpu_memory_bytes": gpu_memory}
+    facts: dict[str, Any] = {"requested": config.launch.sharding, "smallest_gpu_memory_bytes": gpu_memory}
     facts |= {"ddp_estimate": estimate, "mode": None}
     facts["choice"] = "decided by the ranks once they have read the model's config (not readable here)"
     if estimate is not None:
         world = plan.nproc_per_node * plan.topology.max_nodes
-        facts["mode"], facts["choice"] = choose_sharding(config.job.sharding, estimate, gpu_memory, world)
+        facts["mode"], facts["choice"] = choose_sharding(config.launch.sharding, estimate, gpu_memory, world)
     return facts
 
 
@@ -247,8 +247,8 @@ TORCHRUN_SIGNALS = ("SIGTERM", "SIGINT", "SIGHUP", "SIGQUIT")
 SIGNALS_TO_HANDLE = ",".join(dict.fromkeys([*TORCHRUN_SIGNALS, *(s.name for s in STOP_SIGNALS)]))
 
 
-def _torchrun_flags(topology: Topology, nproc: int, max_restarts: int, job: Any) -> list[str]:
-    rdzv_timeout, log_ranks = job.rdzv_timeout, job.log_ranks
+def _torchrun_flags(topology: Topology, nproc: int, max_restarts: int, launch: LaunchArguments) -> list[str]:
+    rdzv_timeout, log_ranks = launch.rdzv_timeout, launch.log_ranks
     flags = ["--nnodes", topology.nnodes, "--nproc-per-node", str(nproc)]
     conf: dict[str, str] = {}
     if topology.is_standalone:
@@ -271,7 +271,7 @@ def _torchrun_flags(topology: Topology, nproc: int, max_restarts: int, job: Any)
         flags += ["--rdzv-conf", ",".join(f"{k}={v}" for k, v in conf.items())]
     flags += ["--max-restarts", str(max_restarts)]
     # How long the ranks have to checkpoint after a stop signal before torchrun kills them (its default is 30 s).
-    flags += ["--shutdown-timeout", str(job.stop_timeout), "--signals-to-handle", SIGNALS_TO_HANDLE]
+    flags += ["--shutdown-timeout", str(launch.stop_timeout), "--signals-to-handle", SIGNALS_TO_HANDLE]
     if log_ranks.strip() != "all":
         flags += ["--local-ranks-filter", log_ranks.replace(" ", "")]
     return flags
@@ -337,7 +337,7 @@ def plan_document(plan: Plan, config: Config, torch_cuda: str | None) -> dict[st
         "deadline": deadline_document(plan.deadline),
         "sharding": sharding_plan(plan, config),
         "recipe": recipe_summary(
-            config.job.recipe, config.job.model_name_or_path, config.training, config.job.decay_ratio
+            config.model.recipe, config.model.model_name_or_path, config.training, config.schedule.decay_ratio
         ),
         "config": resolved,
     }

@@ -96,7 +96,7 @@ def withheld(run: RecordedRun, config: Config, location: str) -> list[str]:
     """The recorded options a replay did not take (network ones, in words for the log); ConfigError when the record
     ran a model's own code and this replay was not told to."""
     for name in RUNS_CODE:
-        if run.options.get(name) and not getattr(config.job, name):
+        if run.options.get(name) and not config.option(name):
             raise ConfigError(
                 f"replay {location}: the recorded run set {name}=true (the model's own code runs); a run.json does "
                 f"not grant that: add --{name} true to the replay (or MLM_{name.upper()}=true) to allow it"
@@ -153,8 +153,8 @@ def differences(
     for package, version in sorted(run.versions.items()):
         if versions.get(package) != version:
             found.append(f"{package} {versions.get(package)} (recorded: {version})")
-    if (run.image_revision or None) != (config.job.image_revision or None):
-        found.append(f"image revision {config.job.image_revision} (recorded: {run.image_revision})")
+    if (run.image_revision or None) != (config.launch.image_revision or None):
+        found.append(f"image revision {config.launch.image_revision} (recorded: {run.image_revision})")
     if run.world_size != world_size:
         found.append(
             f"world size {world_size} (recorded: {run.world_size}): the same processes and nodes, or MLM_NPROC_PER_NODE"

@@ -41,9 +41,8 @@ from train.model.weights import encoder_missing, head_state
 def scratch_config(config: Config) -> Any | None:
     """The architecture to build without weights (train/config/model_source.py says which names are one), or None when
     the model is pretrained; a local model path that is not there is a ConfigError before any data is read."""
-    job = config.job
-    name, label = job.model_name_or_path, config.source_of("model_name_or_path")
-    source = model_source(name, job.config_overrides)
+    name, label = config.model.model_name_or_path, config.source_of("model_name_or_path")
+    source = model_source(name, config.model.config_overrides)
     if source.pretrained:
         if source.path is not None and not source.path.exists():
             raise ConfigError(f"{label}={name!r}: no such local model directory")
@@ -55,13 +54,13 @@ def scratch_config(config: Config) -> Any | None:
         return None
     values = source.config_values(label)
     arch = _build(values, label, name)
-    if config.job.config_overrides:
+    if config.model.config_overrides:
         # As constructor arguments, so that the fields a config derives from others in its constructor follow
         # them (ModernBERT's layer_types from num_hidden_layers: update_from_string on a built config leaves them
         # stale, and the first save then refuses the config).
         overrides_label = config.source_of("config_overrides")
         arch = _build(
-            {**values, **override_values(arch, config.job.config_overrides, overrides_label)}, overrides_label, name
+            {**values, **override_values(arch, config.model.config_overrides, overrides_label)}, overrides_label, name
         )
     check_model_config(config, arch)
     check_masked_lm(config, arch)
@@ -114,11 +113,11 @@ def check_override_keys(arch: Any, keys: Iterable[str], label: str, mapping: boo
 def check_masked_lm(config: Config, model_config: Any) -> None:
     """The model type must have a masked-LM class in transformers (AutoModelForMaskedLM): a decoder (gpt2) or an
     encoder without an MLM head would otherwise fail after the tokenizing, at load time."""
-    if type(model_config) in MODEL_FOR_MASKED_LM_MAPPING or config.job.trust_remote_code:
+    if type(model_config) in MODEL_FOR_MASKED_LM_MAPPING or config.model.trust_remote_code:
         return
     model_type = getattr(model_config, "model_type", "?")
     raise ConfigError(
-        f"{config.source_of('model_name_or_path')}={config.job.model_name_or_path!r}: {model_type!r} has no "
+        f"{config.source_of('model_name_or_path')}={config.model.model_name_or_path!r}: {model_type!r} has no "
         "masked-LM class in transformers (AutoModelForMaskedLM); expected an encoder such as bert, roberta, "
         "deberta-v2 or modernbert"
     )
@@ -154,7 +153,7 @@ def check_model_config(config: Config, arch: Any) -> None:
         why = _reason(exc)
         label = (
             config.source_of("config_overrides")
-            if config.job.config_overrides
+            if config.model.config_overrides
             else config.source_of("model_name_or_path")
         )
         raise ConfigError(f"{label}: the model rejects this config ({why})") from None
@@ -164,8 +163,9 @@ def load_tokenizer(config: Config, raw: RawData, arch: Any | None, resume: str |
     """MLM_TOKENIZER_NAME's, the pretrained model's, or for a model built from scratch (``arch``) one trained on
     the training text of the kind its family uses (train/model/tokenizer_training.py): the checkpoint's when
     resuming."""
-    job = config.job
-    name = None if trains_its_tokenizer(config, arch) else job.tokenizer_name or job.model_name_or_path
+    name = (
+        None if trains_its_tokenizer(config, arch) else config.model.tokenizer_name or config.model.model_name_or_path
+    )
     if name is None:
         kind = tokenizer_kind(config, getattr(arch, "model_type", None))
         return checkpoint_tokenizer(resume) or train_tokenizer(raw, config, kind)
@@ -173,7 +173,7 @@ def load_tokenizer(config: Config, raw: RawData, arch: Any | None, resume: str |
     if looks_local(name) and not Path(name).expanduser().exists():
         raise ConfigError(f"{source}={name!r}: no such local tokenizer directory")
     try:
-        tokenizer = AutoTokenizer.from_pretrained(name, trust_remote_code=job.trust_remote_code)
+        tokenizer = AutoTokenizer.from_pretrained(name, trust_remote_code=config.model.trust_remote_code)
     except (OSError, ValueError) as exc:
         if Path(name).expanduser().exists():
             raise ConfigError(f"{source}={name!r}: no tokenizer found there ({first_line(exc)})") from None
@@ -186,12 +186,12 @@ def load_tokenizer(config: Config, raw: RawData, arch: Any | None, resume: str |
 
 def trains_its_tokenizer(config: Config, arch: Any | None) -> bool:
     """No tokenizer named: one is trained on the training text (:func:`load_tokenizer`)."""
-    return not config.job.tokenizer_name and arch is not None
+    return not config.model.tokenizer_name and arch is not None
 
 
 def tokenizer_label(config: Config) -> str:
     """The option that chose the tokenizer (MLM_TOKENIZER_NAME, else the model's), for messages about it."""
-    return config.source_of("tokenizer_name" if config.job.tokenizer_name else "model_name_or_path")
+    return config.source_of("tokenizer_name" if config.model.tokenizer_name else "model_name_or_path")
 
 
 def load_model(
@@ -201,10 +201,9 @@ def load_model(
     may not have been able to read a pretrained model's config; ``model_config`` is what it read, or None), and
     what its weights lacked of its MLM head (train/model/weights.py: None when loaded whole or from scratch).
     transformers' load report is not shown: its words are for fine-tuning, and the head is said in ours."""
-    job = config.job
     head = None
     if arch is not None:
-        overrides = job.config_overrides or ""
+        overrides = config.model.config_overrides or ""
         if "vocab_size" not in overrides:
             arch.vocab_size = len(tokenizer)
         elif arch.vocab_size < len(tokenizer):
@@ -216,13 +215,13 @@ def load_model(
         check_model_config(config, arch)  # again, with the tokenizer's vocabulary and padding id
         model = AutoModelForMaskedLM.from_config(arch, attn_implementation=attention_implementation(config, arch))
     else:
-        name = job.model_name_or_path
+        name = config.model.model_name_or_path
         refuse_unsafe_weights(config, Path(name).expanduser())
         try:
             with quiet_transformers():
                 model, loading = AutoModelForMaskedLM.from_pretrained(
                     name,
-                    trust_remote_code=job.trust_remote_code,
+                    trust_remote_code=config.model.trust_remote_code,
                     attn_implementation=attention_implementation(config, model_config),
                     output_loading_info=True,
                 )
@@ -305,7 +304,7 @@ def attention_implementation(config: Config, model_config: Any | None) -> str | 
     supports it; else None: transformers' own choice, SDPA where the model has it and eager where not (DeBERTa,
     MPNet: asking them for SDPA fails). The model's config then says which one ran (read by
     train/borrowed/transformers_models.py)."""
-    requested = config.job.attn_implementation
+    requested = config.model.attn_implementation
     if requested != "auto":
         return requested
     if model_config is None or not torch.cuda.is_available() or importlib.util.find_spec("flash_attn") is None:
@@ -317,10 +316,9 @@ def attention_implementation(config: Config, model_config: Any | None) -> str | 
 def pretrained_config(config: Config) -> Any | None:
     """A pretrained model's config, from a local directory or the hub cache only (never a request: the hub may be
     unreachable, and load_model's own request says what to do about it); None when it is not there."""
-    job = config.job
     try:
         return AutoConfig.from_pretrained(
-            job.model_name_or_path, trust_remote_code=job.trust_remote_code, local_files_only=True
+            config.model.model_name_or_path, trust_remote_code=config.model.trust_remote_code, local_files_only=True
         )
     except (OSError, ValueError):
         return None
@@ -346,9 +344,9 @@ def use_tokenizers_special_tokens(arch: Any, tokenizer: Any) -> None:
 def check_positions(config: Config, model_config: Any) -> None:
     """max_seq_length must fit the model's position embeddings (ConfigError naming both otherwise)."""
     positions = getattr(model_config, "max_position_embeddings", None)
-    if positions is not None and config.job.max_seq_length > positions:
+    if positions is not None and config.data.max_seq_length > positions:
         raise ConfigError(
-            f"{config.source_of('max_seq_length')}={config.job.max_seq_length}: expected at most {positions}, "
+            f"{config.source_of('max_seq_length')}={config.data.max_seq_length}: expected at most {positions}, "
             "the model's max_position_embeddings"
         )
 
@@ -363,7 +361,7 @@ def check_before_data(config: Config, arch: Any | None) -> Any | None:
     :func:`load_model` says why after the data, as before. Returns the config it read (the architecture, the
     pretrained model's, or None), which load_model takes rather than reading it again."""
     if arch is None:
-        refuse_unsafe_weights(config, Path(config.job.model_name_or_path).expanduser())
+        refuse_unsafe_weights(config, Path(config.model.model_name_or_path).expanduser())
     model_config = arch if arch is not None else pretrained_config(config)
     if model_config is not None:
         check_masked_lm(config, model_config)

@@ -34,7 +34,7 @@ def ddp_estimate(model: torch.nn.Module, config: Any) -> dict[str, int]:
     hidden = int(getattr(model_config, "hidden_size", 0) or getattr(model_config, "d_model", 0) or 0)
     layers = sum(1 for m in model.modules() if isinstance(m, GradientCheckpointingLayer))
     training = config.training
-    tokens = training.per_device_train_batch_size * config.job.max_seq_length
+    tokens = training.per_device_train_batch_size * config.data.max_seq_length
     half = training.bf16 or training.fp16
     activations = tokens * hidden * layers * ACTIVATION_VALUES_PER_UNIT * (1 if half else 2)
     state = parameters * STATE_BYTES_PER_PARAMETER
@@ -74,14 +74,13 @@ def planned_estimate(config: Any) -> dict[str, int] | None:
     holds no memory, from a scratch architecture (its vocabulary the tokenizer_vocab_size it will be trained with)
     or a pretrained model's config.json when it is on disk or in the hub cache. None when that config cannot be
     read here (a hub model not downloaded yet): the ranks estimate once they have it."""
-    job = config.job
     try:
         arch = scratch_config(config)
         if arch is not None:
-            if "vocab_size" not in (job.config_overrides or "") and job.tokenizer_vocab_size:
-                arch.vocab_size = job.tokenizer_vocab_size
+            if "vocab_size" not in (config.model.config_overrides or "") and config.model.tokenizer_vocab_size:
+                arch.vocab_size = config.model.tokenizer_vocab_size
         else:
-            arch = AutoConfig.from_pretrained(job.model_name_or_path, local_files_only=True)
+            arch = AutoConfig.from_pretrained(config.model.model_name_or_path, local_files_only=True)
         with torch.device("meta"):
             model = AutoModelForMaskedLM.from_config(arch)
     except Exception:  # noqa: BLE001 - any config this cannot read: the ranks will say what is wrong with it

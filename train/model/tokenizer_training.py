@@ -71,23 +71,22 @@ FAMILY = {
 
 def tokenizer_kind(config: Config, model_type: str | None) -> Kind:
     """MLM_TOKENIZER_TYPE, or (auto) the one the model type's family uses."""
-    chosen = config.job.tokenizer_type
+    chosen = config.model.tokenizer_type
     return KINDS[FAMILY.get(model_type or "", "wordpiece") if chosen == "auto" else chosen]
 
 
 def train_tokenizer(raw: RawData, config: Config, kind: Kind = WORDPIECE) -> PreTrainedTokenizerFast:
     """A ``kind`` tokenizer trained on the training text, cached by the data's fingerprint."""
-    job = config.job
-    key = (raw.fingerprint, job.tokenizer_vocab_size, job.text_column)
+    key = (raw.fingerprint, config.model.tokenizer_vocab_size, config.data.text_column)
     directory = cache_root() / "tokenizers" / cache_key(*key, *([kind.name] if kind is not WORDPIECE else []))
     if (directory / "tokenizer.json").exists():
         return PreTrainedTokenizerFast.from_pretrained(str(directory))
     tokenizer = _untrained(kind)
     tokens = list(dict.fromkeys(kind.special.values()))  # <s> is both bos and cls: once
     # Its progress bar ends with blank lines on stdout, which a JSON-lines reader cannot parse: only on a terminal.
-    trainer = _trainer(kind, job.tokenizer_vocab_size, tokens, show_progress=sys.stdout.isatty())
+    trainer = _trainer(kind, config.model.tokenizer_vocab_size, tokens, show_progress=sys.stdout.isatty())
     train = raw.splits["train"]
-    tokenizer.train_from_iterator(_texts(train, job.text_column), trainer=trainer, length=len(train))
+    tokenizer.train_from_iterator(_texts(train, config.data.text_column), trainer=trainer, length=len(train))
     from tokenizers import processors
 
     start, end = (kind.start, tokenizer.token_to_id(kind.start)), (kind.end, tokenizer.token_to_id(kind.end))
@@ -96,7 +95,9 @@ def train_tokenizer(raw: RawData, config: Config, kind: Kind = WORDPIECE) -> Pre
         pair=f"{kind.start} $A {kind.end} $B:1 {kind.end}:1",
         special_tokens=[start, end] if start != end else [start],
     )
-    fast = PreTrainedTokenizerFast(tokenizer_object=tokenizer, model_max_length=job.max_seq_length, **kind.special)
+    fast = PreTrainedTokenizerFast(
+        tokenizer_object=tokenizer, model_max_length=config.data.max_seq_length, **kind.special
+    )
     tmp = directory.with_name(directory.name + f".tmp-{os.getpid()}")
     fast.save_pretrained(str(tmp))
     try:

@@ -137,7 +137,7 @@ class OutputLocation(ABC):
 
     def refuse_finished(self) -> None:
         """A finished ``final/`` is replaced only when asked (ConfigError otherwise)."""
-        if self.has_final() and not self.config.job.overwrite_output_dir:
+        if self.has_final() and not self.config.outputs.overwrite_output_dir:
             raise ConfigError(
                 f"{self.where}: holds a finished model in {self.files.final.name}/; set "
                 "MLM_OVERWRITE_OUTPUT_DIR=true to replace it, or choose another output_dir"
@@ -151,10 +151,10 @@ class OutputLocation(ABC):
         with the same options resumes its own checkpoints instead of starting again. World rank 0 only, before
         the resume decision."""
         config = self.config
-        if not (config.job.overwrite_output_dir and self.has_final()):
+        if not (config.outputs.overwrite_output_dir and self.has_final()):
             return False
         self.retire_final()
-        removed = self.remove_checkpoints() if config.job.resume in ("auto", "never") else 0  # a named one stays
+        removed = self.remove_checkpoints() if config.checkpoint.resume in ("auto", "never") else 0  # a named one stays
         previous = self.files.final_previous.name
         warn(
             f"{config.source_of('overwrite_output_dir')}=true: starting over; the finished model is kept in "
@@ -167,7 +167,7 @@ class OutputLocation(ABC):
         """What a run would find there and do (``plan``, ``doctor``): looks only."""
         resume, details = self.survey()
         finished = self.has_final()
-        if finished and not self.config.job.overwrite_output_dir:
+        if finished and not self.config.outputs.overwrite_output_dir:
             would = REFUSE
         else:
             would = START_OVER if finished else resume

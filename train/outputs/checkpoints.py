@@ -250,7 +250,7 @@ def problem(checkpoint: Path) -> str | None:
 def resume_choice(config: Config, files: RunFiles) -> tuple[Path | None, list[tuple[Path, str]]]:
     """(the checkpoint a run resumes from, the newer ones it skips with the reason): MLM_RESUME=auto (the newest
     resumable one), never, or an explicit path (which must be resumable). Looks only; :func:`decide_resume` acts."""
-    resume = config.job.resume
+    resume = config.checkpoint.resume
     if resume == "never":
         return None, []
     if resume != "auto":

@@ -51,7 +51,7 @@ class Mirror(OutputLocation):
         if config.output_store is None:
             raise ValueError("output_dir is not in a store")
         super().__init__(config)
-        retry = Retry(total_s=config.job.store_retry_timeout)
+        retry = Retry(total_s=config.outputs.store_retry_timeout)
         self.store = store or Store(config.output_store, label=config.output_store_source, retry=retry)
 
     @property
@@ -97,7 +97,7 @@ class Mirror(OutputLocation):
     def survey(self) -> tuple[str, dict[str, Any]]:
         steps = self.store.checkpoint_steps()  # one listing of the store
         complete = sorted((step for step, done in steps.items() if done), reverse=True)
-        resume = self.config.job.resume
+        resume = self.config.checkpoint.resume
         if resume == "never" or not (complete or resume != "auto"):
             would = "start from step 0"
         else:
@@ -116,9 +116,9 @@ class Mirror(OutputLocation):
         self.start_over(warn)
         self.recover(warn)
         self.clear_staging()
-        if config.job.resume == "never":
+        if config.checkpoint.resume == "never":
             return None
-        if config.job.resume != "auto":
+        if config.checkpoint.resume != "auto":
             return self.explicit_resume()
         chosen, skipped = store.newest_resumable(self.files.root)
         vanished = {NAMES.checkpoint(step) for step, reason in skipped if reason == VANISHED}
@@ -139,7 +139,7 @@ class Mirror(OutputLocation):
         """A checkpoint whose upload was cut off (the store failed, or the stop timeout ended it) is in staging
         whole and in the store incomplete: it is uploaded now, so nothing the last run saved is lost. Only such
         a one: a staging directory outliving its store (a bucket emptied on purpose) revives nothing."""
-        if self.config.job.resume != "auto":
+        if self.config.checkpoint.resume != "auto":
             return
         steps = self.store.checkpoint_steps()
         newest = max((step for step, done in steps.items() if done), default=-1)
@@ -164,7 +164,7 @@ class Mirror(OutputLocation):
 
     def explicit_resume(self) -> str:
         """MLM_RESUME=<checkpoint's URL>: downloaded into staging; a local path: as for a directory."""
-        resume, label = self.config.job.resume, self.config.source_of("resume")
+        resume, label = self.config.checkpoint.resume, self.config.source_of("resume")
         if not is_store_url(resume):
             chosen, _ = resume_choice(self.config, self.files)
             return str(chosen)

@@ -73,7 +73,7 @@ def run_facts(config: Config, facts: RunFacts, *, started: str, status: str, han
         "batch_warmup": facts.batch_warmup,
         # The padding mode, whether documents were kept apart, and real tokens per position computed.
         "packing": as_json(facts.packing),
-        "image_revision": config.job.image_revision,
+        "image_revision": config.launch.image_revision,
         # The command the launcher ran (secrets never are in it); absent when the job was started without it.
         "command": handoff.command if handoff is not None else None,
         # The recipe `./entrypoint.sh replay` runs again: the options the user set (a preset's included), not the

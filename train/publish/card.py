@@ -66,14 +66,13 @@ def header_values(config: Config, repo_id: str | None) -> dict[str, str]:
     """The hub metadata (a hub base model and a hub dataset are linked), the title and the model's description."""
     from huggingface_hub import ModelCardData  # costly: loaded when a card is written
 
-    job = config.job
-    source = model_source(job.model_name_or_path, job.config_overrides)
+    source = model_source(config.model.model_name_or_path, config.model.config_overrides)
     metadata = ModelCardData(
         library_name="transformers",
         pipeline_tag="fill-mask",
         tags=CARD_TAGS,
         base_model=source.name if source.kind == "hub" else None,
-        datasets=[n for n in dataset_names(job.dataset, "dataset") if is_hub_dataset(n)] or None,
+        datasets=[n for n in dataset_names(config.data.dataset, "dataset") if is_hub_dataset(n)] or None,
     ).to_yaml()
     name = (repo_id or config.training.hub_model_id or "mlm-trainer model").split("/")[-1]
     return {"metadata": metadata.rstrip(), "name": name, "model": source.description}
@@ -121,17 +120,20 @@ def global_batch(config: Config, run: dict[str, Any], results: dict[str, Any]) -
 
 def data_values(config: Config, run: dict[str, Any], results: dict[str, Any]) -> dict[str, str]:
     """The dataset, its fingerprint, the sample counts and how the text became examples."""
-    job = config.job
     return {
-        "dataset": job.dataset,
-        "dataset_config": f" (config `{job.dataset_config_name}`)" if job.dataset_config_name else "",
+        "dataset": config.data.dataset,
+        "dataset_config": f" (config `{config.data.dataset_config_name}`)" if config.data.dataset_config_name else "",
         "fingerprint": run.get("dataset_fingerprint") or "unknown",
         "train_samples": _count(results.get("train_samples")),
         "eval_samples": _count(results.get("eval_samples")),
-        "max_seq_length": str(job.max_seq_length),
-        "padding": job.padding,
-        "mlm_probability": f"{job.mlm_probability:g}"
-        + (f" to {job.final_mlm_probability:g} (linearly)" if job.final_mlm_probability is not None else ""),
+        "max_seq_length": str(config.data.max_seq_length),
+        "padding": config.data.padding,
+        "mlm_probability": f"{config.masking.mlm_probability:g}"
+        + (
+            f" to {config.masking.final_mlm_probability:g} (linearly)"
+            if config.masking.final_mlm_probability is not None
+            else ""
+        ),
         # A resume on data that changed since its checkpoint (MLM_RESUME_ON_CHANGED_DATA): the model saw both.
         "data_changed": "; ".join(map(str, run.get("resumed_on_changed_data") or [])) or "no",
     }

@@ -16,7 +16,7 @@ from typing import Any
 
 from train.common.console import say, warn
 from train.common.errors import EnvironmentProblem
-from train.config import Config, JobArguments
+from train.config import JOB_FIELDS, Config
 from train.publish.common import why_failed
 
 # all_results.json entries that are counts, not measurements: trackers get them as parameters
@@ -27,7 +27,7 @@ def tracker_params(config: Config, run: dict[str, Any], results: dict[str, Any])
     """The job's options (as run.json records them: secrets redacted) and the run's facts, flat, as tracker
     parameters: what the Trainer's callbacks leave out (they log TrainingArguments and the model config)."""
     options = run.get("config") or config.as_dict(redact=True)
-    params: dict[str, Any] = {name: options.get(name) for name in JobArguments.__dataclass_fields__}
+    params: dict[str, Any] = {name: options.get(name) for name in JOB_FIELDS}
     params["push_to_hub"] = config.push_to_hub
     hardware = run.get("hardware") or {}
     params.update(

@@ -39,27 +39,30 @@ DRIFT_METRIC = "encoder_cosine"  # eval_encoder_cosine in the evaluation records
 
 def adapting_options(config: Config) -> list[str]:
     """The adapting options this run sets (all of them off by default)."""
-    job = config.job
-    head_rate, frozen = job.head_learning_rate is not None, job.freeze_layers is not None
-    used = {"head_warmup_steps": bool(job.head_warmup_steps), "head_learning_rate": head_rate, "freeze_layers": frozen}
+    head_rate, frozen = config.adapting.head_learning_rate is not None, config.adapting.freeze_layers is not None
+    used = {
+        "head_warmup_steps": bool(config.adapting.head_warmup_steps),
+        "head_learning_rate": head_rate,
+        "freeze_layers": frozen,
+    }
     return [name for name, on in used.items() if on]
 
 
 def check_adapting(config: Config, scratch: bool) -> None:
     """Before any data: freezing or warming up a head only means something for a pretrained model."""
-    job = config.job
     for name in adapting_options(config) if scratch else []:
         if name != "head_learning_rate":
             raise ConfigError(
-                f"{config.source_of(name)}={getattr(job, name)}: adapts a pretrained model, and "
-                f"{config.source_of('model_name_or_path')}={job.model_name_or_path} is trained from scratch; unset it"
+                f"{config.source_of(name)}={config.option(name)}: adapts a pretrained model, and "
+                f"{config.source_of('model_name_or_path')}={config.model.model_name_or_path} is trained from scratch; "
+                "unset it"
             )
 
 
 def freeze_layers(config: Config, model: Any) -> list[str]:
     """The embeddings and the first ``freeze_layers`` layers frozen for the whole run (before DDP wraps the model:
     it leaves parameters that do not train out); the names frozen, said once."""
-    count = config.job.freeze_layers
+    count = config.adapting.freeze_layers
     if count is None:
         return []
     frozen = freeze_first_layers(model, count, config.source_of("freeze_layers"))
@@ -72,21 +75,21 @@ def adapt(trainer: Any, config: Config, validation: Any, pad_id: int | None, scr
     """Give ``trainer`` (train/run/trainer.py's MLMTrainer) the head's parameters and rate, the warm-up's frozen
     encoder (by default for a pretrained model's ``new_head``: the learning rate's warm-up, :data:`AUTO_WARMUP`),
     and for a pretrained model with held-out data the drift at every evaluation."""
-    job, model = config.job, trainer.model
+    model = trainer.model
     head = head_parameters(model)
-    warmup = job.head_warmup_steps
+    warmup = config.adapting.head_warmup_steps
     if warmup is None:  # fsdp refuses a set warm-up; its default stays off there (not tried on shards)
         warmup = AUTO_WARMUP if new_head and head and not scratch and not isinstance(model, FSDPModule) else 0
     for name, used in (
-        ("head_warmup_steps", bool(job.head_warmup_steps)),
-        ("head_learning_rate", job.head_learning_rate is not None),
+        ("head_warmup_steps", bool(config.adapting.head_warmup_steps)),
+        ("head_learning_rate", config.adapting.head_learning_rate is not None),
     ):
         if used and not head:
             raise ConfigError(
                 f"{config.source_of(name)}: {type(model).__name__} has no MLM head apart from its encoder"
             )
     trainer.head_parameters = tuple(head)
-    trainer.head_learning_rate = job.head_learning_rate
+    trainer.head_learning_rate = config.adapting.head_learning_rate
     trainer.head_warmup_steps = warmup
     trainer.warming_up_frozen = tuple(encoder_parameters(model)) if warmup else ()
     # Under fsdp the encoder's own forward would meet the root unit's sharded parameters: not measured there yet.

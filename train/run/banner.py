@@ -33,13 +33,13 @@ def banner_record(
 ) -> dict[str, Any]:
     """The launch facts as one record: the launcher's decisions (``handoff``; None when the job was started
     without the launcher) and what only the running job knows (``facts``: data size; ``start``: steps)."""
-    training, job, model = config.training, config.job, facts.model
+    training, model = config.training, facts.model
     world_size = int(start.world_size or training.world_size or 1)
     files = RunFiles(training.output_dir)
     record: dict[str, Any] = {
         "event": "banner",
         "time": now(),
-        "image_revision": job.image_revision,
+        "image_revision": config.launch.image_revision,
         "versions": package_versions(),
         "launched": handoff is not None,
         "gpus": handoff.gpus if handoff else [],
@@ -55,15 +55,17 @@ def banner_record(
         "per_device_train_batch_size": int(training.per_device_train_batch_size),
         "gradient_accumulation_steps": int(training.gradient_accumulation_steps),
         "batch_warmup": facts.batch_warmup,
-        "model": job.model_name_or_path,
-        "recipe": recipe_summary(job.recipe, job.model_name_or_path, training, job.decay_ratio),
+        "model": config.model.model_name_or_path,
+        "recipe": recipe_summary(
+            config.model.recipe, config.model.model_name_or_path, training, config.schedule.decay_ratio
+        ),
         "attention": model.attention,
         "head": model.head,
         "head_weights": model.head_weights,
         "masking": as_json(facts.masking),
         "packing": as_json(facts.packing),
         "sharding": as_json(facts.sharding),
-        "dataset": job.dataset,
+        "dataset": config.data.dataset,
         "mixture": facts.mixture,
         "branch": facts.branch,
         "phase": facts.phase,
@@ -156,7 +158,7 @@ def banner_text(config: Config, facts: RunFacts, record: dict[str, Any]) -> str:
     """``record`` (from banner_record) as the banner: the same record, with its one time stamp, that the log
     file keeps, so stdout and logs/train.jsonl never differ by a second."""
     files = RunFiles(config.training.output_dir)
-    if resolve_format(config.job.log_format) == "json":
+    if resolve_format(config.launch.log_format) == "json":
         return json.dumps(jsonable(record))
     versions = record["versions"]
     shown = [name for name in ("torch", "transformers", "python") if name in versions]
@@ -204,7 +206,7 @@ def banner_text(config: Config, facts: RunFacts, record: dict[str, Any]) -> str:
             else f"  data       {record['dataset']}: streamed (size unknown until read) / "
             f"{_count(facts.eval_samples)} eval samples"
         ),
-        *([f"  mixture    {mixture_text(facts.mixture, config.job.mixture_exhausted)}"] if facts.mixture else []),
+        *([f"  mixture    {mixture_text(facts.mixture, config.data.mixture_exhausted)}"] if facts.mixture else []),
         f"  steps      {_count(steps)} ({span}){resumed}",
         f"  outputs    {facts.outputs or files.root}",  # the output location's summary, from the job
     ]

@@ -40,7 +40,7 @@ def masking_collator(config: Config, tokenizer: Any, model: Any) -> MaskingColla
     """The batches' masking and layout (train/model/collator.py), as the padding mode has them: for documents kept
     apart, the model is prepared to take their boundaries (train/model/packing.py). Training and evaluate-only
     (train/run/evaluate.py) build it here, so an evaluation masks as training's does."""
-    job, padding = config.job, Padding(config.job.padding)
+    padding = Padding(config.data.padding)
     isolate = None
     if padding.isolates:
         check_isolation(config, model.config, attn_implementation(model.config))
@@ -56,13 +56,13 @@ def masking_collator(config: Config, tokenizer: Any, model: Any) -> MaskingColla
         mask_token_id=tokenizer.mask_token_id,
         vocab_size=len(tokenizer),
         # With a rate schedule, masked at its highest rate; the Trainer keeps each step's share (thin_masks).
-        mlm_probability=max(job.mlm_probability, job.final_mlm_probability or 0.0),
-        mask_draws=job.final_mlm_probability is not None,
-        mask_replace_prob=job.mask_replace_prob,
-        random_replace_prob=job.random_replace_prob,
+        mlm_probability=max(config.masking.mlm_probability, config.masking.final_mlm_probability or 0.0),
+        mask_draws=config.masking.final_mlm_probability is not None,
+        mask_replace_prob=config.masking.mask_replace_prob,
+        random_replace_prob=config.masking.random_replace_prob,
         seed=config.training.seed,
-        pad_to_multiple_of=padding.pad_multiple(job.pad_to_multiple_of),
-        word_start=word_starts(tokenizer, tokenizer_label(config)) if job.whole_word_mask else None,
+        pad_to_multiple_of=padding.pad_multiple(config.data.pad_to_multiple_of),
+        word_start=word_starts(tokenizer, tokenizer_label(config)) if config.masking.whole_word_mask else None,
         isolate=isolate,
         flatten=padding.flattens,
     )
@@ -71,23 +71,24 @@ def masking_collator(config: Config, tokenizer: Any, model: Any) -> MaskingColla
 def batch_warmup(config: Config) -> BatchWarmup | None:
     """The run's batch warm-up (train/common/schedules.py), in global rows: per-device batch x accumulation x
     ranks at full size, each rank training a row of each micro-batch at least; None without one."""
-    job, training = config.job, config.training
-    if job.batch_warmup_ratio <= 0:
+    training = config.training
+    if config.schedule.batch_warmup_ratio <= 0:
         return None
     unit = max(training.world_size, 1) * training.gradient_accumulation_steps
     full = training.per_device_train_batch_size * unit
-    return BatchWarmup(full=full, start=job.batch_warmup_start, ratio=job.batch_warmup_ratio, unit=unit)
+    return BatchWarmup(
+        full=full, start=config.schedule.batch_warmup_start, ratio=config.schedule.batch_warmup_ratio, unit=unit
+    )
 
 
 def check_batch_warmup(config: Config) -> None:
     """ConfigError, naming MLM_BATCH_WARMUP_RATIO, where a batch warm-up has no rows to leave out: a padding-free
     batch is one row of all its examples."""
-    job = config.job
-    if job.batch_warmup_ratio > 0 and Padding(job.padding).flattens:
+    if config.schedule.batch_warmup_ratio > 0 and Padding(config.data.padding).flattens:
         raise ConfigError(
-            f"{config.source_of('batch_warmup_ratio')}={job.batch_warmup_ratio:g}: a batch warm-up trains fewer rows "
-            f"of each batch, and {config.source_of('padding')}={job.padding} lays a batch out as one row; use padding "
-            "packed or dynamic, or no batch warm-up (0)"
+            f"{config.source_of('batch_warmup_ratio')}={config.schedule.batch_warmup_ratio:g}: a batch warm-up trains "
+            f"fewer rows of each batch, and {config.source_of('padding')}={config.data.padding} lays a batch out as "
+            "one row; use padding packed or dynamic, or no batch warm-up (0)"
         )
 
 
@@ -99,7 +100,7 @@ def check_isolation(config: Config, model_config: Any, attn_implementation: str 
     reason = packing.unsupported_reason(model_config, attn_implementation)
     if reason is not None:
         raise ConfigError(
-            f"{config.source_of('padding')}={config.job.padding}: {reason}; use padding packed_crossing or dynamic"
+            f"{config.source_of('padding')}={config.data.padding}: {reason}; use padding packed_crossing or dynamic"
         )
 
 
@@ -111,24 +112,26 @@ def batch_facts(config: Config, collator: MaskingCollator, corpus: Corpus) -> tu
     realised share of real tokens masked (special tokens are never masked, and whole words mask as many tokens as
     the chosen words have, so it is what the loss really averages over); the padding mode and its efficiency,
     real tokens per position computed."""
-    job, size = config.job, config.training.per_device_train_batch_size
+    size = config.training.per_device_train_batch_size
     dataset = corpus.train if not corpus.streaming else corpus.validation
     count = min(MEASURED_SAMPLES, len(dataset)) if dataset is not None else 0
     drawn = random.Random(config.training.seed).sample(range(len(dataset)), count) if dataset is not None else []
     sample = [dataset[i] for i in drawn]
-    at_first = collator.for_evaluation(job.mlm_probability)  # the first step's rate (a schedule masks at its highest)
+    at_first = collator.for_evaluation(
+        config.masking.mlm_probability
+    )  # the first step's rate (a schedule masks at its highest)
     measured = at_first.measure([sample[i : i + size] for i in range(0, len(sample), size)])
     masking = Masking(
-        mlm_probability=job.mlm_probability,
-        final_mlm_probability=job.final_mlm_probability,
-        eval_mlm_probability=job.eval_mlm_probability or job.mlm_probability,
-        whole_word_mask=job.whole_word_mask,
+        mlm_probability=config.masking.mlm_probability,
+        final_mlm_probability=config.masking.final_mlm_probability,
+        eval_mlm_probability=config.masking.eval_mlm_probability or config.masking.mlm_probability,
+        whole_word_mask=config.masking.whole_word_mask,
         realised=_rounded(measured["realised"]),
         realised_on_samples=len(sample),
     )
     layout = Packing(
-        padding=job.padding,
-        documents_apart=Padding(job.padding).isolates,
+        padding=config.data.padding,
+        documents_apart=Padding(config.data.padding).isolates,
         efficiency=_rounded(measured["efficiency"]),
     )
     return masking, layout

@@ -174,16 +174,16 @@ def prepare(
     node (and a resumed run's is its checkpoint's): train/model/tokenizer_training.py says why.
 
     ``startup`` gets each phase's end (train/run/startup.py)."""
-    training, job = config.training, config.job
+    training = config.training
     mark = startup.mark if startup is not None else lambda phase, note=None: None
-    padding = Padding(job.padding)
+    padding = Padding(config.data.padding)
     stopper = StopOnSignal()  # first: a stop while the data is prepared (or a checkpoint downloads) is exit 75
     check_sharding(config)
     check_batch_warmup(config)
     arch = scratch_config(config)
     check_adapting(config, scratch=arch is not None)
     model_config = check_before_data(config, arch)
-    companions = None if arch is not None else companion_directory(job.model_name_or_path)
+    companions = None if arch is not None else companion_directory(config.model.model_name_or_path)
     check_companions(companions)  # a handed-over model's files final/ will keep: checked before the data
     if model_config is not None and padding.isolates:  # refused before the data, where the config is known
         check_isolation(config, model_config, attention_implementation(config, model_config))
@@ -258,23 +258,25 @@ def prepare(
         ],
     )
     trainer.eval_collator = collator.for_evaluation(
-        evaluation_rate(job.mlm_probability, job.final_mlm_probability, job.eval_mlm_probability)
+        evaluation_rate(
+            config.masking.mlm_probability, config.masking.final_mlm_probability, config.masking.eval_mlm_probability
+        )
     )
-    trainer.decay_ratio = job.decay_ratio
+    trainer.decay_ratio = config.schedule.decay_ratio
     trainer.phase = phase
     trainer.eval_parts = corpus.validation_parts
     trainer.batch_warmup = batch_warmup(config)
     if budget is not None:
         budget.size_evaluation = EvaluationSizer(trainer)
         budget.batch_warmup = trainer.batch_warmup
-    if job.final_mlm_probability is not None:
-        trainer.mask_rates = (job.mlm_probability, job.final_mlm_probability)
+    if config.masking.final_mlm_probability is not None:
+        trainer.mask_rates = (config.masking.mlm_probability, config.masking.final_mlm_probability)
     losses_are_batch_means(trainer)
     held_out = corpus.validation if evaluating else None
     adapt(trainer, config, held_out, tokenizer.pad_token_id, arch is not None, built.head_weights is not None)
     masking, packing_facts = batch_facts(config, collator, corpus)
     warmup = trainer.batch_warmup  # in tokens too where every row is a packed block of max_seq_length
-    warmup_facts = warmup.record(job.max_seq_length if padding.packs else None) if warmup else None
+    warmup_facts = warmup.record(config.data.max_seq_length if padding.packs else None) if warmup else None
     mark("trainer")
     return Prepared(
         trainer=trainer, tokenizer=tokenizer, corpus=corpus, stopper=stopper, guard=guard, head=built.head,
@@ -295,8 +297,9 @@ def time_budget(config: Config, model: Any, validation: Any, stopper: StopOnSign
     per_pass = training.per_device_eval_batch_size * max(training.world_size, 1)
     batches = -(-len(validation) // per_pass) if validation is not None else 0
     weights_mb = sum(p.numel() * p.element_size() for p in model.parameters()) / 1e6
-    job = config.job
-    return TimeBudget(handoff, batches, 3 * weights_mb, job.decay_ratio, stopper, job.stop_timeout)
+    return TimeBudget(
+        handoff, batches, 3 * weights_mb, config.schedule.decay_ratio, stopper, config.launch.stop_timeout
+    )
 
 
 def resumed_data(config: Config, checkpoint: Path, identity: dict[str, Any]) -> list[str] | None:
@@ -310,7 +313,7 @@ def resumed_data(config: Config, checkpoint: Path, identity: dict[str, Any]) -> 
         return None
     option = config.source_of("resume_on_changed_data")
     said = "; ".join(changed[:5]) + (f"; and {len(changed) - 5} more" if len(changed) > 5 else "")
-    if not config.job.resume_on_changed_data:
+    if not config.checkpoint.resume_on_changed_data:
         raise ConfigError(
             f"{checkpoint.name} was saved while training on other data ({said}); the resume is refused: restore the "
             f"data, start over in another output_dir, or set {env_name('resume_on_changed_data')}=true to resume "

@@ -49,7 +49,7 @@ def held_out(config: Config) -> RawData:
     raw = load_raw(config)
     if "validation" not in raw.splits or not len(raw.splits["validation"]):
         raise ConfigError(
-            f"{config.source_of('dataset')}={config.job.dataset!r}: nothing is held out to evaluate on; set "
+            f"{config.source_of('dataset')}={config.data.dataset!r}: nothing is held out to evaluate on; set "
             "validation_file, validation_split_percentage above 0, or (streaming) max_eval_samples"
         )
     parts = tuple(
@@ -68,7 +68,7 @@ def held_out_parts(config: Config, text: RawData, tokenizer: Any) -> dict[str, A
 def fetched_model(config: Config) -> None:
     """A model or checkpoint in a bucket (``s3://...``, any fsspec URL): downloaded afresh once per node into the
     cache (HF_HOME), verified against its list of files, and evaluated from there."""
-    url = config.job.model_name_or_path
+    url = config.model.model_name_or_path
     if not is_store_url(url):
         return
     local = cache_root() / "models" / hashlib.sha256(url.encode()).hexdigest()[:CACHE_KEY_CHARS]
@@ -77,19 +77,19 @@ def fetched_model(config: Config) -> None:
         if training.local_process_index == 0:
             shutil.rmtree(local, ignore_errors=True)
             say(fetch(url, local, label=config.source_of("model_name_or_path")))
-    config.job.model_name_or_path = str(local)
+    config.model.model_name_or_path = str(local)
 
 
 def evaluate(config: Config) -> dict[str, Any]:
     """Every rank: the model scored on the held-out text; the figures (the same on every rank)."""
-    job, training = config.job, config.training
-    shown = job.model_name_or_path
+    training = config.training
+    shown = config.model.model_name_or_path
     fetched_model(config)
-    source = model_source(job.model_name_or_path, job.config_overrides)
+    source = model_source(config.model.model_name_or_path, config.model.config_overrides)
     if source.kind == "scratch":
         raise ConfigError(
-            f"{config.source_of('model_name_or_path')}={job.model_name_or_path!r}: evaluate needs a trained model "
-            "(a final/ directory, a checkpoint-N/ directory or a hub id), not an architecture"
+            f"{config.source_of('model_name_or_path')}={config.model.model_name_or_path!r}: evaluate needs a trained "
+            "model (a final/ directory, a checkpoint-N/ directory or a hub id), not an architecture"
         )
     model_config = check_before_data(config, None)
     with training.main_process_first(desc="preparing the held-out data"):
@@ -110,12 +110,14 @@ def evaluate(config: Config) -> dict[str, Any]:
         preprocess_logits_for_metrics=argmax_logits,
     )
     trainer.eval_collator = collator.for_evaluation(
-        evaluation_rate(job.mlm_probability, job.final_mlm_probability, job.eval_mlm_probability)
+        evaluation_rate(
+            config.masking.mlm_probability, config.masking.final_mlm_probability, config.masking.eval_mlm_probability
+        )
     )
     trainer.eval_parts = parts  # a mixture: each source's loss beside the total, as training evaluates it
     losses_are_batch_means(trainer)
     trainer.remove_callback(PrinterCallback)
-    if not bars_drawn(resolve_format(job.log_format)):
+    if not bars_drawn(resolve_format(config.launch.log_format)):
         trainer.remove_callback(ProgressCallback)
     metrics = trainer.evaluate()
     loss = float(metrics["eval_loss"])
@@ -129,7 +131,7 @@ def evaluate(config: Config) -> dict[str, Any]:
         "eval_mlm_probability": trainer.eval_collator.mlm_probability,
         "seed": training.seed,
         "world_size": training.world_size,
-        "dataset": job.dataset,
+        "dataset": config.data.dataset,
         "dataset_fingerprint": text.fingerprint,
         "head_weights": head_weights,
         "eval_runtime": metrics.get("eval_runtime"),

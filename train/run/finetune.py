@@ -90,7 +90,7 @@ def load_tokenizer(config: Config, model: Named) -> Any:
     own)."""
     name, option = (model.tokenizer, model.tokenizer_option) if model.tokenizer else (model.name, model.option)
     try:
-        tokenizer = AutoTokenizer.from_pretrained(name, trust_remote_code=config.job.trust_remote_code)
+        tokenizer = AutoTokenizer.from_pretrained(name, trust_remote_code=config.model.trust_remote_code)
     except (OSError, ValueError) as exc:
         raise ConfigError(f"{option}={name!r}: cannot load the tokenizer ({first_line(exc)})") from None
     if tokenizer.pad_token is None:
@@ -100,8 +100,7 @@ def load_tokenizer(config: Config, model: Named) -> Any:
 
 def load_model_config(config: Config, task: Task, model: Named) -> Any:
     """The model's config with the task's labels: the classification head is built from it."""
-    job = config.job
-    source = model_source(model.name, job.config_overrides)
+    source = model_source(model.name, config.model.config_overrides)
     if source.kind == "scratch":
         raise ConfigError(
             f"{model.option}={model.name!r}: finetune needs a trained model (a final/ directory, a "
@@ -117,7 +116,7 @@ def load_model_config(config: Config, task: Task, model: Named) -> Any:
             num_labels=task.num_labels,
             id2label=dict(enumerate(task.labels)),
             label2id={label: i for i, label in enumerate(task.labels)},
-            trust_remote_code=job.trust_remote_code,
+            trust_remote_code=config.model.trust_remote_code,
         )
     except (OSError, ValueError) as exc:
         raise ConfigError(f"{model.option}={model.name!r}: cannot load the model ({first_line(exc)})") from None
@@ -125,7 +124,7 @@ def load_model_config(config: Config, task: Task, model: Named) -> Any:
 
 def longest(config: Config, model_config: Any, tokenizer: Any) -> int:
     """max_seq_length, unless the model's positions or its tokenizer's stated limit are shorter."""
-    limits = [config.job.max_seq_length, getattr(model_config, "max_position_embeddings", None)]
+    limits = [config.data.max_seq_length, getattr(model_config, "max_position_embeddings", None)]
     if tokenizer.model_max_length < 1_000_000:  # unset, transformers says 1e30
         limits.append(tokenizer.model_max_length)
     return min(limit for limit in limits if limit)
@@ -165,9 +164,9 @@ def subject_of(config: Config, task: Task, model: Named, done: dict | None = Non
     max_length = longest(config, model_config, tokenizer)
     per_device = max(1, BATCH_SIZE // training.world_size)
     recipe = Recipe(
-        learning_rate=config.job.task_learning_rate,
-        epochs=config.job.task_epochs,
-        seeds=list(range(config.job.task_seeds)),
+        learning_rate=config.task.task_learning_rate,
+        epochs=config.task.task_epochs,
+        seeds=list(range(config.task.task_seeds)),
         max_length=max_length,
         batch_size=per_device * training.world_size,
         per_device_batch_size=per_device,
@@ -198,21 +197,22 @@ class Plan:
 def prepare(config: Config) -> Plan:
     """Every rank: the task read and checked, each model's config and tokenizer, the splits tokenized; every
     ConfigError comes from here, before anything is trained."""
-    job = config.job
     with config.training.main_process_first(desc="reading the task"):
         task = load_task(config)
     option, tokenizer_option = config.source_of("model_name_or_path"), config.source_of("tokenizer_name")
     located = None
-    if job.task_all_checkpoints:
+    if config.task.task_all_checkpoints:
         files = series.run_directory(config)
         models = series.verified_models(config, files, lambda text: warned(config, text))
         located, run_dir = series.points(files, models), files.root
         names = [str(model) for model in models]
     else:
         fetched_model(config)
-        names, run_dir = [job.model_name_or_path], run_of(job.model_name_or_path)
+        names, run_dir = [config.model.model_name_or_path], run_of(config.model.model_name_or_path)
     done: dict = {}
-    subjects = [subject_of(config, task, Named(n, option, job.tokenizer_name, tokenizer_option), done) for n in names]
+    subjects = [
+        subject_of(config, task, Named(n, option, config.model.tokenizer_name, tokenizer_option), done) for n in names
+    ]
     return Plan(task, subjects, located, starting_subject(config, task, run_dir, done))
 
 
@@ -234,7 +234,7 @@ def starting_subject(config: Config, task: Task, run_dir: Path | None, done: dic
 def classifier(config: Config, subject: Subject, pretrained: bool) -> tuple[Any, list[str]]:
     """The model with a new classification head: the pretrained weights (and the names of the tensors they lack,
     the head's among them, which start random), or all of it random (a baseline)."""
-    trust = config.job.trust_remote_code
+    trust = config.model.trust_remote_code
     with quiet_transformers():  # its "newly initialized" report is for a person fine-tuning by hand; ours says it
         if not pretrained:
             return AutoModelForSequenceClassification.from_config(subject.model_config, trust_remote_code=trust), []
@@ -256,14 +256,14 @@ def fine_tune(config: Config, subject: Subject, seed: int, pretrained: bool) -> 
         model=model,
         args=arguments(config, subject.recipe, seed),
         train_dataset=subject.train,
-        data_collator=DataCollatorWithPadding(subject.tokenizer, pad_to_multiple_of=config.job.pad_to_multiple_of),
+        data_collator=DataCollatorWithPadding(subject.tokenizer, pad_to_multiple_of=config.data.pad_to_multiple_of),
         processing_class=subject.tokenizer,
     )
     # A classifier's loss is a mean over its micro-batch, as the MLM heads' are: without this the Trainer scales it
     # by the world size (2 ranks: a logged loss and gradient twice as large).
     losses_are_batch_means(trainer)
     trainer.remove_callback(PrinterCallback)
-    if not bars_drawn(resolve_format(config.job.log_format)):
+    if not bars_drawn(resolve_format(config.launch.log_format)):
         trainer.remove_callback(ProgressCallback)
     started = time.monotonic()
     trained = trainer.train()
@@ -291,7 +291,7 @@ def finetune(config: Config) -> dict[str, Any]:
     """Every rank: the task, every seed of the recipe on the model or on each model of a run (and on the model the
     run started from, and on the baseline); the results (the same on every rank)."""
     started = time.monotonic()
-    shown = config.job.model_name_or_path
+    shown = config.model.model_name_or_path
     plan = prepare(config)
     task, newest = plan.task, plan.subjects[-1]
     results: dict[str, Any] = {
@@ -325,7 +325,7 @@ def finetune(config: Config) -> dict[str, Any]:
             "max_length": starting.recipe.max_length,
             **scored(config, starting, "starting", "before pretraining", True)[0],
         }
-    if config.job.task_baselines:  # a run's models share one architecture: its random initialisation, seed by seed
+    if config.task.task_baselines:  # a run's models share one architecture: its random initialisation, seed by seed
         results["baseline"] = earlier.kept("random-init baseline", earlier.baseline, shown) or {
             "model": shown,
             **scored(config, newest, "baseline", "baseline", False)[0],
@@ -338,7 +338,7 @@ def said(config: Config, record: dict[str, Any], text: str, level: str = "info")
     """World rank 0's line: a JSON record, or ``mlm-trainer: finetune ...`` for a person."""
     if not distributed.is_world_zero():
         return
-    if resolve_format(config.job.log_format) == "json":
+    if resolve_format(config.launch.log_format) == "json":
         print(json.dumps(record), flush=True)
     else:
         say(f"finetune {text}", level)
@@ -358,7 +358,7 @@ def main(argv: list[str] | None = None) -> int:
     configure_console(config)
     results = finetune(config)
     write_results(config, FINETUNE_RESULTS, results, "finetune", results_text(results))
-    if config.job.task_all_checkpoints and distributed.is_world_zero():
+    if config.task.task_all_checkpoints and distributed.is_world_zero():
         series.refresh_report(config)  # drawn beside the held-out loss when written into the run's directory
     return 0
 

@@ -61,5 +61,5 @@ def arguments(config: Config, recipe: Recipe, seed: int) -> TrainingArguments:
         ddp_timeout=training.ddp_timeout,
         dataloader_num_workers=training.dataloader_num_workers,
         dataloader_pin_memory=training.dataloader_pin_memory and not training.use_cpu,
-        disable_tqdm=not bars_drawn(resolve_format(config.job.log_format)),
+        disable_tqdm=not bars_drawn(resolve_format(config.launch.log_format)),
     )

@@ -55,7 +55,7 @@ class Starting:
 
 def run_directory(config: Config) -> RunFiles:
     """MLM_MODEL_NAME_OR_PATH as a run's output_dir, holding checkpoint-N/ or final/; ConfigError otherwise."""
-    name = config.job.model_name_or_path
+    name = config.model.model_name_or_path
     option = config.source_of("model_name_or_path")
     if is_store_url(name):
         raise ConfigError(
@@ -84,7 +84,7 @@ def verified_models(config: Config, files: RunFiles, warn: Callable[[str], None]
         kept.append(model)
     if not kept:
         option = config.source_of("model_name_or_path")
-        raise ConfigError(f"{option}={config.job.model_name_or_path!r}: no intact checkpoint or final model in it")
+        raise ConfigError(f"{option}={config.model.model_name_or_path!r}: no intact checkpoint or final model in it")
     return kept
 
 
@@ -142,7 +142,7 @@ def starting_model(run_dir: Path | None, warn: Callable[[str], None]) -> Startin
 def without_remote_code(config: Config) -> Config:
     """``config`` for a model a file named: trust is never inherited from a file, so its own code never runs,
     whatever MLM_TRUST_REMOTE_CODE says for the model the user named."""
-    return dataclasses.replace(config, job=dataclasses.replace(config.job, trust_remote_code=False))
+    return dataclasses.replace(config, model=dataclasses.replace(config.model, trust_remote_code=False))
 
 
 def run_of(model: str) -> Path | None:
@@ -159,7 +159,7 @@ def run_of(model: str) -> Path | None:
 def refresh_report(config: Config) -> None:
     """The run's report drawn again when the series was written into the run's own output_dir (the training job
     drew it when it ended, without the series)."""
-    output, run = config.training.output_dir, config.job.model_name_or_path
+    output, run = config.training.output_dir, config.model.model_name_or_path
     if is_store_url(output) or is_store_url(run):
         return
     if Path(output).expanduser().resolve() == Path(run).expanduser().resolve():

@@ -108,7 +108,7 @@ def run(config: Config, location: OutputLocation, startup: Startup | None = None
     files = location.files
     lease = location.lease()
     if distributed.is_world_zero():  # before output_dir changes: a second job must leave the first unharmed
-        lease.acquire(wait_s=config.job.stop_timeout)
+        lease.acquire(wait_s=config.launch.stop_timeout)
     startup.mark("configuration")  # the options, the output directory's check and the lease
     try:
         set_seed(config.training.seed)

@@ -334,7 +334,7 @@ def configure_console(config: Config) -> str:
     a terminal or not: they end before training with a line of their own (what a captured log shows of a node's
     tokenizing); only the Trainer's bar, redrawn between the step lines, needs a terminal (:func:`bars_drawn`).
     Call once, early."""
-    log_format = resolve_format(config.job.log_format)
+    log_format = resolve_format(config.launch.log_format)
     if log_format == "json":
         import datasets
         import huggingface_hub.utils
@@ -352,7 +352,7 @@ def callbacks(
     """Our logging callbacks for this rank. ``facts``: what the job's data preparation counted (train_samples,
     eval_samples, train_real_tokens, ...); without them the banner is skipped and tokens/s needs the Trainer's
     count. ``startup``: the start-up's phases, recorded at the first step."""
-    log_format = resolve_format(config.job.log_format)
+    log_format = resolve_format(config.launch.log_format)
     log = TrainingLog(config.training.output_dir, log_format, facts=facts, config=config, handoff=handoff)
     log.startup = startup
     found: list[TrainerCallback] = [log]

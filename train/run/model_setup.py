@@ -105,7 +105,11 @@ def shard_for_training(built: RankModel, training: TrainingArguments) -> Any:
 def _rank_zero_first(config: Config) -> bool:
     """Whether rank 0 builds first and the others may build on meta: more than one rank, a mode that may be fsdp,
     and a config class every rank can unpickle."""
-    return distributed.several_ranks() and config.job.sharding in ("fsdp", "auto") and not config.job.trust_remote_code
+    return (
+        distributed.several_ranks()
+        and config.launch.sharding in ("fsdp", "auto")
+        and not config.model.trust_remote_code
+    )
 
 
 def _built_here(
@@ -125,7 +129,7 @@ def _built_here(
 def _with_head(config: Config, model: Any) -> str:
     """The masked-only head when it is asked for and this model takes it (an explicit ask that cannot be kept is a
     ConfigError; the default falls back to the dense head with a warning)."""
-    if not config.job.masked_only_head:
+    if not config.model.masked_only_head:
         return "dense"
     try:
         use_masked_only_head(model)
@@ -209,7 +213,7 @@ def decide_sharding(config: Config, model: Any, resume: Path | None) -> tuple[st
     handoff = Handoff.from_environ()
     gpu_memory = handoff.gpu_memory_bytes if handoff is not None else None
     estimate = ddp_estimate(model, config)
-    requested = config.job.sharding
+    requested = config.launch.sharding
     mode, words = choose_sharding(
         requested, estimate, gpu_memory, config.training.world_size, resumed_mode(config, resume)
     )

@@ -37,7 +37,7 @@ def main(argv: list[str] | None = None) -> int:
     config = load_config(args)
     move_hub_token_to_env(config, os.environ)
     check_cache_dir()
-    if config.job.streaming:
+    if config.data.streaming:
         say("streaming: nothing to prepare; a stream is read and tokenized while training")
         return 0
     started = time.monotonic()

@@ -25,7 +25,7 @@ def write_results(config: Config, name: str, results: dict[str, Any], event: str
     write_json_atomic(path, results)
     location.sync(path)
     written = f"{location.shown}/{name}"
-    if resolve_format(config.job.log_format) == "json":
+    if resolve_format(config.launch.log_format) == "json":
         print(json.dumps({"event": event, **results, "written": written}), flush=True)
     else:
         say(f"{text}; written to {written}")

@@ -57,14 +57,14 @@ def check_sharding(config: Config, mode: str | None = None) -> None:
     """ConfigError, naming MLM_SHARDING, for what fsdp cannot run with (yet): before any data is read when it is set,
     once the model is built when ``auto`` chose it (``mode``)."""
     training = config.training
-    if (mode or config.job.sharding) != "fsdp":
+    if (mode or config.launch.sharding) != "fsdp":
         if training.fsdp:  # accelerate gives CPU ranks DDP under it without a word; GPU ranks another FSDP than ours
             raise ConfigError(
                 f"{config.source_of('fsdp')}: the Trainer's own FSDP is not used by this job; "
                 "set MLM_SHARDING=fsdp to shard the model (and leave fsdp/fsdp_config unset)"
             )
         return
-    option = f"{config.source_of('sharding')}={config.job.sharding}"
+    option = f"{config.source_of('sharding')}={config.launch.sharding}"
     if training.fp16:
         # accelerate's GradScaler would look for inf/NaN in each rank's shard alone and the ranks could disagree
         raise ConfigError(f"{option}: fp16 is not supported under fsdp; use bf16 or fp32")
@@ -89,7 +89,7 @@ def resumed_mode(config: Config, checkpoint: Path | None) -> str | None:
     MLM_SHARDING when it is set to the other one: a ddp checkpoint holds no sharded optimizer, an fsdp one no
     optimizer.pt (the Trainer would go on without its optimizer state, silently)."""
     written = written_in(checkpoint) if checkpoint is not None else None
-    requested = config.job.sharding
+    requested = config.launch.sharding
     if written is None or requested in ("auto", written):
         return written
     assert checkpoint is not None
