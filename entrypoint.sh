@@ -124,7 +124,7 @@ _main() {
 		shift
 		withhold_secrets "$@"
 		wants_help "${ARGS[@]}" && exec "$PYTHON" -m train.common.usage "$command"
-		exec "$PYTHON" -m train.run.prepare "${ARGS[@]}"
+		exec "$PYTHON" -m train.commands.prepare "${ARGS[@]}"
 		;;
 	gpus)
 		shift
@@ -144,7 +144,7 @@ _main() {
 	average)
 		shift
 		wants_help "$@" && exec "$PYTHON" -m train.common.usage "$command"
-		exec "$PYTHON" -m train.run.average "$@"
+		exec "$PYTHON" -m train.commands.average "$@"
 		;;
 	*)
 		# A word that is no program on PATH (a mistyped command: trian) gets one line naming the nearest command,

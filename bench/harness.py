@@ -18,7 +18,7 @@ from typing import Any  # noqa: E402
 
 import train.run.job as job  # noqa: E402
 from bench.probe import PROBE_FILE_ENV, StepProbe  # noqa: E402
-from train.common.errors import exit_process, run_main  # noqa: E402
+from train.common.distributed import run_and_exit  # noqa: E402
 
 IMPORTED = time.time()
 
@@ -46,8 +46,4 @@ def install_probe(path: Path) -> None:
 if __name__ == "__main__":
     if os.environ.get(PROBE_FILE_ENV):
         install_probe(Path(os.environ[PROBE_FILE_ENV]))
-    try:
-        code = run_main(job.main)
-    finally:
-        job.cleanup()
-    exit_process(code)  # as train.run.job exits
+    run_and_exit(job.main)  # as train.run.job exits

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from train.commands.prepare import main as prepare_main
 from train.common.usage import COMMANDS, usage
 from train.config import option_rows
 from train.doctor.__main__ import main as doctor_main
@@ -15,7 +16,6 @@ from train.launch.__main__ import main as launch_main
 from train.machine.__main__ import main as gpus_main
 from train.outputs.verify import main as verify_main
 from train.report.__main__ import main as report_main
-from train.run.prepare import main as prepare_main
 
 REPO = Path(__file__).resolve().parent.parent
 

@@ -25,6 +25,7 @@ ORDER = [
     "report",
     "publish",
     "run",
+    "commands",
     "launch",
     "doctor",
 ]

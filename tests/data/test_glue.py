@@ -13,13 +13,13 @@ import huggingface_hub
 import pytest
 from datasets import ClassLabel, Dataset, Features, Value
 
+from tests.commands.finetune.test_command import TINY, build_model, sentences
 from tests.hub_server import HubServer
-from tests.run.test_finetune import TINY, build_model, sentences
+from train.commands.finetune.command import FINETUNE_RESULTS, main
 from train.common.errors import ConfigError
 from train.config import load_config
 from train.data.glue import HUB_DATASET, TASKS
 from train.data.tasks import LABEL, PAIR, TEXT, Task, load_task
-from train.run.finetune import FINETUNE_RESULTS, main
 
 # Sentences of two licences stand in for GLUE's text: the labels are GLUE's classes, the words are not.
 APACHE, GPL = sentences("Apache-2.0"), sentences("GPL-3")

@@ -75,7 +75,7 @@ def test_a_mixture_is_read_tokenized_and_mixed_with_a_held_out_part_per_source(
     assert corpus.mixture is not None and [round(f.share, 2) for f in corpus.mixture] == [0.25, 0.75]
     assert corpus.train_samples == sum(f.taken for f in corpus.mixture)
 
-    from train.run.evaluate import held_out, held_out_parts  # `evaluate`: the same parts, scored per source
+    from train.commands.evaluate import held_out, held_out_parts  # `evaluate`: the same parts, scored per source
 
     text = held_out(config)
     assert text.parts is not None and [set(r.splits) for _, r in text.parts] == [{"validation"}, {"validation"}]

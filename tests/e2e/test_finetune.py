@@ -1,5 +1,5 @@
 """./entrypoint.sh finetune end to end: the launcher, torchrun, one rank (the tiny model and task of
-tests/run/test_finetune.py; the run of tests/run/test_finetune_series.py)."""
+tests/commands/finetune/test_command.py; the run of tests/commands/finetune/test_series.py)."""
 
 from __future__ import annotations
 
@@ -9,11 +9,11 @@ from pathlib import Path
 
 import pytest
 
+from tests.commands.finetune.test_command import build_model, write_task
+from tests.commands.finetune.test_series import make_run
 from tests.conftest import tiny_env
 from tests.e2e.runs import entrypoint
-from tests.run.test_finetune import build_model, write_task
-from tests.run.test_finetune_series import make_run
-from train.run.finetune import FINETUNE_RESULTS
+from train.commands.finetune.command import FINETUNE_RESULTS
 
 pytestmark = pytest.mark.slow
 SAID_ONLY = ("event", "kind", "model")  # a seed's record names what it is; the results file says it by its place

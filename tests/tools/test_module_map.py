@@ -1,7 +1,7 @@
 """docs/development.md's module map against the tree, as tools/options.py --check holds docs/options.md to the
-schema: every package of train/ has its row, every module of a package is named in that row (`name.py`; the
-package's __init__.py and __main__.py may go unnamed), every module a row names exists, and the import order the
-map draws is the one tests/test_layout.py enforces."""
+schema: every package of train/ has its row, every module of a package is named in that row (`name.py`, one of a
+package inside it `inner/name.py`; a package's __init__.py and __main__.py may go unnamed), every module a row
+names exists, and the import order the map draws is the one tests/test_layout.py enforces."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ from tests.test_layout import ORDER
 REPO = Path(__file__).resolve().parents[2]
 MAP = REPO / "docs" / "development.md"
 ROW = re.compile(r"^\| `train/(\w+)/` \|(.*)\|\s*$")
-MODULE = re.compile(r"`(\w+\.py)`")
+MODULE = re.compile(r"`((?:\w+/)*\w+\.py)`")
 UNNAMED = {"__init__.py", "__main__.py"}
 
 
@@ -36,8 +36,9 @@ def problems(text: str, train: Path) -> list[str]:
     found = [f"train/{p}/: no row in the module map" for p in sorted(packages - set(named))]
     found += [f"train/{p}/: a row for a package that does not exist" for p in sorted(set(named) - packages)]
     for package in sorted(packages & set(named)):
-        modules = {p.name for p in (train / package).glob("*.py")}
-        found += [f"train/{package}/{m}: not named in its row" for m in sorted(modules - named[package] - UNNAMED)]
+        modules = {p.relative_to(train / package).as_posix() for p in (train / package).rglob("*.py")}
+        unnamed = {m for m in modules - named[package] if m.rsplit("/", 1)[-1] not in UNNAMED}
+        found += [f"train/{package}/{m}: not named in its row" for m in sorted(unnamed)]
         found += [f"train/{package}/{m}: named in the map, no such module" for m in sorted(named[package] - modules)]
     return found
 

@@ -8,9 +8,12 @@ the only process: rank 0 of a world of one.
 from __future__ import annotations
 
 import os
-from typing import Any
+from collections.abc import Callable
+from typing import Any, NoReturn
 
 import torch.distributed as dist
+
+from train.common.errors import exit_process, run_main
 
 
 def initialized() -> bool:
@@ -46,3 +49,17 @@ def barrier() -> None:
     """Wait for every rank (nothing to wait for without a process group)."""
     if initialized():
         dist.barrier()
+
+
+def run_and_exit(main: Callable[[list[str] | None], int]) -> NoReturn:
+    """A program's ``if __name__ == "__main__":`` block, written once for the training job and every sub-command:
+    ``main``'s exit code through run_main (a UserError as its one line and its code), the process group destroyed
+    whatever happened (a rank of the job, evaluate or finetune; prepare and average start none), then exit_process.
+    Here, not in errors.py beside run_main: it needs torch.distributed, which the launcher's and ``help``'s light
+    imports of errors.py must not pay for."""
+    try:
+        code = run_main(main)
+    finally:
+        if initialized():
+            dist.destroy_process_group()
+    exit_process(code)

@@ -1,4 +1,4 @@
-"""A labelled sequence-classification task for ``./entrypoint.sh finetune`` (train/run/finetune.py), read and
+"""A labelled sequence-classification task for ``./entrypoint.sh finetune`` (train/commands/finetune/), read and
 checked before anything is trained.
 
 A task is a local directory holding ``train.*`` and ``test.*``: csv, jsonl/json or parquet (also compressed, as a

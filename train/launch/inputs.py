@@ -11,8 +11,8 @@ from train.launch.decide import MIN_SHM_BYTES
 from train.machine.gpus import Inventory
 
 JOB_MODULE = "train.run.job"
-EVALUATE_MODULE = "train.run.evaluate"  # ./entrypoint.sh evaluate: the same launch, scoring instead of training
-FINETUNE_MODULE = "train.run.finetune"  # ./entrypoint.sh finetune: the same launch, a downstream task's score
+EVALUATE_MODULE = "train.commands.evaluate"  # ./entrypoint.sh evaluate: the same launch, scoring instead of training
+FINETUNE_MODULE = "train.commands.finetune"  # ./entrypoint.sh finetune: the same launch, a downstream task's score
 
 
 @dataclass(frozen=True)

@@ -12,7 +12,7 @@ which lists the checkpoint directories (their validation and the resume choice a
       run.json              what ran (options redacted, versions, hardware, status)
       branch.json           a branch's parent checkpoint and step (train/outputs/branch.py)
       all_results.json      the finished run's metrics
-      finetune_results.json a downstream score (train/run/finetune.py), or a series over the run's checkpoints
+      finetune_results.json a downstream score (train/commands/finetune/), or a series over the run's checkpoints
       logs/train.jsonl      one JSON record per log step
       logs/crash-rank-N.txt the traceback of rank N's crash (its console has one line)
       report.html, loss.png the report

@@ -1,7 +1,7 @@
 """The batches as training and evaluation see them: the masking collator the padding mode and the mask options call
 for (train/model/collator.py), the masked-token metrics of an evaluation, and the facts of the masking and layout
 measured on drawn samples (the banner's and run.json's). Training (train/run/build.py) and evaluate-only
-(train/run/evaluate.py) build them here, so an evaluation masks as training's does."""
+(train/commands/evaluate.py) build them here, so an evaluation masks as training's does."""
 
 from __future__ import annotations
 
@@ -39,7 +39,7 @@ def argmax_logits(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
 def masking_collator(config: Config, tokenizer: Any, model: Any) -> MaskingCollator:
     """The batches' masking and layout (train/model/collator.py), as the padding mode has them: for documents kept
     apart, the model is prepared to take their boundaries (train/model/packing.py). Training and evaluate-only
-    (train/run/evaluate.py) build it here, so an evaluation masks as training's does."""
+    (train/commands/evaluate.py) build it here, so an evaluation masks as training's does."""
     padding = Padding(config.data.padding)
     isolate = None
     if padding.isolates:

@@ -27,10 +27,8 @@ from train.common.errors import (
     EnvironmentProblem,
     Preempted,
     UserError,
-    exit_process,
     first_line,
     record_exit_code,
-    run_main,
 )
 from train.common.handoff import Handoff
 from train.common.lifetime import end_children
@@ -313,14 +311,5 @@ def write_cut_short(write_model: Callable[[Path], None], cut: CutShort, final: P
     write_json_atomic(final / CUT_SHORT, cut.record())
 
 
-def cleanup() -> None:
-    if distributed.initialized():
-        dist.destroy_process_group()
-
-
 if __name__ == "__main__":
-    try:
-        code = run_main(main)
-    finally:
-        cleanup()
-    exit_process(code)
+    distributed.run_and_exit(main)

@@ -1,4 +1,4 @@
-"""Averaging models' weights (train/model/average.py, the command: train/run/average.py): a verified, loadable final/
+"""Averaging models' weights (train/model/average.py, the command: train/commands/average.py): a verified, loadable final/
 of the weighted mean; other architectures, shapes or damaged inputs refused in one line, nothing written."""
 
 from __future__ import annotations
@@ -10,10 +10,10 @@ import pytest
 import torch
 from transformers import AutoModelForMaskedLM, DistilBertConfig, DistilBertForMaskedLM
 
+from train.commands import average as command
 from train.common.errors import ConfigError
 from train.model.average import average, mismatch, normalised
 from train.outputs.marker import write_marker
-from train.run import average as command
 
 
 def model_dir(root: Path, name: str, seed: int, dim: int = 32) -> Path:

@@ -12,15 +12,14 @@ torch.distributed; tokenization uses the CPUs this container is given (``preproc
 from __future__ import annotations
 
 import os
-import sys
 import time
 
+from train.commands.start import start
 from train.common.console import say
-from train.common.errors import exit_process, run_main
+from train.common.distributed import run_and_exit
 from train.common.hf import cache_root
-from train.common.usage import usage, wants_help
 from train.common.writable import check_cache_dir
-from train.config import load_config, move_hub_token_to_env
+from train.config import Config
 from train.data import build_corpus, load_raw, real_token_count
 from train.model.load import load_tokenizer, scratch_config
 
@@ -30,12 +29,11 @@ def directory_bytes(path: os.PathLike[str] | str) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = sys.argv[1:] if argv is None else argv
-    if wants_help(args):
-        print(usage("prepare"))
-        return 0
-    config = load_config(args)
-    move_hub_token_to_env(config, os.environ)
+    return start("prepare", prepared, argv, console=False)
+
+
+def prepared(config: Config) -> int:
+    """Tokenize the corpus into the cache and say what it holds; nothing for a stream."""
     check_cache_dir()
     if config.data.streaming:
         say("streaming: nothing to prepare; a stream is read and tokenized while training")
@@ -58,4 +56,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    exit_process(run_main(main))
+    run_and_exit(main)

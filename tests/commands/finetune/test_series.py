@@ -1,7 +1,7 @@
 """``finetune --task_all_checkpoints true``: every checkpoint and the final model of a run fine-tuned, each verified
 first (a damaged one skipped in one line), placed by the step, tokens and time the run recorded; the model the run
 started from scored too ("before pretraining"); the run's report drawing the series beside the held-out loss. The
-run is made here: the tiny model of tests/run/test_finetune.py saved as a run saves its checkpoints."""
+run is made here: the tiny model of tests/commands/finetune/test_command.py saved as a run saves its checkpoints."""
 
 from __future__ import annotations
 
@@ -11,16 +11,16 @@ from pathlib import Path
 
 import pytest
 
+from tests.commands.finetune.test_command import TINY, build_model, write_task
 from tests.report.helpers import charts_of, markers, svgs, train_record, write_jsonl
-from tests.run.test_finetune import TINY, build_model, write_task
+from train.commands.finetune import command as finetune
+from train.commands.finetune.command import main
+from train.commands.finetune.series import points, run_of, starting_model
 from train.common.errors import ConfigError
 from train.outputs.marker import write_marker
 from train.outputs.runfiles import TRAINER_STATE, RunFiles
 from train.report import plots
 from train.report.runlog import load_run
-from train.run import finetune
-from train.run.finetune import main
-from train.run.finetune_series import points, run_of, starting_model
 
 STEPS = (2, 4, 6)
 

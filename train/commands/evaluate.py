@@ -14,22 +14,20 @@ from __future__ import annotations
 
 import hashlib
 import math
-import os
 import shutil
-import sys
 from typing import Any
 
-import torch.distributed as dist
 from datasets import DatasetDict
 from transformers.trainer_callback import PrinterCallback, ProgressCallback
 
+from train.commands.results import write_results
+from train.commands.start import start
 from train.common import distributed
 from train.common.console import resolve_format, say
-from train.common.errors import ConfigError, exit_process, run_main
+from train.common.errors import ConfigError
 from train.common.hf import CACHE_KEY_CHARS, cache_root
 from train.common.urls import is_store_url
-from train.common.usage import usage, wants_help
-from train.config import Config, load_config, move_hub_token_to_env
+from train.config import Config
 from train.config.model_source import model_source
 from train.data import RawData, load_raw, tokenize
 from train.data.tokenization import joined
@@ -37,8 +35,7 @@ from train.model.collator import evaluation_rate
 from train.model.load import check_before_data, load_model, load_tokenizer
 from train.outputs.verify import fetch
 from train.run.batches import argmax_logits, masked_accuracy, masking_collator
-from train.run.logs import bars_drawn, configure_console
-from train.run.results import write_results
+from train.run.logs import bars_drawn
 from train.run.trainer import MLMTrainer, losses_are_batch_means
 
 EVAL_RESULTS = "eval_results.json"
@@ -140,13 +137,11 @@ def evaluate(config: Config) -> dict[str, Any]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = sys.argv[1:] if argv is None else argv
-    if wants_help(args):
-        print(usage("evaluate"))
-        return 0
-    config = load_config(args)
-    move_hub_token_to_env(config, os.environ)
-    configure_console(config)
+    return start("evaluate", evaluated, argv)
+
+
+def evaluated(config: Config) -> int:
+    """Score the model, say it in one line and write eval_results.json (world rank 0)."""
     results = evaluate(config)
     accuracy = results["eval_accuracy"]
     text = (
@@ -160,9 +155,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    try:
-        code = run_main(main)
-    finally:
-        if distributed.initialized():
-            dist.destroy_process_group()
-    exit_process(code)
+    distributed.run_and_exit(main)

@@ -1,5 +1,5 @@
-"""``finetune``'s one fixed recipe (train/run/finetune.py's docstring says why these values): its settings as
-finetune_results.json records them, and as the TrainingArguments each seed trains with."""
+"""``finetune``'s one fixed recipe (train/commands/finetune/command.py's docstring says why these values): its
+settings as finetune_results.json records them, and as the TrainingArguments each seed trains with."""
 
 from __future__ import annotations
 

@@ -18,10 +18,10 @@ from sklearn.metrics import accuracy_score, f1_score, matthews_corrcoef
 from tokenizers import Tokenizer, models, normalizers, pre_tokenizers, processors, trainers
 from transformers import DistilBertConfig, DistilBertForMaskedLM, PreTrainedTokenizerFast
 
+from train.commands.finetune.command import FINETUNE_RESULTS, main
+from train.commands.finetune.scores import classification_scores, summary
 from train.common.errors import ConfigError
 from train.data.tasks import TaskColumns, read_task
-from train.run.finetune import FINETUNE_RESULTS, main
-from train.run.task_scores import classification_scores, summary
 
 LICENSES = Path("/usr/share/common-licenses")  # base-files: on every Debian and Ubuntu system
 CLASSES = {"apache": "Apache-2.0", "gpl": "GPL-3"}

@@ -23,7 +23,9 @@ from pathlib import Path
 from safetensors.torch import load_file, save_file
 
 from train.common.console import now, say
-from train.common.errors import ConfigError, exit_process, run_main
+from train.common.distributed import run_and_exit
+from train.common.errors import ConfigError
+from train.common.usage import wants_help
 from train.common.writable import follow_umask
 from train.config.model_source import SHARDED_WEIGHTS
 from train.model.average import average, mismatch, normalised
@@ -159,8 +161,10 @@ def average_models(inputs: Sequence[Path], output: Path, weights: Sequence[float
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    """Not train/commands/start.py's start: the arguments are directories and two flags of its own, not the options,
+    and ``-h`` answers the one usage line the errors name. It ends as every command does (``run_and_exit``)."""
     args = list(sys.argv[1:] if argv is None else argv)
-    if any(arg in ("-h", "--help") for arg in args):
+    if wants_help(args):
         print(USAGE)
         return 0
     inputs, output, weights = parse(args)
@@ -170,4 +174,4 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    exit_process(run_main(main))
+    run_and_exit(main)

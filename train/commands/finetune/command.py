@@ -11,7 +11,7 @@ with seeds 0..n-1 (``task_seeds``); the score is the mean and standard deviation
 small task can move accuracy by points. ``task_baselines`` adds the same recipe on a randomly initialised model
 of the same architecture: what pretraining added; a model from a run that started from a pretrained model (its
 run.json says) has that model scored too ("before pretraining"). ``task_all_checkpoints``: every checkpoint and
-the final model of a run, for a series against its steps, tokens and time (train/run/finetune_series.py).
+the final model of a run, for a series against its steps, tokens and time (train/commands/finetune/series.py).
 
 World rank 0 prints one line per seed and one for the score (JSON with ``MLM_LOG_FORMAT=json``) and writes
 ``finetune_results.json`` where the outputs live: plain ``transformers.Trainer``, nothing of the MLM job's.
@@ -20,15 +20,12 @@ World rank 0 prints one line per seed and one for the score (JSON with ``MLM_LOG
 from __future__ import annotations
 
 import json
-import os
-import sys
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
-import torch.distributed as dist
 from datasets import Dataset
 from transformers import (
     AutoConfig,
@@ -40,23 +37,23 @@ from transformers import (
 )
 from transformers.trainer_callback import PrinterCallback, ProgressCallback
 
+from train.commands.evaluate import fetched_model
+from train.commands.finetune import series
+from train.commands.finetune.recipe import BATCH_SIZE, Recipe, arguments
+from train.commands.finetune.scores import classification_scores, results_text, scores_text, summary
+from train.commands.finetune.series import Point, run_of, starting_model, without_remote_code
+from train.commands.results import write_results
+from train.commands.start import start
 from train.common import distributed
 from train.common.console import resolve_format, say
-from train.common.errors import ConfigError, exit_process, first_line, run_main
-from train.common.usage import usage, wants_help
-from train.config import Config, load_config, move_hub_token_to_env
+from train.common.errors import ConfigError, first_line
+from train.config import Config
 from train.config.model_source import model_source
 from train.data.tasks import PAIR, TEXT, Task, load_task
 from train.model.load import quiet_transformers, refuse_unsafe_weights
 from train.outputs.location import output_location
 from train.outputs.runfiles import FINETUNE_RESULTS
-from train.run import finetune_series as series
-from train.run.evaluate import fetched_model
-from train.run.finetune_recipe import BATCH_SIZE, Recipe, arguments
-from train.run.finetune_series import Point, run_of, starting_model, without_remote_code
-from train.run.logs import bars_drawn, configure_console
-from train.run.results import write_results
-from train.run.task_scores import classification_scores, results_text, scores_text, summary
+from train.run.logs import bars_drawn
 from train.run.trainer import losses_are_batch_means
 
 
@@ -349,24 +346,14 @@ def warned(config: Config, text: str) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = sys.argv[1:] if argv is None else argv
-    if wants_help(args):
-        print(usage("finetune"))
-        return 0
-    config = load_config(args)
-    move_hub_token_to_env(config, os.environ)
-    configure_console(config)
+    """``python -m train.commands.finetune`` (train/commands/finetune/__main__.py) under torchrun."""
+    return start("finetune", finetuned, argv)
+
+
+def finetuned(config: Config) -> int:
+    """Fine-tune and score, write finetune_results.json (world rank 0), and draw a series into the run's report."""
     results = finetune(config)
     write_results(config, FINETUNE_RESULTS, results, "finetune", results_text(results))
     if config.task.task_all_checkpoints and distributed.is_world_zero():
         series.refresh_report(config)  # drawn beside the held-out loss when written into the run's directory
     return 0
-
-
-if __name__ == "__main__":
-    try:
-        code = run_main(main)
-    finally:
-        if distributed.initialized():
-            dist.destroy_process_group()
-    exit_process(code)
