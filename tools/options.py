@@ -6,16 +6,20 @@ from __future__ import annotations
 import sys
 
 from tools.generated import Section, cell
-from train.config import option_rows
+from train.config import SECTION_OF, option_rows
 
 
 def options_table() -> str:
+    """One row an option, with the section of the Config that holds it (``training``: the Trainer's own)."""
     lines = [
-        "| option | environment variable | default | what it does |",
-        "|---|---|---|---|",
+        "| option | section | environment variable | default | what it does |",
+        "|---|---|---|---|---|",
     ]
     for name, env, default, help_text in option_rows(job_only=True):
-        lines.append(f"| `{name}` | `{env}` | {cell(f'`{default}`' if default else '')} | {cell(help_text)} |")
+        section = SECTION_OF.get(name, "training")
+        lines.append(
+            f"| `{name}` | {section} | `{env}` | {cell(f'`{default}`' if default else '')} | {cell(help_text)} |"
+        )
     return "\n".join(lines)
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+from pathlib import Path
 
 import pytest
 from transformers import TrainingArguments
@@ -95,3 +96,26 @@ def test_limits_are_importable_from_the_package() -> None:
     assert BOUNDS["max_restarts"].accepts(MAX_RESTARTS) and not BOUNDS["max_restarts"].accepts(MAX_RESTARTS + 1)
     assert BOUNDS["nproc_per_node"].accepts(str(MAX_PROCESSES))
     assert not BOUNDS["nproc_per_node"].accepts(str(MAX_PROCESSES + 1))
+
+
+def test_every_option_is_in_one_section_and_keeps_its_flat_name(tmp_path: Path) -> None:
+    """Sections are ours to cut: an option's variable, YAML key and flag stay its name alone, and no name is in two
+    sections or in the Trainer's arguments too (HfArgumentParser would refuse the second flag)."""
+    names = [f.name for _, section in SECTIONS for f in dataclasses.fields(section)]
+    assert len(names) == len(set(names)) and not set(names) & {f.name for f in dataclasses.fields(TrainingArguments)}
+    yaml = tmp_path / "job.yaml"
+    yaml.write_text("padding: packed\n")
+    config = load_config(["--config", str(yaml), "--stop_timeout", "100"], {"MLM_MLM_PROBABILITY": "0.2"})
+    assert (config.data.padding, config.launch.stop_timeout, config.masking.mlm_probability) == ("packed", 100, 0.2)
+    assert [type(part) for part in config.sections()] == [section for _, section in SECTIONS]
+
+
+def test_a_section_names_its_options_as_the_user_set_them() -> None:
+    """A function handed one section says where a value came from as the Config does (its errors name MLM_*)."""
+    config = load_config(["--max_seq_length", "64"], {"MLM_DATASET": "demo"})
+    assert (config.data.source_of("dataset"), config.data.source_of("max_seq_length")) == (
+        "MLM_DATASET",
+        "--max_seq_length",
+    )
+    assert config.masking.source_of("mlm_probability") == "mlm_probability"  # a default: its name
+    assert config.option("max_seq_length") == 64 and config.option("seed") == config.training.seed
