@@ -60,14 +60,14 @@ def worker(mode: str, corpus: Path, tokenizer_dir: Path, hf_home: Path) -> dict[
     config = load_config([], streamed if mode == "stream" else env)  # outside the timing: imports, arguments
     started = time.perf_counter()
     if mode.startswith("ours"):
-        splits = tokenize(config, load_raw(config), tokenizer)
+        splits = tokenize(config.data, load_raw(config.data, config.training), tokenizer)
         blocks = sum(len(split) for split in splits.values())
     elif mode == "run_mlm":
         blocks = run_mlm_recipe(corpus, tokenizer, hf_home)
     else:
-        stream = load_raw(config).stream
+        stream = load_raw(config.data, config.training).stream
         assert stream is not None  # MLM_STREAMING=true
-        blocks = sum(1 for _ in tokenized_stream(config, stream, tokenizer, 0, 1))
+        blocks = sum(1 for _ in tokenized_stream(config.data, stream, tokenizer, 0, 1))
     seconds = time.perf_counter() - started
     return {
         "mode": mode,

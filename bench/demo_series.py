@@ -55,7 +55,9 @@ def prepare(settings: DemoSettings, workdir: Path) -> tuple[Path, dict[str, Any]
     config = load_config(model, environ={})
     tokenizer_dir = workdir / "tokenizer"
     if not (tokenizer_dir / "tokenizer.json").exists():
-        train_tokenizer(load_raw(config), config).save_pretrained(str(tokenizer_dir))
+        train_tokenizer(load_raw(config.data, config.training), config.model, config.data).save_pretrained(
+            str(tokenizer_dir)
+        )
 
     tokenization = {
         padding: time_tokenization(workdir, model + ["--tokenizer_name", str(tokenizer_dir), "--padding", padding])
@@ -78,10 +80,10 @@ def time_tokenization(workdir: Path, argv: list[str]) -> dict[str, Any]:
     previous, os.environ["HF_HOME"] = os.environ["HF_HOME"], str(home)  # train.data reads it at each call
     try:
         config = load_config(argv, environ={})
-        raw = load_raw(config)
-        tokenizer = load_tokenizer(config, raw, scratch_config(config))
+        raw = load_raw(config.data, config.training)
+        tokenizer = load_tokenizer(config.model, config.data, raw, scratch_config(config.model))
         started = time.perf_counter()
-        splits = tokenize(config, raw, tokenizer)
+        splits = tokenize(config.data, raw, tokenizer)
         cold = time.perf_counter() - started
     finally:
         os.environ["HF_HOME"] = previous

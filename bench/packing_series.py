@@ -66,9 +66,9 @@ def tokenized_layout(argv: list[str], batch: int, samples: int) -> dict[str, Any
     from train.model.load import load_tokenizer, scratch_config
 
     config = load_config(argv, environ={})
-    raw = load_raw(config)
-    tokenizer = load_tokenizer(config, raw, scratch_config(config))
-    split = tokenize(config, raw, tokenizer)["train"]
+    raw = load_raw(config.data, config.training)
+    tokenizer = load_tokenizer(config.model, config.data, raw, scratch_config(config.model))
+    split = tokenize(config.data, raw, tokenizer)["train"]
     padding = Padding(config.data.padding)  # the collator's padding as train/run/build.py sets it: the mode's rules
     collator = MaskingCollator(
         pad_token_id=tokenizer.pad_token_id, mask_token_id=tokenizer.mask_token_id, vocab_size=len(tokenizer),

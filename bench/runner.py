@@ -137,8 +137,8 @@ def warm_cache(argv: list[str]) -> None:
     from train.model.load import load_tokenizer, scratch_config
 
     config = load_config(argv, environ={})
-    raw = load_raw(config)
-    tokenize(config, raw, load_tokenizer(config, raw, scratch_config(config)))
+    raw = load_raw(config.data, config.training)
+    tokenize(config.data, raw, load_tokenizer(config.model, config.data, raw, scratch_config(config.model)))
 
 
 def environment() -> dict[str, Any]:

@@ -19,12 +19,12 @@ from train.model.load import load_tokenizer, scratch_config
 
 def main(argv: list[str]) -> int:
     config = load_config(argv, environ={})
-    raw = load_raw(config)
-    tokenizer = load_tokenizer(config, raw, scratch_config(config))
+    raw = load_raw(config.data, config.training)
+    tokenizer = load_tokenizer(config.model, config.data, raw, scratch_config(config.model))
     directory = cache_root() / "tokenized"
     before = {p.name: p.stat().st_mtime_ns for p in directory.glob("*.arrow")} if directory.exists() else {}
     started = time.perf_counter()
-    splits = tokenize(config, raw, tokenizer)
+    splits = tokenize(config.data, raw, tokenizer)
     seconds = time.perf_counter() - started
     after = {p.name: p.stat().st_mtime_ns for p in directory.glob("*.arrow")}
     record = {

@@ -44,9 +44,9 @@ def test_max_seq_length_beyond_the_models_positions_names_both() -> None:
 
     config = load_config([], {"MLM_MAX_SEQ_LENGTH": "1024"})
     with pytest.raises(ConfigError) as info:
-        check_positions(config, DistilBertConfig(max_position_embeddings=512))
+        check_positions(config.data, DistilBertConfig(max_position_embeddings=512))
     assert one_line(info) == "MLM_MAX_SEQ_LENGTH=1024: expected at most 512, the model's max_position_embeddings"
-    check_positions(load_config([], {"MLM_MAX_SEQ_LENGTH": "512"}), DistilBertConfig(max_position_embeddings=512))
+    check_positions(load_config([], {"MLM_MAX_SEQ_LENGTH": "512"}).data, DistilBertConfig(max_position_embeddings=512))
 
 
 def test_a_hub_tokenizer_offline_and_not_cached_says_what_to_do() -> None:
@@ -55,7 +55,7 @@ def test_a_hub_tokenizer_offline_and_not_cached_says_what_to_do() -> None:
     config = config_for("demo", model_name_or_path="someone/bert-nowhere")
     assert os.environ["HF_HUB_OFFLINE"] == "1"  # tests/conftest.py: the hub is never asked
     with pytest.raises(ConfigError) as info:
-        load_tokenizer(config, None, None)  # type: ignore[arg-type]
+        load_tokenizer(config.model, config.data, None, None)  # type: ignore[arg-type]
     said = one_line(info)
     assert said.startswith("MLM_MODEL_NAME_OR_PATH='someone/bert-nowhere': cannot load the tokenizer (")
     assert "HF_HUB_OFFLINE is set and the tokenizer is not in the cache" in said and "mount a local copy" in said

@@ -35,11 +35,11 @@ def test_pickled_weights_with_a_payload_are_refused_and_nothing_runs(tmp_path: P
     torch.save({**state, "extra": Payload(ran)}, model / "pytorch_model.bin")
     config = config_for(model)
     with pytest.raises(ConfigError, match=r"pytorch_model.bin: fails the safe load .*convert them to safetensors"):
-        refuse_unsafe_weights(config, model)
+        refuse_unsafe_weights(config.model, model)
     with pytest.raises(ConfigError, match=r"MLM_MODEL_NAME_OR_PATH=.*pytorch_model.bin: fails the safe load"):
-        load_model(config, None, None)
+        load_model(config.model, config.data, None, None)
     with pytest.raises(ConfigError, match=r"pytorch_model.bin: fails the safe load"):
-        check_before_data(config, None)  # the job refuses before it reads or tokenizes any data
+        check_before_data(config.model, config.data, None)  # the job refuses before it reads or tokenizes any data
     row = check_model(config, {})
     assert (row.status, row.fix) == ("FAIL", CONVERT)
     assert row.detail.startswith(f"{model}/pytorch_model.bin: fails the safe load")
@@ -51,7 +51,7 @@ def test_plain_pickled_weights_still_load_the_safe_way(tmp_path: Path) -> None:
     tiny_model().save_pretrained(model)
     (model / "model.safetensors").unlink()
     torch.save(dict(tiny_model().state_dict()), model / "pytorch_model.bin")
-    refuse_unsafe_weights(config_for(model), model)  # tensors only: nothing to refuse
+    refuse_unsafe_weights(config_for(model).model, model)  # tensors only: nothing to refuse
 
 
 def test_a_models_own_code_never_runs_without_trust_remote_code(tmp_path: Path) -> None:
@@ -64,6 +64,7 @@ def test_a_models_own_code_never_runs_without_trust_remote_code(tmp_path: Path) 
     vocab = tmp_path / "vocab.txt"
     vocab.write_text("\n".join(["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", *[f"w{i}" for i in range(59)]]))
     tokenizer = BertTokenizerFast(vocab_file=str(vocab))
-    loaded, _ = load_model(config_for(model), None, tokenizer)
+    config = config_for(model)
+    loaded, _ = load_model(config.model, config.data, None, tokenizer)
     assert type(loaded).__name__ == "BertForMaskedLM"  # the library's class, not the directory's code
     assert not ran.exists()

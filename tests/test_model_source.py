@@ -87,7 +87,7 @@ def test_the_loader_doctor_and_card_agree(tmp_path: Path, weights: bool) -> None
     """What each of them says of the same directory: built from scratch only when it holds no weights."""
     directory = architecture(tmp_path / "m", weights=weights)
     config = load_config([], {"MLM_MODEL_NAME_OR_PATH": str(directory), "MLM_OUTPUT_DIR": str(tmp_path / "out")})
-    built = scratch_config(config)
+    built = scratch_config(config.model)
     row = check_model(config, {"HF_HOME": str(tmp_path / "hf")})
     card = model_card(config, {}, {}, step=1)
     assert row.status == "OK"
@@ -106,7 +106,7 @@ def test_a_missing_local_model_or_a_config_without_a_type_fails_in_the_loader_an
     for name, said in [(tmp_path / "missing", "no such local model directory"), (tmp_path / "untyped", "model_type")]:
         config = load_config([], {"MLM_MODEL_NAME_OR_PATH": str(name)})
         with pytest.raises(ConfigError, match=said):
-            scratch_config(config)
+            scratch_config(config.model)
         row = check_model(config, {})
         assert row.status == "FAIL" and said in row.detail
 
@@ -119,4 +119,4 @@ def test_a_sharded_checkpoint_is_not_an_architecture_and_the_loader_says_what_it
     assert model_source(str(checkpoint)).kind == "local"
     config = load_config([], {"MLM_MODEL_NAME_OR_PATH": str(checkpoint)})
     with pytest.raises(ConfigError, match=r"MLM_MODEL_NAME_OR_PATH=.*checkpoint-10.*not a model; resume it"):
-        scratch_config(config)
+        scratch_config(config.model)

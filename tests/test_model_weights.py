@@ -30,7 +30,7 @@ def saved(directory: Path, model) -> Path:
 
 def load(directory: Path, tmp_path: Path):
     config = load_config([], {"MLM_MODEL_NAME_OR_PATH": str(directory)})
-    return load_model(config, None, tokenizer(tmp_path))[1]
+    return load_model(config.model, config.data, None, tokenizer(tmp_path))[1]
 
 
 def test_an_encoder_saved_without_its_head_is_said_new_before_and_when_loading(tmp_path, capfd):

@@ -17,7 +17,7 @@ TEXT = "training demonstration sample"  # words of the demo text, in pieces at a
 @pytest.mark.parametrize("kind", [WORDPIECE, BPE, UNIGRAM])
 def test_each_kind_marks_the_first_piece_of_every_word(kind) -> None:
     config = demo_config(demo_samples="50", tokenizer_vocab_size="45")
-    tokenizer = train_tokenizer(load_raw(config), config, kind)
+    tokenizer = train_tokenizer(load_raw(config.data, config.training), config.model, config.data, kind)
     starts = word_starts(tokenizer, "MLM_TOKENIZER_NAME")
     assert starts.shape == (len(tokenizer),)
     ids = tokenizer(TEXT, add_special_tokens=False)["input_ids"]

@@ -65,7 +65,7 @@ def full_row(model_type: str) -> tuple[str, str, str, str]:
 
     config = load_config([], {})
     arch = tiny_config(model_type)
-    model = AutoModelForMaskedLM.from_config(arch, attn_implementation=attention_implementation(config, arch))
+    model = AutoModelForMaskedLM.from_config(arch, attn_implementation=attention_implementation(config.model, arch))
     try:
         use_masked_only_head(model)
         head = "masked-only"
@@ -75,7 +75,7 @@ def full_row(model_type: str) -> tuple[str, str, str, str]:
     offered = typing.get_args(typing.get_type_hints(ModelArguments)["attn_implementation"])
     possible = [a for a in SUPPORTED.get(model_type, ()) if a in offered and unsupported_reason(arch, a) is None]
     apart = ", ".join(possible) or "no"
-    return attn_implementation(model.config), head, tokenizer_kind(config, model_type).name, apart
+    return attn_implementation(model.config), head, tokenizer_kind(config.model.tokenizer_type, model_type).name, apart
 
 
 KIND_NAMES = {"wordpiece": "WordPiece", "bpe": "byte-level BPE", "unigram": "Unigram"}

@@ -24,7 +24,7 @@ def built_config(name: str, settings: heads.HeadsSettings, tmp_path) -> object:
         model = str(tmp_path / f"{name}.json")
         (tmp_path / f"{name}.json").write_text(json.dumps(heads.config_json(name)), encoding="utf-8")
     argv = heads.run_flags(name, "dense", settings, "/c.txt", "/tok", model) + ["--output_dir", str(tmp_path / "o")]
-    return scratch_config(load_config(argv, environ={}))
+    return scratch_config(load_config(argv, environ={}).model)
 
 
 def test_the_cpu_series_runs_every_architecture_at_the_mid_size_and_the_gpu_the_three_base_models():

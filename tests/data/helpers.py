@@ -14,6 +14,7 @@ import pyarrow.parquet as pq
 import zstandard
 
 from train.config import Config, load_config
+from train.data import RawData, load_raw
 
 LINES = [f"line number {i} of the local corpus" + " with more words" * (i % 5) for i in range(50)]
 WORDS = "alpha beta gamma delta epsilon zeta eta theta iota kappa lambda mu nu xi omicron pi rho sigma tau".split()
@@ -21,6 +22,11 @@ WORDS = "alpha beta gamma delta epsilon zeta eta theta iota kappa lambda mu nu x
 
 def config_for(dataset: str, **env: str) -> Config:
     return load_config([], {"MLM_DATASET": dataset, **{f"MLM_{k.upper()}": v for k, v in env.items()}})
+
+
+def raw_of(config: Config) -> RawData:
+    """load_raw of ``config``'s data section (its TrainingArguments say whether anything is evaluated)."""
+    return load_raw(config.data, config.training)
 
 
 def write_formats(tmp_path: Path) -> dict[str, Path]:

@@ -25,15 +25,17 @@ LONG = ["one two three four five six seven eight nine ten eleven twelve", "short
 
 
 def built(config, rank: int = 0, world_size: int = 1) -> Corpus:
-    raw = load_raw(config)
-    return build_corpus(config, raw, train_tokenizer(raw, config), rank, world_size)
+    raw = load_raw(config.data, config.training)
+    return build_corpus(
+        config.data, raw, train_tokenizer(raw, config.model, config.data), rank, world_size, config.training.seed
+    )
 
 
 def test_an_in_memory_corpus_knows_its_size_tokens_and_cuts(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
     config = config_for(jsonl(tmp_path, "long.jsonl", LONG * 10), max_seq_length="8", tokenizer_vocab_size="200")
-    raw = load_raw(config)
-    tokenizer = train_tokenizer(raw, config)
-    corpus = build_corpus(config, raw, tokenizer, 0, 1)
+    raw = load_raw(config.data, config.training)
+    tokenizer = train_tokenizer(raw, config.model, config.data)
+    corpus = build_corpus(config.data, raw, tokenizer, 0, 1, config.training.seed)
     assert not corpus.streaming and isinstance(corpus.train, IndexedExamples)
     assert isinstance(corpus.validation, IndexedExamples) and corpus.fingerprint == raw.fingerprint
     assert (corpus.train_samples, corpus.eval_samples) == (24, 6)  # the seed's 80/20 hold-out
@@ -81,14 +83,14 @@ def test_a_stream_without_evaluation_has_none(tmp_path: Path) -> None:
 def test_a_stream_with_examples_for_this_rank_passes_the_check(tmp_path: Path) -> None:
     write_shards(tmp_path / "corpus", shards=1, per_shard=10)
     config = config_for(str(tmp_path / "corpus"), streaming="true", max_steps="3", eval_strategy="no")
-    check_stream_parts(config, built(config))  # no process group: this rank is the world
+    check_stream_parts(config.data, built(config))  # no process group: this rank is the world
 
 
 def test_a_stream_all_held_out_is_refused_before_training(tmp_path: Path) -> None:
     write_shards(tmp_path / "corpus", shards=1, per_shard=10)
     config = config_for(str(tmp_path / "corpus"), streaming="true", max_steps="3", max_eval_samples="20")
     with pytest.raises(ConfigError) as refused:
-        check_stream_parts(config, built(config))
+        check_stream_parts(config.data, built(config))
     said = str(refused.value)
     assert said.startswith("MLM_STREAMING=true: the training stream gave no example: MLM_MAX_EVAL_SAMPLES=20 holds")
     assert "ranks" not in said
@@ -96,5 +98,5 @@ def test_a_stream_all_held_out_is_refused_before_training(tmp_path: Path) -> Non
 
 def test_the_error_names_the_ranks_left_without_examples(tmp_path: Path) -> None:
     config = config_for(str(tmp_path), streaming="true", max_steps="3", validation_file="held.txt")
-    said = str(no_training_example(config, [1, 3], 4))
+    said = str(no_training_example(config.data, [1, 3], 4))
     assert "gives rank(s) 1, 3 of 4 no example" in said and "holds out" not in said and "or fewer ranks)" in said

@@ -96,7 +96,7 @@ def online(hub: HubServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> H
 
 
 def task_of(task: str, *flags: str) -> Task:
-    return load_task(load_config(["--task", task, *flags], {}))
+    return load_task(load_config(["--task", task, *flags], {}).task)
 
 
 def as_rows(task: Task) -> dict[str, list]:

@@ -18,15 +18,15 @@ def test_a_file_is_known_by_its_size_and_content_not_its_path_or_time(tmp_path: 
     corpus = tmp_path / "a" / "corpus.txt"
     corpus.parent.mkdir()
     corpus.write_text(LINES)
-    before = data_identity(demo_config(dataset=str(corpus)), "fp")
+    before = data_identity(demo_config(dataset=str(corpus)).data, "fp")
     assert list(before) == ["corpus.txt"] and before["corpus.txt"]["size"] == len(LINES)
     copied = tmp_path / "b" / "corpus.txt"  # on a fresh machine: another folder, a new modification time
     copied.parent.mkdir()
     copied.write_text(LINES)
     os.utime(copied, (1e9, 1e9))
-    assert changes(before, data_identity(demo_config(dataset=str(copied)), "fp")) == ([], [])
+    assert changes(before, data_identity(demo_config(dataset=str(copied)).data, "fp")) == ([], [])
     corpus.write_text(LINES.replace("line 7 ", "line 8 "))  # replaced in place, same size
-    changed, _ = changes(before, data_identity(demo_config(dataset=str(corpus)), "fp"))
+    changed, _ = changes(before, data_identity(demo_config(dataset=str(corpus)).data, "fp"))
     assert len(changed) == 1 and changed[0].startswith("corpus.txt: 4,090 bytes, modified")
     assert "(recorded: 4,090 bytes" in changed[0]
 
@@ -39,12 +39,12 @@ def test_files_added_gone_or_in_the_validation_file_are_named(tmp_path: Path) ->
     held_out = tmp_path / "held_out.txt"
     held_out.write_text(LINES)
     config = demo_config(dataset=str(folder), validation_file=str(held_out))
-    before = data_identity(config, "fp")
+    before = data_identity(config.data, "fp")
     assert sorted(before) == ["a.txt", "b.txt", "validation:held_out.txt"]
     (folder / "b.txt").unlink()
     (folder / "c.txt").write_text(LINES)
     held_out.write_text(LINES + "one more\n")
-    changed, _ = changes(before, data_identity(config, "fp"))
+    changed, _ = changes(before, data_identity(config.data, "fp"))
     assert changed[:2] == ["b.txt gone", "c.txt added"] and changed[2].startswith(
         "validation:held_out.txt: 4,099 bytes"
     )
@@ -69,7 +69,7 @@ def test_a_large_corpus_is_sampled_and_a_new_time_alone_is_a_note(
 
 
 def test_the_demo_and_a_hub_dataset_are_known_by_their_size_and_fingerprint() -> None:
-    assert data_identity(demo_config(demo_samples="400"), "demo-400") == {"demo": {"samples": 400}}
+    assert data_identity(demo_config(demo_samples="400").data, "demo-400") == {"demo": {"samples": 400}}
     assert changes({"demo": {"samples": 400}}, {"demo": {"samples": 800}})[0] == [
         "demo: samples 800 (recorded: samples 400)"
     ]

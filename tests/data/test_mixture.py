@@ -11,6 +11,7 @@ from datasets import Dataset
 from transformers import PreTrainedTokenizerFast
 
 from tests.data.helpers import config_for
+from train.common.errors import ConfigError
 from train.common.mixture import mixture_parts
 from train.data import load_raw
 from train.data.corpus import build_corpus
@@ -60,13 +61,13 @@ def test_a_mixture_is_read_tokenized_and_mixed_with_a_held_out_part_per_source(
     for name, words in (("news", "the cat sat on a mat"), ("legal", "licence terms grant permission to copy")):
         (tmp_path / f"{name}.txt").write_text("".join(f"{words} {i}\n" for i in range(50)))
     config = config_for(f"{tmp_path}/news.txt=0.25,{tmp_path}/legal.txt=0.75", validation_split_percentage="20")
-    raw = load_raw(config)
+    raw = load_raw(config.data, config.training)
     assert raw.parts is not None and [p.key for p, _ in raw.parts] == ["news", "legal"]
     assert set(raw.identity) == {"news:news.txt", "legal:legal.txt"}  # each file, by its source
     assert len(raw.splits["train"]) == 80 and len(raw.splits["validation"]) == 20  # what a new tokenizer reads
     vocab = {t: i for i, t in enumerate(["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"])}
     tokenizer = PreTrainedTokenizerFast(tokenizer_object=_word_tokenizer(vocab), pad_token="[PAD]", unk_token="[UNK]")
-    corpus = build_corpus(config, raw, tokenizer, rank=0, world_size=1)
+    corpus = build_corpus(config.data, raw, tokenizer, rank=0, world_size=1, seed=config.training.seed)
     assert corpus.validation_parts is not None and {k: len(v) for k, v in corpus.validation_parts.items()} == {
         "news": 10,
         "legal": 10,
@@ -81,6 +82,15 @@ def test_a_mixture_is_read_tokenized_and_mixed_with_a_held_out_part_per_source(
     assert text.parts is not None and [set(r.splits) for _, r in text.parts] == [{"validation"}, {"validation"}]
     parts = held_out_parts(config, text, tokenizer)
     assert parts is not None and {k: len(v) for k, v in parts.items()} == {"news": 10, "legal": 10}
+
+
+def test_an_error_in_a_mixtures_source_names_the_option_as_the_user_set_it(tmp_path: Path) -> None:
+    """Each source is read as the data section with that dataset alone: the copy keeps where each option was set."""
+    for name in ("news", "legal"):
+        (tmp_path / f"{name}.txt").write_text("".join(f"{name} {i}\n" for i in range(10)))
+    config = config_for(f"{tmp_path}/news.txt=0.5,{tmp_path}/legal.txt=0.5", validation_split_percentage="0")
+    with pytest.raises(ConfigError, match=r"^MLM_VALIDATION_SPLIT_PERCENTAGE=0: holds out no example"):
+        load_raw(config.data, config.training)
 
 
 def _word_tokenizer(vocab: dict[str, int]):  # noqa: ANN202 - a tokenizers.Tokenizer

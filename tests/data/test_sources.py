@@ -7,10 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from tests.data.helpers import bad, config_for, write_compressed, write_formats, write_shards
+from tests.data.helpers import bad, config_for, raw_of, write_compressed, write_formats, write_shards
 from train.common import hf
 from train.common.errors import ConfigError
-from train.data import load_raw
 from train.data.sources import data_format, is_remote, resolve, resolve_files, shown_url, source_files
 from train.launch.hub import hub_repositories
 
@@ -51,7 +50,7 @@ def test_a_missing_relative_compressed_file_is_no_such_file_not_a_hub_id(
     assert hf.looks_local(name)
     options = {"streaming": "true", "max_steps": "3", "max_eval_samples": "2"} if streaming else {}
     with pytest.raises(ConfigError, match=rf"^MLM_DATASET='{name}': no such file or directory$") as info:
-        load_raw(config_for(name, **options))
+        raw_of(config_for(name, **options))
     assert info.value.exit_code == 2
 
 

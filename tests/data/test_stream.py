@@ -28,14 +28,14 @@ from train.outputs.runfiles import STREAM_STATE, RunFiles
 def prepared(source: Path, **env: str):
     """A streaming config for ``source``, its stream and a tokenizer trained on the stream's sample."""
     config = config_for(str(source), streaming="true", max_steps="10", max_eval_samples="4", max_seq_length="32", **env)
-    raw = load_raw(config)
+    raw = load_raw(config.data, config.training)
     assert raw.stream is not None
-    return config, raw.stream, train_tokenizer(raw, config)
+    return config, raw.stream, train_tokenizer(raw, config.model, config.data)
 
 
 def examples_of(source: Path, rank: int, world: int) -> list[list[int]]:
     config, stream, tokenizer = prepared(source)
-    return [row["input_ids"] for row in tokenized_stream(config, stream, tokenizer, rank, world)]
+    return [row["input_ids"] for row in tokenized_stream(config.data, stream, tokenizer, rank, world)]
 
 
 @pytest.mark.parametrize("shards", [4, 3])  # whole files per rank; every other example when they do not divide
@@ -54,7 +54,7 @@ def test_a_batch_with_every_line_held_out_is_skipped_not_a_crash(tmp_path: Path,
     (tmp_path / "corpus" / "a.txt").write_text("the same line again\n" * 1200 + "another line of text\n" * 8)
     config, stream, tokenizer = prepared(tmp_path / "corpus", padding=padding)
     assert "the same line again" in stream.held_out
-    rows = list(tokenized_stream(config, stream, tokenizer, 0, 1))
+    rows = list(tokenized_stream(config.data, stream, tokenizer, 0, 1))
     assert 0 < len(rows) <= 8 and all(row["input_ids"] for row in rows)
 
 
@@ -69,7 +69,7 @@ def test_a_resumed_stream_sees_exactly_the_examples_an_uninterrupted_one_sees(
 
     def loader(state=None):
         config, stream, tokenizer = prepared(tmp_path / "corpus", padding=padding)
-        data = tokenized_stream(config, stream, tokenizer, 0, 1)
+        data = tokenized_stream(config.data, stream, tokenizer, 0, 1)
         made = StatefulDataLoader(data, batch_size=4, collate_fn=lambda rows: rows, num_workers=workers)
         if state is not None:
             made.load_state_dict(state)

@@ -26,9 +26,9 @@ def test_padding_modes_keep_the_same_real_tokens(tmp_path: Path) -> None:
     results = {}
     for padding in ("dynamic", "max_length", "packed"):
         config = config_for(str(path), padding=padding, max_seq_length="32", tokenizer_vocab_size="200")
-        raw = load_raw(config)
-        tokenizer = train_tokenizer(raw, config)
-        results[padding] = (tokenize(config, raw, tokenizer)["train"], tokenizer.pad_token_id)
+        raw = load_raw(config.data, config.training)
+        tokenizer = train_tokenizer(raw, config.model, config.data)
+        results[padding] = (tokenize(config.data, raw, tokenizer)["train"], tokenizer.pad_token_id)
     dynamic, pad = results["dynamic"]
     padded, _ = results["max_length"]
     packed, _ = results["packed"]
@@ -44,14 +44,18 @@ def test_padding_modes_keep_the_same_real_tokens(tmp_path: Path) -> None:
 
 def test_tokenization_is_cached(hf_home: Path) -> None:
     config = config_for("demo", demo_samples="300", tokenizer_vocab_size="100")
-    raw = load_raw(config)
-    tokenizer = train_tokenizer(raw, config)
-    first = tokenize(config, raw, tokenizer)["train"]
-    second = tokenize(config, load_raw(config), train_tokenizer(load_raw(config), config))["train"]
+    raw = load_raw(config.data, config.training)
+    tokenizer = train_tokenizer(raw, config.model, config.data)
+    first = tokenize(config.data, raw, tokenizer)["train"]
+    second = tokenize(
+        config.data,
+        load_raw(config.data, config.training),
+        train_tokenizer(load_raw(config.data, config.training), config.model, config.data),
+    )["train"]
     assert first.cache_files and first.cache_files[0]["filename"] == second.cache_files[0]["filename"]
     assert str(hf_home) in first.cache_files[0]["filename"]
     other = config_for("demo", demo_samples="300", tokenizer_vocab_size="100", max_seq_length="64")
-    assert tokenize(other, raw, tokenizer)["train"].cache_files[0]["filename"] != first.cache_files[0]["filename"]
+    assert tokenize(other.data, raw, tokenizer)["train"].cache_files[0]["filename"] != first.cache_files[0]["filename"]
 
 
 @pytest.mark.parametrize("workers", ["1", "2"])
@@ -61,21 +65,21 @@ def test_a_second_tokenization_says_it_read_the_cache(tmp_path: Path, workers: s
     config = config_for(
         jsonl(tmp_path, "corpus.jsonl", texts), tokenizer_vocab_size="100", preprocessing_num_workers=workers
     )
-    raw = load_raw(config)
-    tokenizer = train_tokenizer(raw, config)
-    first = tokenize(config, raw, tokenizer)
-    second = tokenize(config, raw, tokenizer)
+    raw = load_raw(config.data, config.training)
+    tokenizer = train_tokenizer(raw, config.model, config.data)
+    first = tokenize(config.data, raw, tokenizer)
+    second = tokenize(config.data, raw, tokenizer)
     assert len(first["train"].cache_files) == int(workers)
     assert [split.cached for split in first.values()] == [False, False]
     assert [split.cached for split in second.values()] == [True, True]
     if workers == "2":  # a set that lost a file is tokenized again, in part: not read from the cache
         Path(first["train"].cache_files[1]["filename"]).unlink()
-        assert not tokenize(config, raw, tokenizer)["train"].cached
+        assert not tokenize(config.data, raw, tokenizer)["train"].cached
 
 
 def test_the_tokenizer_fingerprint_ignores_its_truncation_state() -> None:
     config = config_for("demo", demo_samples="50", tokenizer_vocab_size="100")
-    tokenizer = train_tokenizer(load_raw(config), config)
+    tokenizer = train_tokenizer(load_raw(config.data, config.training), config.model, config.data)
     before = tokenizer_fingerprint(tokenizer)
     tokenizer(["a sentence"], truncation=True, max_length=4, padding="max_length")  # stored in the backend's state
     assert tokenizer_fingerprint(tokenizer) == before and len(before) == 20
@@ -83,18 +87,18 @@ def test_the_tokenizer_fingerprint_ignores_its_truncation_state() -> None:
 
 def test_a_packed_split_without_a_whole_block_is_a_config_error() -> None:
     config = config_for("demo", demo_samples="10", padding="packed", max_seq_length="512", tokenizer_vocab_size="100")
-    raw = load_raw(config)
+    raw = load_raw(config.data, config.training)
     with pytest.raises(ConfigError, match=r"MLM_PADDING|no complete 512-token block to pack"):
-        tokenize(config, raw, train_tokenizer(raw, config))
+        tokenize(config.data, raw, train_tokenizer(raw, config.model, config.data))
 
 
 def test_truncation_is_counted_per_example(tmp_path: Path) -> None:
     texts = ["one two three four five six seven eight nine ten eleven twelve", "short one", "a b c d e f g h i j k"]
     path = jsonl(tmp_path, "long.jsonl", texts * 4)
     config = config_for(path, max_seq_length="8", validation_split_percentage="0", eval_strategy="no")
-    raw = load_raw(config)
-    tokenizer = train_tokenizer(raw, config)
-    train = tokenize(config, raw, tokenizer)["train"]
+    raw = load_raw(config.data, config.training)
+    tokenizer = train_tokenizer(raw, config.model, config.data)
+    train = tokenize(config.data, raw, tokenizer)["train"]
     assert len(train) == 12 and max(len(ids) for ids in train["input_ids"]) == 8  # one row per example, cut
     full = [len(tokenizer(t)["input_ids"]) - 2 for t in texts * 4]  # text tokens without [CLS] [SEP]
     expected = sum(max(n - 6, 0) for n in full)
@@ -121,11 +125,13 @@ def test_indexed_examples_carry_their_position() -> None:
 
 def test_workers_follow_the_usable_cpus_and_the_rows(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(tokenization, "usable_cpus", lambda: 8)
-    config = config_for("demo")
-    assert preprocessing_workers(config, 3 * MIN_ROWS_PER_WORKER) == 3  # each worker gets enough rows
-    assert preprocessing_workers(config, 100 * MIN_ROWS_PER_WORKER) == 8  # no more than the CPUs
-    assert preprocessing_workers(config, MIN_ROWS_PER_WORKER) is None  # one: this process, not a pool of one
-    assert preprocessing_workers(config_for("demo", preprocessing_num_workers="5"), 10) == 5
+    unset = config_for("demo").data.preprocessing_num_workers
+    assert preprocessing_workers(unset, 3 * MIN_ROWS_PER_WORKER) == 3  # each worker gets enough rows
+    assert preprocessing_workers(unset, 100 * MIN_ROWS_PER_WORKER) == 8  # no more than the CPUs
+    assert preprocessing_workers(unset, MIN_ROWS_PER_WORKER) is None  # one: this process, not a pool of one
+    assert (
+        preprocessing_workers(config_for("demo", preprocessing_num_workers="5").data.preprocessing_num_workers, 10) == 5
+    )
 
 
 def test_a_stream_has_no_table_to_count() -> None:

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import tiny_env
-from tests.data.helpers import config_for, corpus_line
+from tests.data.helpers import config_for, corpus_line, raw_of
 from tests.e2e.runs import entrypoint
 from train.common.errors import ConfigError
 from train.data import load_raw
@@ -57,13 +57,13 @@ def with_s3(monkeypatch: pytest.MonkeyPatch, s3_env: dict[str, str]) -> dict[str
 
 @pytest.mark.parametrize("source", [f"s3://{BUCKET}/train/*.jsonl.gz", f"s3://{BUCKET}/train"])
 def test_an_s3_glob_or_prefix_reads_in_memory(with_s3: dict[str, str], source: str) -> None:
-    raw = load_raw(config_for(source, validation_split_percentage="10"))
+    raw = raw_of(config_for(source, validation_split_percentage="10"))
     assert list(raw.splits["train"]["text"]) + list(raw.splits["validation"]["text"]) == LINES
 
 
 def test_an_s3_glob_streams(with_s3: dict[str, str]) -> None:
     config = config_for(f"s3://{BUCKET}/train/*.jsonl.gz", streaming="true", max_steps="5", max_eval_samples="10")
-    raw = load_raw(config)
+    raw = load_raw(config.data, config.training)
     assert raw.stream is not None
     assert list(raw.splits["validation"]["text"]) == LINES[:10]
     assert list(raw.stream.texts()) == LINES[10:]
@@ -73,9 +73,9 @@ def test_wrong_credentials_or_a_missing_prefix_are_one_line_without_the_secret(
     with_s3: dict[str, str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     with pytest.raises(ConfigError, match=r"MLM_DATASET='s3://corpus/nothing/\*\.txt': the pattern matches no file"):
-        load_raw(config_for(f"s3://{BUCKET}/nothing/*.txt"))
+        raw_of(config_for(f"s3://{BUCKET}/nothing/*.txt"))
     with pytest.raises(ConfigError, match=r"MLM_DATASET='s3://no-such-bucket/x.txt': no such file or prefix"):
-        load_raw(config_for("s3://no-such-bucket/x.txt"))
+        raw_of(config_for("s3://no-such-bucket/x.txt"))
 
 
 def test_an_s3_corpus_trains_through_the_entrypoint_offline_and_the_secret_stays_out(

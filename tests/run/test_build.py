@@ -74,10 +74,10 @@ def test_a_resume_on_data_that_changed_since_its_checkpoint_is_refused_unless_as
     config = tiny(tmp_path, dataset=str(corpus))
     checkpoint = RunFiles(config.training.output_dir).checkpoint(10)
     checkpoint.mkdir(parents=True)
-    mark_complete(checkpoint, {**resumed_options(config), DATA_IDENTITY: data_identity(config, "fp")})
-    assert resumed_data(config, checkpoint, data_identity(config, "fp")) is None
+    mark_complete(checkpoint, {**resumed_options(config), DATA_IDENTITY: data_identity(config.data, "fp")})
+    assert resumed_data(config, checkpoint, data_identity(config.data, "fp")) is None
     corpus.write_text("".join(f"line {i}\n" for i in range(101)))  # replaced in place between a stop and its resume
-    now = data_identity(config, "fp")
+    now = data_identity(config.data, "fp")
     with pytest.raises(
         ConfigError, match=r"^checkpoint-10 was saved while training on other data \(corpus.txt: 799 bytes"
     ):

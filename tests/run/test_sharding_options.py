@@ -73,7 +73,7 @@ def test_the_estimate_counts_the_built_models_state_and_activations() -> None:
     model = AutoModelForMaskedLM.from_config(
         DistilBertConfig(vocab_size=100, dim=16, hidden_dim=32, n_layers=2, n_heads=2, max_position_embeddings=32)
     )
-    estimate = ddp_estimate(model, config)
+    estimate = ddp_estimate(model, config.training, config.data.max_seq_length)
     parameters = sum(p.numel() for p in model.parameters())
     assert estimate["parameters"] == parameters and estimate["state"] == 16 * parameters
     assert estimate["activations"] == 4 * 32 * 16 * 2 * 34 * 2  # tokens x hidden x layers x 34 values, fp32

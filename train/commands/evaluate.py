@@ -43,7 +43,7 @@ EVAL_RESULTS = "eval_results.json"
 
 def held_out(config: Config) -> RawData:
     """The evaluation text alone, as training would hold it out; ConfigError when the options hold none out."""
-    raw = load_raw(config)
+    raw = load_raw(config.data, config.training)
     if "validation" not in raw.splits or not len(raw.splits["validation"]):
         raise ConfigError(
             f"{config.source_of('dataset')}={config.data.dataset!r}: nothing is held out to evaluate on; set "
@@ -59,7 +59,7 @@ def held_out(config: Config) -> RawData:
 
 def held_out_parts(config: Config, text: RawData, tokenizer: Any) -> dict[str, Any] | None:
     """A mixture's held-out part per source, tokenized as training tokenized it (its loss per source)."""
-    return {part.key: tokenize(config, raw, tokenizer)["validation"] for part, raw in text.parts or ()} or None
+    return {part.key: tokenize(config.data, raw, tokenizer)["validation"] for part, raw in text.parts or ()} or None
 
 
 def fetched_model(config: Config) -> None:
@@ -88,13 +88,13 @@ def evaluate(config: Config) -> dict[str, Any]:
             f"{config.source_of('model_name_or_path')}={config.model.model_name_or_path!r}: evaluate needs a trained "
             "model (a final/ directory, a checkpoint-N/ directory or a hub id), not an architecture"
         )
-    model_config = check_before_data(config, None)
+    model_config = check_before_data(config.model, config.data, None)
     with training.main_process_first(desc="preparing the held-out data"):
         text = held_out(config)
-        tokenizer = load_tokenizer(config, text, None)
+        tokenizer = load_tokenizer(config.model, config.data, text, None)
         parts = held_out_parts(config, text, tokenizer)
-        validation = joined(parts.values()) if parts else tokenize(config, text, tokenizer)["validation"]
-    model, head_weights = load_model(config, None, tokenizer, model_config)
+        validation = joined(parts.values()) if parts else tokenize(config.data, text, tokenizer)["validation"]
+    model, head_weights = load_model(config.model, config.data, None, tokenizer, model_config)
     collator = masking_collator(config, tokenizer, model)
     training.report_to = []  # a score, not a run: no tracker run is started (the JSON and the line are the record)
     trainer = MLMTrainer(

@@ -39,10 +39,10 @@ def prepared(config: Config) -> int:
         say("streaming: nothing to prepare; a stream is read and tokenized while training")
         return 0
     started = time.monotonic()
-    raw = load_raw(config)
-    tokenizer = load_tokenizer(config, raw, scratch_config(config))
+    raw = load_raw(config.data, config.training)
+    tokenizer = load_tokenizer(config.model, config.data, raw, scratch_config(config.model))
     # One process tokenizing for every rank of the later job: the cache key does not depend on the rank.
-    corpus = build_corpus(config, raw, tokenizer, rank=0, world_size=1)
+    corpus = build_corpus(config.data, raw, tokenizer, rank=0, world_size=1, seed=config.training.seed)
     cache = cache_root() / "tokenized"
     counts = f"train {corpus.train_samples:,} examples ({corpus.train_real_tokens:,} tokens)"
     if corpus.validation is not None:

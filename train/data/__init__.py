@@ -1,11 +1,12 @@
 """The data layer: where a corpus is (sources), reading and splitting it (load; its values in raw), tokenizing,
 packing and counting (tokenization: not ``tokenize``, which would be shadowed by the function of that name this
 package exports), streaming it (stream), the :class:`Corpus` a rank trains on (corpus), and the padding modes with
-their rules (padding: :class:`Padding`). A job calls::
+their rules (padding: :class:`Padding`). A job calls, with its DataArguments ``data`` and its TrainingArguments
+``training``::
 
-    raw = load_raw(config)                                   # either mode: RawData (raw.stream set for a stream)
-    corpus = build_corpus(config, raw, tokenizer, rank, world_size)
-    check_stream_parts(config, corpus)                       # every rank, after main_process_first
+    raw = load_raw(data, training)                           # either mode: RawData (raw.stream set for a stream)
+    corpus = build_corpus(data, raw, tokenizer, rank, world_size, training.seed)
+    check_stream_parts(data, corpus)                         # every rank, after main_process_first
 
 and, for ``corpus.streaming``, applies :func:`stream_training_overrides` to its TrainingArguments and adds the
 :class:`StreamPosition` callback.

@@ -14,7 +14,7 @@ from datasets import DatasetDict, IterableDataset
 from train.common.console import warn
 from train.common.distributed import gather_from_every_rank, is_world_zero
 from train.common.errors import ConfigError
-from train.config import Config
+from train.config import DataArguments
 from train.data.mixture import MixedSource, mix
 from train.data.raw import RawData
 from train.data.stream import tokenized_stream
@@ -47,14 +47,15 @@ class Corpus:
     mixture: list[MixedSource] | None = None
 
 
-def build_corpus(config: Config, raw: RawData, tokenizer: Any, rank: int, world_size: int) -> Corpus:
-    """``raw`` tokenized for rank ``rank`` of ``world_size``. Call it where load_raw is called, inside the
-    Trainer's main_process_first: the first rank fills the tokenization cache that the others then read."""
+def build_corpus(data: DataArguments, raw: RawData, tokenizer: Any, rank: int, world_size: int, seed: int) -> Corpus:
+    """``raw`` tokenized the way ``data`` says for rank ``rank`` of ``world_size`` (a mixture's sources mixed in the
+    order ``seed`` draws: the run's). Call it where load_raw is called, inside the Trainer's main_process_first: the
+    first rank fills the tokenization cache that the others then read."""
     if raw.stream is not None:  # tokenized on the fly; only the bounded evaluation set is tokenized now
         held_out = DatasetDict({k: v for k, v in raw.splits.items() if k == "validation"})
-        validation = tokenize(config, RawData(held_out, raw.fingerprint), tokenizer).get("validation")
+        validation = tokenize(data, RawData(held_out, raw.fingerprint), tokenizer).get("validation")
         return Corpus(
-            train=tokenized_stream(config, raw.stream, tokenizer, rank, world_size),
+            train=tokenized_stream(data, raw.stream, tokenizer, rank, world_size),
             validation=validation,
             fingerprint=raw.fingerprint,
             streaming=True,
@@ -63,13 +64,13 @@ def build_corpus(config: Config, raw: RawData, tokenizer: Any, rank: int, world_
             train_real_tokens=None,
             truncation=None,
             eval_documents=len(held_out["validation"]) if "validation" in held_out else 0,
-            stream_part=functools.partial(tokenized_stream, config, raw.stream, tokenizer),
+            stream_part=functools.partial(tokenized_stream, data, raw.stream, tokenizer),
         )
     if raw.parts is not None:
-        train, validation, parts, facts, cut = mixed_splits(config, raw, tokenizer)
+        train, validation, parts, facts, cut = mixed_splits(data, raw, tokenizer, seed)
         real_tokens = sum(fact.tokens for fact in facts)
     else:
-        splits = tokenize(config, raw, tokenizer)
+        splits = tokenize(data, raw, tokenizer)
         train, validation, parts, facts = splits["train"], splits.get("validation"), None, None
         real_tokens, cut = real_token_count(train, tokenizer.pad_token_id), truncation(train)
     corpus = Corpus(
@@ -88,26 +89,23 @@ def build_corpus(config: Config, raw: RawData, tokenizer: Any, rank: int, world_
         mixture=facts,
     )
     if is_world_zero():  # every rank counts the same cuts; one says so
-        warn_truncation(corpus, config.data.max_seq_length)
+        warn_truncation(corpus, data.max_seq_length)
     return corpus
 
 
 def mixed_splits(
-    config: Config, raw: RawData, tokenizer: Any
+    data: DataArguments, raw: RawData, tokenizer: Any, seed: int
 ) -> tuple[
     IndexedExamples, IndexedExamples | None, dict[str, IndexedExamples] | None, list[MixedSource], dict[str, int]
 ]:
     """A mixture's sources tokenized (and packed) each alone, then mixed by their token shares
-    (train/data/mixture.py): the training set, the held-out parts together and apart (for a loss per source), what
-    the epoch takes of each source, and what truncation cut of the sources' examples (counted on each source's own
-    table, not on the mixed selection, which Arrow would copy whole to read)."""
+    (train/data/mixture.py, in the order ``seed`` draws): the training set, the held-out parts together and apart
+    (for a loss per source), what the epoch takes of each source, and what truncation cut of the sources' examples
+    (counted on each source's own table, not on the mixed selection, which Arrow would copy whole to read)."""
     assert raw.parts is not None
-    tokenized = [(part, tokenize(config, part_raw, tokenizer)) for part, part_raw in raw.parts]
+    tokenized = [(part, tokenize(data, part_raw, tokenizer)) for part, part_raw in raw.parts]
     mixed, facts = mix(
-        [(part, splits["train"]) for part, splits in tokenized],
-        config.data.mixture_exhausted,
-        config.training.seed,
-        tokenizer.pad_token_id,
+        [(part, splits["train"]) for part, splits in tokenized], data.mixture_exhausted, seed, tokenizer.pad_token_id
     )
     train = IndexedExamples(mixed, cached=all(splits["train"].cached for _, splits in tokenized))
     held_out = {part.key: splits["validation"] for part, splits in tokenized if "validation" in splits}
@@ -132,7 +130,7 @@ def warn_truncation(corpus: Corpus, max_seq_length: int) -> None:
     )
 
 
-def check_stream_parts(config: Config, corpus: Corpus) -> None:
+def check_stream_parts(data: DataArguments, corpus: Corpus) -> None:
     """Refuse, on every rank at once and before the model is built, a stream that leaves some rank nothing to
     train on: all of it held out or without text, or fewer examples than ranks (each of N ranks reads every N-th
     example, or whole files when their number divides by N). Alone, the Trainer would only warn and end its epoch
@@ -145,10 +143,10 @@ def check_stream_parts(config: Config, corpus: Corpus) -> None:
     ranks = gather_from_every_rank(next(iter(corpus.train), None) is not None)
     empty = [rank for rank, has in enumerate(ranks) if not has]
     if empty:
-        raise no_training_example(config, empty, len(ranks))
+        raise no_training_example(data, empty, len(ranks))
 
 
-def no_training_example(config: Config, empty: list[int], world_size: int) -> ConfigError:
+def no_training_example(data: DataArguments, empty: list[int], world_size: int) -> ConfigError:
     """The one-line error for a stream that gives ranks ``empty`` of ``world_size`` nothing to train on."""
     if world_size == 1:
         what = "the training stream gave no example"
@@ -159,13 +157,13 @@ def no_training_example(config: Config, empty: list[int], world_size: int) -> Co
             "N-th example, or whole files when their number divides by N)"
         )
     why = ""
-    if config.data.max_eval_samples and not config.data.validation_file:
+    if data.max_eval_samples and not data.validation_file:
         why = (
-            f": {config.source_of('max_eval_samples')}={config.data.max_eval_samples} holds out the stream's first "
-            f"{config.data.max_eval_samples:,} examples, and every other line with the same text"
+            f": {data.source_of('max_eval_samples')}={data.max_eval_samples} holds out the stream's first "
+            f"{data.max_eval_samples:,} examples, and every other line with the same text"
         )
     fewer = ", or fewer ranks" if world_size > 1 else ""
     return ConfigError(
-        f"{config.source_of('streaming')}=true: {what}{why}; final/ was not written (a smaller max_eval_samples, "
+        f"{data.source_of('streaming')}=true: {what}{why}; final/ was not written (a smaller max_eval_samples, "
         f"a validation_file, or more data{fewer})"
     )

@@ -23,7 +23,7 @@ from datetime import UTC, datetime
 from pathlib import Path, PurePosixPath
 from typing import Any
 
-from train.config import Config
+from train.config import DataArguments
 from train.data.sources import DEMO, is_remote, resolve, resolve_files, shown_url
 
 WHOLE_DIGEST_BYTES = 256 * 2**20
@@ -31,18 +31,18 @@ SAMPLE_BYTES = 2**20
 Identity = dict[str, dict[str, Any]]  # the record: a file's (or source's) name -> what identifies its content
 
 
-def data_identity(config: Config, fingerprint: str) -> Identity:
+def data_identity(data: DataArguments, fingerprint: str) -> Identity:
     """What identifies the data this run reads now (the dataset, and the validation file when one is set);
     ``fingerprint``: the loaded data's, which stands for a hub dataset."""
-    source = resolve(config.data.dataset, config.source_of("dataset"), config.data.dataset_config_name)
+    source = resolve(data.dataset, data.source_of("dataset"), data.dataset_config_name)
     if source.name == DEMO:
-        identity: Identity = {"demo": {"samples": config.data.demo_samples}}
+        identity: Identity = {"demo": {"samples": data.demo_samples}}
     elif source.kind == "hub":
         identity = {f"hub:{source.name}": {"config": source.config_name, "fingerprint": fingerprint}}
     else:
         identity = files_identity(source_files_of(source.kind, source.name, source.files))
-    if config.data.validation_file:
-        validation = resolve_files(config.data.validation_file, config.source_of("validation_file"))
+    if data.validation_file:
+        validation = resolve_files(data.validation_file, data.source_of("validation_file"))
         found = files_identity(source_files_of(validation.kind, validation.name, validation.files))
         identity.update({f"validation:{name}": entry for name, entry in found.items()})
     return identity

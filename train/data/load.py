@@ -11,12 +11,12 @@ read: the evaluation examples and a bounded sample a tokenizer trained from scra
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import itertools
 from dataclasses import replace
 
 import datasets
 from datasets import Dataset, DatasetDict, concatenate_datasets
+from transformers import TrainingArguments
 
 from train.borrowed.datasets import fingerprint as fingerprint_of
 from train.common.console import warn
@@ -24,7 +24,7 @@ from train.common.distributed import is_world_zero
 from train.common.errors import ConfigError
 from train.common.hf import cache_key, cache_root, offline_hint, stores_other_than_the_hub_online
 from train.common.mixture import Part, mixture_parts
-from train.config import Config
+from train.config import DataArguments
 from train.data.identity import data_identity
 from train.data.raw import RawData, TextStream
 from train.data.sources import Source, demo_dataset, is_remote, read_error, resolve, resolve_files, shown_url
@@ -34,23 +34,25 @@ from train.data.tokenization import CACHE_VERSION
 TOKENIZER_SAMPLE = 100_000  # examples of a stream a tokenizer trained from scratch learns from
 
 
-def load_raw(config: Config) -> RawData:
+def load_raw(data: DataArguments, training: TrainingArguments) -> RawData:
     """The configured data: train (+ validation) splits of one ``text``-like column, or for ``streaming`` the
-    training stream with its held-out evaluation examples; for a mixture, each source's read alone."""
-    parts = mixture_parts(config.data.dataset, config.source_of("dataset"))
+    training stream with its held-out evaluation examples; for a mixture, each source's read alone. ``training``:
+    whether anything is evaluated (eval_strategy), which a corpus with nothing held out must say."""
+    parts = mixture_parts(data.dataset, data.source_of("dataset"))
     if parts is not None:
-        return _mixed(config, parts)
-    raw = _streamed(config) if config.data.streaming else _in_memory(config)
-    return replace(raw, identity=data_identity(config, raw.fingerprint))
+        return _mixed(data, training, parts)
+    raw = _streamed(data, training) if data.streaming else _in_memory(data, training)
+    return replace(raw, identity=data_identity(data, raw.fingerprint))
 
 
-def _mixed(config: Config, parts: tuple[Part, ...]) -> RawData:
+def _mixed(data: DataArguments, training: TrainingArguments, parts: tuple[Part, ...]) -> RawData:
     """Each source of a mixture read as if it were the dataset option alone (its own held-out part, its own
     max_train_samples and max_eval_samples), and their concatenation for what reads the corpus whole."""
     read = []
     for part in parts:
-        alone = dataclasses.replace(config, data=dataclasses.replace(config.data, dataset=part.name))
-        raw = _in_memory(alone)
+        alone = replace(data, dataset=part.name)
+        alone.sources = data.sources  # a replaced section starts without the map: errors still name the options
+        raw = _in_memory(alone, training)
         identity = {f"{part.key}:{name}": entry for name, entry in data_identity(alone, raw.fingerprint).items()}
         read.append((part, replace(raw, identity=identity)))
     splits = DatasetDict(
@@ -66,81 +68,67 @@ def _mixed(config: Config, parts: tuple[Part, ...]) -> RawData:
     return RawData(splits=splits, fingerprint=fingerprint, identity=identity, parts=tuple(read))
 
 
-def _in_memory(config: Config) -> RawData:
-    source = resolve(config.data.dataset, config.source_of("dataset"), config.data.dataset_config_name)
-    holdout = 0 if config.data.validation_file else config.data.validation_split_percentage
+def _in_memory(data: DataArguments, training: TrainingArguments) -> RawData:
+    source = resolve(data.dataset, data.source_of("dataset"), data.dataset_config_name)
+    holdout = 0 if data.validation_file else data.validation_split_percentage
     if source.kind == "demo":
-        splits = split_off(
-            demo_dataset(config.data.text_column, config.data.demo_samples), config.data.validation_split_percentage
-        )
-        fingerprint = f"demo-{config.data.demo_samples}"
+        splits = split_off(demo_dataset(data.text_column, data.demo_samples), data.validation_split_percentage)
+        fingerprint = f"demo-{data.demo_samples}"
     elif source.kind == "hub":
-        hub = load_hub(source, config.data.text_column)
-        fingerprint = cache_key(
-            config.data.dataset, config.data.dataset_config_name, {k: fingerprint_of(v) for k, v in hub.items()}
-        )
+        hub = load_hub(source, data.text_column)
+        fingerprint = cache_key(data.dataset, data.dataset_config_name, {k: fingerprint_of(v) for k, v in hub.items()})
         splits = (
             DatasetDict({"train": hub["train"], "validation": hub["validation"]})
-            if "validation" in hub and not config.data.validation_file
+            if "validation" in hub and not data.validation_file
             else split_off(hub["train"], holdout)
         )
     else:
-        train = load_files(source, config.data.text_column)
+        train = load_files(source, data.text_column)
         fingerprint = fingerprint_of(train)
-        splits = DatasetDict({"train": train}) if config.data.validation_file else split_off(train, holdout)
-    if config.data.validation_file:
-        splits["validation"] = load_local(
-            config.data.validation_file, config.source_of("validation_file"), config.data.text_column
-        )
+        splits = DatasetDict({"train": train}) if data.validation_file else split_off(train, holdout)
+    if data.validation_file:
+        splits["validation"] = load_local(data.validation_file, data.source_of("validation_file"), data.text_column)
         fingerprint += "-" + fingerprint_of(splits["validation"])
-    if config.data.max_train_samples:
-        splits["train"] = splits["train"].select(range(min(config.data.max_train_samples, len(splits["train"]))))
-    if config.data.max_eval_samples and "validation" in splits:
-        splits["validation"] = splits["validation"].select(
-            range(min(config.data.max_eval_samples, len(splits["validation"])))
-        )
-    fingerprint += (
-        f"-{config.data.max_train_samples}-{config.data.max_eval_samples}-{config.data.validation_split_percentage}"
-    )
-    if "validation" not in splits and config.training.eval_strategy != "no":
+    if data.max_train_samples:
+        splits["train"] = splits["train"].select(range(min(data.max_train_samples, len(splits["train"]))))
+    if data.max_eval_samples and "validation" in splits:
+        splits["validation"] = splits["validation"].select(range(min(data.max_eval_samples, len(splits["validation"]))))
+    fingerprint += f"-{data.max_train_samples}-{data.max_eval_samples}-{data.validation_split_percentage}"
+    if "validation" not in splits and training.eval_strategy != "no":
         # The Trainer would fail later with a traceback: say which option leaves nothing to evaluate.
         raise ConfigError(
-            f"{config.source_of('validation_split_percentage')}={config.data.validation_split_percentage}: holds out "
+            f"{data.source_of('validation_split_percentage')}={data.validation_split_percentage}: holds out "
             f"no example of the {len(splits['train'])} training example(s); set validation_file, a larger "
             "validation_split_percentage, or eval_strategy no"
         )
     return RawData(splits=splits, fingerprint=fingerprint)
 
 
-def _streamed(config: Config) -> RawData:
+def _streamed(data: DataArguments, training: TrainingArguments) -> RawData:
     """The training stream, and (in the in-memory shape) the evaluation examples plus, for a tokenizer trained
     from scratch, a bounded sample of the stream."""
-    rows, fingerprint = open_stream(
-        resolve(config.data.dataset, config.source_of("dataset"), config.data.dataset_config_name), config.data
-    )
-    stream = TextStream(rows, config.data.text_column)
+    rows, fingerprint = open_stream(resolve(data.dataset, data.source_of("dataset"), data.dataset_config_name), data)
+    stream = TextStream(rows, data.text_column)
     splits: dict[str, Dataset] = {}
-    if config.data.validation_file:
-        evaluation = load_local(
-            config.data.validation_file, config.source_of("validation_file"), config.data.text_column
-        )
-        if config.data.max_eval_samples:
-            evaluation = evaluation.select(range(min(config.data.max_eval_samples, len(evaluation))))
+    if data.validation_file:
+        evaluation = load_local(data.validation_file, data.source_of("validation_file"), data.text_column)
+        if data.max_eval_samples:
+            evaluation = evaluation.select(range(min(data.max_eval_samples, len(evaluation))))
         splits["validation"] = evaluation
         fingerprint += "-" + fingerprint_of(evaluation)
-    elif config.data.max_eval_samples:
+    elif data.max_eval_samples:
         # The first examples of the stream are held out. Training leaves them out by their text: skip(n) would be
         # split among the ranks' shards, skipping other examples on every rank but the first.
-        splits["validation"] = materialize(stream, config.data.max_eval_samples)
-        stream = replace(stream, held_out=frozenset(splits["validation"][config.data.text_column]))
-    elif config.training.eval_strategy != "no":
+        splits["validation"] = materialize(stream, data.max_eval_samples)
+        stream = replace(stream, held_out=frozenset(splits["validation"][data.text_column]))
+    elif training.eval_strategy != "no":
         raise ConfigError(
-            f"{config.source_of('streaming')}=true: a stream has no validation split to hold out; set "
+            f"{data.source_of('streaming')}=true: a stream has no validation split to hold out; set "
             "max_eval_samples (the first examples of the stream are held out), validation_file, or eval_strategy no"
         )
-    fingerprint += f"-{config.data.max_eval_samples}"
-    if config.data.max_train_samples:
-        stream = replace(stream, rows=stream.rows.take(config.data.max_train_samples))
+    fingerprint += f"-{data.max_eval_samples}"
+    if data.max_train_samples:
+        stream = replace(stream, rows=stream.rows.take(data.max_train_samples))
     splits["train"] = materialize(stream, TOKENIZER_SAMPLE)  # for a tokenizer trained from scratch
     return RawData(splits=DatasetDict(splits), fingerprint=f"stream-{fingerprint}", stream=stream)
 

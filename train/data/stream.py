@@ -41,7 +41,7 @@ from train.borrowed.datasets import fingerprint as fingerprint_of
 from train.common.distributed import gather_from_every_rank, is_world_zero
 from train.common.errors import ConfigError, first_line
 from train.common.hf import cache_key, offline_hint
-from train.config import Config, DataArguments
+from train.config import DataArguments
 from train.data.padding import Padding
 from train.data.raw import TextStream
 from train.data.sources import Source, demo_dataset, read_error, shown_url
@@ -131,21 +131,23 @@ def content_index(input_ids: list[int]) -> int:
     return int.from_bytes(digest, "little") >> 1  # non-negative int64
 
 
-def tokenized_stream(config: Config, stream: TextStream, tokenizer: Any, rank: int, world_size: int) -> IterableDataset:
+def tokenized_stream(
+    data: DataArguments, stream: TextStream, tokenizer: Any, rank: int, world_size: int
+) -> IterableDataset:
     """Rank ``rank``'s part of the stream, filtered, tokenized (and packed) on the fly in one batched step, each
     example with its sample index."""
     mine = split_dataset_by_node(stream.rows, rank=rank, world_size=world_size)
-    packs = Padding(config.data.padding).packs
+    packs = Padding(data.padding).packs
 
     def prepare(texts: list[Any]) -> dict[str, Any]:
         kept = stream.keep(texts)
         # a stream's cuts are not counted; a batch with nothing kept (all held out, or no text) has the columns of
         # one that has (the tokenizer refuses an empty list)
-        encoded = encode_texts(tokenizer, kept or [""], config.data, count_cut=False)
+        encoded = encode_texts(tokenizer, kept or [""], data, count_cut=False)
         if not kept:
             encoded = {key: [] for key in encoded}
         if packs:
-            encoded = group_texts(encoded, config.data.max_seq_length)
+            encoded = group_texts(encoded, data.max_seq_length)
         return {**encoded, SAMPLE_INDEX: [content_index(ids) for ids in encoded["input_ids"]]}
 
     return mine.map(prepare, batched=True, input_columns=[stream.column], remove_columns=[stream.column])

@@ -22,7 +22,7 @@ from datasets import ClassLabel, Dataset
 
 from train.common.errors import ConfigError
 from train.common.hf import cache_root
-from train.config import Config
+from train.config import TaskArguments
 from train.data.glue import GLUE_PREFIX, GlueTask, from_hub, glue_folder, glue_name, read_local
 from train.data.sources import data_format, read_error
 
@@ -71,38 +71,38 @@ class Task:
         return self.labels.index(positive) if positive in self.labels else None
 
 
-def load_task(config: Config) -> Task:
+def load_task(task: TaskArguments) -> Task:
     """The task the options name (``task`` and the ``task_*_column`` options)."""
-    if not config.task.task:
+    if not task.task:
         raise ConfigError(
             "finetune needs a task: set --task DIR (MLM_TASK), a directory holding train and test files "
-            f"({TASK_SUFFIXES}) with a {config.task.task_text_column!r} and a {config.task.task_label_column!r} column"
+            f"({TASK_SUFFIXES}) with a {task.task_text_column!r} and a {task.task_label_column!r} column"
         )
     columns = TaskColumns(
-        text=config.task.task_text_column,
-        pair=config.task.task_text_pair_column,
-        label=config.task.task_label_column,
-        pair_required="task_text_pair_column" in config.sources,
-        text_option=config.source_of("task_text_column"),
-        pair_option=config.source_of("task_text_pair_column"),
-        label_option=config.source_of("task_label_column"),
+        text=task.task_text_column,
+        pair=task.task_text_pair_column,
+        label=task.task_label_column,
+        pair_required="task_text_pair_column" in task.sources,
+        text_option=task.source_of("task_text_column"),
+        pair_option=task.source_of("task_text_pair_column"),
+        label_option=task.source_of("task_label_column"),
     )
-    option = config.source_of("task")
-    glue = glue_name(config.task.task, option) or glue_folder(Path(config.task.task).expanduser())
+    option = task.source_of("task")
+    glue = glue_name(task.task, option) or glue_folder(Path(task.task).expanduser())
     if glue is None:
-        return read_task(config.task.task, columns, option)
-    named = [config.source_of(name) for name in COLUMN_OPTIONS if name in config.sources]
+        return read_task(task.task, columns, option)
+    named = [task.source_of(name) for name in COLUMN_OPTIONS if name in task.sources]
     if named:
         raise ConfigError(f"{named[0]}: GLUE's {glue.folder} names its own columns; remove it")
-    if config.task.task.lower().startswith(GLUE_PREFIX):
+    if task.task.lower().startswith(GLUE_PREFIX):
         shards = from_hub(glue, option)
         raw = {split: read_split(found, option) for split, found in shards.items()}
         files = {split: ", ".join(found) for split, found in shards.items()}
     else:
-        data = read_local(glue, Path(config.task.task).expanduser())
+        data = read_local(glue, Path(task.task).expanduser())
         files, raw = data.files, {"train": data.train, "test": data.test}
     glue_columns = TaskColumns(text=glue.text, pair=glue.pair or PAIR, label="label", pair_required=bool(glue.pair))
-    return checked_task(config.task.task, raw, files, glue_columns, glue)
+    return checked_task(task.task, raw, files, glue_columns, glue)
 
 
 def read_task(path: str, columns: TaskColumns, option: str = "task") -> Task:

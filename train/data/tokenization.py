@@ -20,7 +20,7 @@ from datasets import Dataset, concatenate_datasets
 
 from train.common.errors import ConfigError
 from train.common.hf import cache_key, cache_root
-from train.config import MIN_ROWS_PER_WORKER, Config, DataArguments
+from train.config import MIN_ROWS_PER_WORKER, DataArguments
 from train.data.padding import Padding
 from train.data.raw import RawData
 from train.machine.resources import usable_cpus
@@ -105,15 +105,14 @@ def encode_texts(tokenizer: Any, texts: list[str], data: DataArguments, count_cu
     return count_cut_tokens(dict(encoded), len(texts)) if count_cut else dict(encoded)
 
 
-def preprocessing_workers(config: Config, rows: int) -> int | None:
-    """Tokenization processes, as datasets' ``num_proc``: the configured number, else one per CPU this process may
-    use (cgroup-aware, see train.machine.resources.usable_cpus), as long as each gets MIN_ROWS_PER_WORKER rows or more.
+def preprocessing_workers(configured: int | None, rows: int) -> int | None:
+    """Tokenization processes, as datasets' ``num_proc``: the ``configured`` number (preprocessing_num_workers),
+    else one per CPU this process may use (cgroup-aware, see train.machine.resources.usable_cpus), as long as each
+    gets MIN_ROWS_PER_WORKER rows or more.
 
     One is None, the calling process, not a pool of one: datasets forks for num_proc=1, and a forked fast tokenizer
     turns its own threads off, which made one process 4-11 % slower than run_mlm.py's."""
-    workers = config.data.preprocessing_num_workers
-    if workers is None:
-        workers = max(1, min(usable_cpus(), rows // MIN_ROWS_PER_WORKER))
+    workers = configured if configured is not None else max(1, min(usable_cpus(), rows // MIN_ROWS_PER_WORKER))
     return workers if workers > 1 else None
 
 
@@ -167,29 +166,27 @@ def joined(parts: Iterable[IndexedExamples]) -> IndexedExamples:
     return IndexedExamples(concatenate_datasets([part.examples for part in parts]))
 
 
-def tokenize(config: Config, raw: RawData, tokenizer: Any) -> dict[str, IndexedExamples]:
-    """Tokenize every split of ``raw`` the configured way (cached); its examples carry a ``sample_index``."""
-    column = config.data.text_column
+def tokenize(data: DataArguments, raw: RawData, tokenizer: Any) -> dict[str, IndexedExamples]:
+    """Tokenize every split of ``raw`` the way ``data`` says (cached); its examples carry a ``sample_index``."""
+    column = data.text_column
     key = cache_key(
         CACHE_VERSION,
         raw.fingerprint,
         tokenizer_fingerprint(tokenizer),
-        config.data.padding,
-        config.data.max_seq_length,
+        data.padding,
+        data.max_seq_length,
         column,
     )
     cache_dir = cache_root() / "tokenized"
     cache_dir.mkdir(parents=True, exist_ok=True)
 
     def encode(batch: dict[str, list[str]]) -> dict[str, Any]:
-        return encode_texts(
-            tokenizer, batch[column], config.data, count_cut=True
-        )  # strings only: load_raw dropped the rest
+        return encode_texts(tokenizer, batch[column], data, count_cut=True)  # strings only: load_raw dropped the rest
 
     result = {}
     for split, dataset in raw.splits.items():
-        workers = preprocessing_workers(config, len(dataset))
-        last_step = "packed" if Padding(config.data.padding).packs else "tok"
+        workers = preprocessing_workers(data.preprocessing_num_workers, len(dataset))
+        last_step = "packed" if Padding(data.padding).packs else "tok"
         cached = in_cache(cache_dir, f"{key}-{split}-{last_step}")
         tokenized = dataset.map(
             encode,
@@ -199,18 +196,18 @@ def tokenize(config: Config, raw: RawData, tokenizer: Any) -> dict[str, IndexedE
             cache_file_name=str(cache_dir / f"{key}-{split}-tok.arrow"),
             desc=f"Tokenizing {split}",
         )
-        if Padding(config.data.padding).packs:
+        if Padding(data.padding).packs:
             tokenized = tokenized.map(
                 group_texts,
                 batched=True,
-                fn_kwargs={"block": config.data.max_seq_length},
+                fn_kwargs={"block": data.max_seq_length},
                 num_proc=workers,
                 cache_file_name=str(cache_dir / f"{key}-{split}-packed.arrow"),
-                desc=f"Packing {split} into {config.data.max_seq_length}-token blocks",
+                desc=f"Packing {split} into {data.max_seq_length}-token blocks",
             )
         if len(tokenized) == 0:
             raise ConfigError(
-                f"{config.source_of('dataset')}: the {split} split has no complete {config.data.max_seq_length}-token "
+                f"{data.source_of('dataset')}: the {split} split has no complete {data.max_seq_length}-token "
                 "block to pack; use padding dynamic or a smaller max_seq_length"
             )
         result[split] = IndexedExamples(tokenized, cached)

@@ -148,7 +148,7 @@ def replay(args: Sequence[str], environ: Mapping[str, str]) -> int:
         )
     plan = plan_for(config, environ, argv, log_format, JOB_MODULE)
     world = plan.nproc_per_node * plan.topology.max_nodes
-    raw = load_raw(config)
+    raw = load_raw(config.data, config.training)
     found = differences(run, config, overrides, world, raw.fingerprint, changes(run.data_identity, raw.identity)[0])
     for line in found:
         log(f"replay {location}: {line}", "warning" if anyway else "error")

@@ -202,7 +202,7 @@ def sharding_plan(plan: Plan, config: Config) -> dict[str, Any]:
     DDP's estimate (the model built on the meta device) and the mode the ranks' own rule will choose with it."""
     from train.model.memory import choose_sharding, planned_estimate  # here: a launch need not load the models
 
-    estimate = planned_estimate(config)
+    estimate = planned_estimate(config.model, config.training, config.data.max_seq_length)
     gpu_memory = smallest_memory([] if plan.cpu_mode else plan.inventory.gpus[: plan.nproc_per_node])
     facts: dict[str, Any] = {"requested": config.launch.sharding, "smallest_gpu_memory_bytes": gpu_memory}
     facts |= {"ddp_estimate": estimate, "mode": None}

@@ -31,18 +31,18 @@ from train.common.console import first_few, warn
 from train.common.errors import ConfigError, first_line
 from train.common.hf import looks_local, offline_hint
 from train.common.untrusted import SAFE_LOAD_REFUSED, safe_load_problem
-from train.config import Config
+from train.config import DataArguments, ModelArguments
 from train.config.model_source import SHARDED_WEIGHTS, model_source
 from train.data import RawData
 from train.model.tokenizer_training import checkpoint_tokenizer, tokenizer_kind, train_tokenizer
 from train.model.weights import encoder_missing, head_state
 
 
-def scratch_config(config: Config) -> Any | None:
+def scratch_config(model: ModelArguments) -> Any | None:
     """The architecture to build without weights (train/config/model_source.py says which names are one), or None when
     the model is pretrained; a local model path that is not there is a ConfigError before any data is read."""
-    name, label = config.model.model_name_or_path, config.source_of("model_name_or_path")
-    source = model_source(name, config.model.config_overrides)
+    name, label = model.model_name_or_path, model.source_of("model_name_or_path")
+    source = model_source(name, model.config_overrides)
     if source.pretrained:
         if source.path is not None and not source.path.exists():
             raise ConfigError(f"{label}={name!r}: no such local model directory")
@@ -54,16 +54,16 @@ def scratch_config(config: Config) -> Any | None:
         return None
     values = source.config_values(label)
     arch = _build(values, label, name)
-    if config.model.config_overrides:
+    if model.config_overrides:
         # As constructor arguments, so that the fields a config derives from others in its constructor follow
         # them (ModernBERT's layer_types from num_hidden_layers: update_from_string on a built config leaves them
         # stale, and the first save then refuses the config).
-        overrides_label = config.source_of("config_overrides")
+        overrides_label = model.source_of("config_overrides")
         arch = _build(
-            {**values, **override_values(arch, config.model.config_overrides, overrides_label)}, overrides_label, name
+            {**values, **override_values(arch, model.config_overrides, overrides_label)}, overrides_label, name
         )
-    check_model_config(config, arch)
-    check_masked_lm(config, arch)
+    check_model_config(model, arch)
+    check_masked_lm(model, arch)
     return arch
 
 
@@ -110,14 +110,14 @@ def check_override_keys(arch: Any, keys: Iterable[str], label: str, mapping: boo
         raise ConfigError(f"{label}: {key!r} is not a field of the {model_type} config; {hint}")
 
 
-def check_masked_lm(config: Config, model_config: Any) -> None:
+def check_masked_lm(model: ModelArguments, model_config: Any) -> None:
     """The model type must have a masked-LM class in transformers (AutoModelForMaskedLM): a decoder (gpt2) or an
     encoder without an MLM head would otherwise fail after the tokenizing, at load time."""
-    if type(model_config) in MODEL_FOR_MASKED_LM_MAPPING or config.model.trust_remote_code:
+    if type(model_config) in MODEL_FOR_MASKED_LM_MAPPING or model.trust_remote_code:
         return
     model_type = getattr(model_config, "model_type", "?")
     raise ConfigError(
-        f"{config.source_of('model_name_or_path')}={config.model.model_name_or_path!r}: {model_type!r} has no "
+        f"{model.source_of('model_name_or_path')}={model.model_name_or_path!r}: {model_type!r} has no "
         "masked-LM class in transformers (AutoModelForMaskedLM); expected an encoder such as bert, roberta, "
         "deberta-v2 or modernbert"
     )
@@ -141,7 +141,7 @@ def _reason(exc: BaseException) -> str:
     return (lines[-1] if lines else type(exc).__name__)[:200]
 
 
-def check_model_config(config: Config, arch: Any) -> None:
+def check_model_config(model: ModelArguments, arch: Any) -> None:
     """The model config's own validation, which ``save_pretrained`` runs (transformers 5.x ``validate``): a config
     the model takes at build time but rejects at its first save would otherwise fail after all the training."""
     validate = getattr(arch, "validate", None)
@@ -151,29 +151,25 @@ def check_model_config(config: Config, arch: Any) -> None:
         validate()
     except Exception as exc:  # noqa: BLE001 - huggingface_hub's StrictDataclassError and the validators' own
         why = _reason(exc)
-        label = (
-            config.source_of("config_overrides")
-            if config.model.config_overrides
-            else config.source_of("model_name_or_path")
-        )
+        label = model.source_of("config_overrides" if model.config_overrides else "model_name_or_path")
         raise ConfigError(f"{label}: the model rejects this config ({why})") from None
 
 
-def load_tokenizer(config: Config, raw: RawData, arch: Any | None, resume: str | None = None) -> Any:
+def load_tokenizer(
+    model: ModelArguments, data: DataArguments, raw: RawData, arch: Any | None, resume: str | None = None
+) -> Any:
     """MLM_TOKENIZER_NAME's, the pretrained model's, or for a model built from scratch (``arch``) one trained on
-    the training text of the kind its family uses (train/model/tokenizer_training.py): the checkpoint's when
-    resuming."""
-    name = (
-        None if trains_its_tokenizer(config, arch) else config.model.tokenizer_name or config.model.model_name_or_path
-    )
+    the training text of the kind its family uses (train/model/tokenizer_training.py; ``data`` says which column
+    and how long a sequence): the checkpoint's when resuming."""
+    name = None if trains_its_tokenizer(model, arch) else model.tokenizer_name or model.model_name_or_path
     if name is None:
-        kind = tokenizer_kind(config, getattr(arch, "model_type", None))
-        return checkpoint_tokenizer(resume) or train_tokenizer(raw, config, kind)
-    source = tokenizer_label(config)
+        kind = tokenizer_kind(model.tokenizer_type, getattr(arch, "model_type", None))
+        return checkpoint_tokenizer(resume) or train_tokenizer(raw, model, data, kind)
+    source = tokenizer_label(model)
     if looks_local(name) and not Path(name).expanduser().exists():
         raise ConfigError(f"{source}={name!r}: no such local tokenizer directory")
     try:
-        tokenizer = AutoTokenizer.from_pretrained(name, trust_remote_code=config.model.trust_remote_code)
+        tokenizer = AutoTokenizer.from_pretrained(name, trust_remote_code=model.trust_remote_code)
     except (OSError, ValueError) as exc:
         if Path(name).expanduser().exists():
             raise ConfigError(f"{source}={name!r}: no tokenizer found there ({first_line(exc)})") from None
@@ -184,49 +180,50 @@ def load_tokenizer(config: Config, raw: RawData, arch: Any | None, resume: str |
     return tokenizer
 
 
-def trains_its_tokenizer(config: Config, arch: Any | None) -> bool:
+def trains_its_tokenizer(model: ModelArguments, arch: Any | None) -> bool:
     """No tokenizer named: one is trained on the training text (:func:`load_tokenizer`)."""
-    return not config.model.tokenizer_name and arch is not None
+    return not model.tokenizer_name and arch is not None
 
 
-def tokenizer_label(config: Config) -> str:
+def tokenizer_label(model: ModelArguments) -> str:
     """The option that chose the tokenizer (MLM_TOKENIZER_NAME, else the model's), for messages about it."""
-    return config.source_of("tokenizer_name" if config.model.tokenizer_name else "model_name_or_path")
+    return model.source_of("tokenizer_name" if model.tokenizer_name else "model_name_or_path")
 
 
 def load_model(
-    config: Config, arch: Any | None, tokenizer: Any, model_config: Any | None = None
+    model: ModelArguments, data: DataArguments, arch: Any | None, tokenizer: Any, model_config: Any | None = None
 ) -> tuple[Any, str | None]:
-    """The masked-LM model, with its positions checked against max_seq_length (again: :func:`check_before_data`
-    may not have been able to read a pretrained model's config; ``model_config`` is what it read, or None), and
-    what its weights lacked of its MLM head (train/model/weights.py: None when loaded whole or from scratch).
-    transformers' load report is not shown: its words are for fine-tuning, and the head is said in ours."""
+    """The masked-LM model, with its positions checked against ``data``'s max_seq_length (again:
+    :func:`check_before_data` may not have been able to read a pretrained model's config; ``model_config`` is what
+    it read, or None), and what its weights lacked of its MLM head (train/model/weights.py: None when loaded whole or
+    from scratch). transformers' load report is not shown: its words are for fine-tuning, and the head is said in
+    ours."""
     head = None
     if arch is not None:
-        overrides = config.model.config_overrides or ""
+        overrides = model.config_overrides or ""
         if "vocab_size" not in overrides:
             arch.vocab_size = len(tokenizer)
         elif arch.vocab_size < len(tokenizer):
             raise ConfigError(
-                f"{config.source_of('config_overrides')}: vocab_size={arch.vocab_size} is smaller than the "
+                f"{model.source_of('config_overrides')}: vocab_size={arch.vocab_size} is smaller than the "
                 f"tokenizer's {len(tokenizer)} tokens"
             )
         use_tokenizers_special_tokens(arch, tokenizer)
-        check_model_config(config, arch)  # again, with the tokenizer's vocabulary and padding id
-        model = AutoModelForMaskedLM.from_config(arch, attn_implementation=attention_implementation(config, arch))
+        check_model_config(model, arch)  # again, with the tokenizer's vocabulary and padding id
+        masked_lm = AutoModelForMaskedLM.from_config(arch, attn_implementation=attention_implementation(model, arch))
     else:
-        name = config.model.model_name_or_path
-        refuse_unsafe_weights(config, Path(name).expanduser())
+        name = model.model_name_or_path
+        refuse_unsafe_weights(model, Path(name).expanduser())
         try:
             with quiet_transformers():
-                model, loading = AutoModelForMaskedLM.from_pretrained(
+                masked_lm, loading = AutoModelForMaskedLM.from_pretrained(
                     name,
-                    trust_remote_code=config.model.trust_remote_code,
-                    attn_implementation=attention_implementation(config, model_config),
+                    trust_remote_code=model.trust_remote_code,
+                    attn_implementation=attention_implementation(model, model_config),
                     output_loading_info=True,
                 )
         except Exception as exc:
-            source = config.source_of("model_name_or_path")
+            source = model.source_of("model_name_or_path")
             if SAFE_LOAD_REFUSED in str(exc):  # pickled weights from the hub, refused by the safe loader
                 raise ConfigError(
                     f"{source}={name!r}: the safe loader refuses its weights ({first_line(exc)}); {CONVERT}"
@@ -237,13 +234,13 @@ def load_model(
                 raise ConfigError(f"{source}={name!r}: cannot load the model ({first_line(exc)})") from None
             hint = offline_hint("model", source)
             raise ConfigError(f"{source}={name!r}: cannot load the model ({hint})") from None
-        head = head_state(model, loading["missing_keys"])
-        lacking = encoder_missing(model, loading["missing_keys"])
+        head = head_state(masked_lm, loading["missing_keys"])
+        lacking = encoder_missing(masked_lm, loading["missing_keys"])
         if lacking and distributed.is_world_zero():
             shown = first_few(lacking)
             warn(f"{name}: {len(lacking)} tensor(s) of the encoder are not in its weights and start random: {shown}")
-    check_positions(config, model.config)
-    return model, head
+    check_positions(data, masked_lm.config)
+    return masked_lm, head
 
 
 @contextlib.contextmanager
@@ -275,11 +272,11 @@ def unsafe_weights(directory: Path) -> str | None:
     return None
 
 
-def refuse_unsafe_weights(config: Config, directory: Path) -> None:
+def refuse_unsafe_weights(model: ModelArguments, directory: Path) -> None:
     """ConfigError naming the file (:func:`unsafe_weights`) and how to convert it, before any weight is read."""
     problem = unsafe_weights(directory)
     if problem:
-        source = config.source_of("model_name_or_path")
+        source = model.source_of("model_name_or_path")
         raise ConfigError(f"{source}={str(directory)!r}: {problem}; {CONVERT}")
 
 
@@ -299,12 +296,12 @@ def settle_tokenizer(tokenizer: Any) -> None:
         tokenizer.init_kwargs.pop(name, None)
 
 
-def attention_implementation(config: Config, model_config: Any | None) -> str | None:
+def attention_implementation(model: ModelArguments, model_config: Any | None) -> str | None:
     """MLM_ATTN_IMPLEMENTATION when set; else flash_attention_2 where it is installed, a GPU is there and the model
     supports it; else None: transformers' own choice, SDPA where the model has it and eager where not (DeBERTa,
     MPNet: asking them for SDPA fails). The model's config then says which one ran (read by
     train/borrowed/transformers_models.py)."""
-    requested = config.model.attn_implementation
+    requested = model.attn_implementation
     if requested != "auto":
         return requested
     if model_config is None or not torch.cuda.is_available() or importlib.util.find_spec("flash_attn") is None:
@@ -313,12 +310,12 @@ def attention_implementation(config: Config, model_config: Any | None) -> str | 
     return "flash_attention_2" if supports_flash_attention(model_class) else None
 
 
-def pretrained_config(config: Config) -> Any | None:
+def pretrained_config(model: ModelArguments) -> Any | None:
     """A pretrained model's config, from a local directory or the hub cache only (never a request: the hub may be
     unreachable, and load_model's own request says what to do about it); None when it is not there."""
     try:
         return AutoConfig.from_pretrained(
-            config.model.model_name_or_path, trust_remote_code=config.model.trust_remote_code, local_files_only=True
+            model.model_name_or_path, trust_remote_code=model.trust_remote_code, local_files_only=True
         )
     except (OSError, ValueError):
         return None
@@ -341,17 +338,17 @@ def use_tokenizers_special_tokens(arch: Any, tokenizer: Any) -> None:
         setattr(arch, field, found)
 
 
-def check_positions(config: Config, model_config: Any) -> None:
+def check_positions(data: DataArguments, model_config: Any) -> None:
     """max_seq_length must fit the model's position embeddings (ConfigError naming both otherwise)."""
     positions = getattr(model_config, "max_position_embeddings", None)
-    if positions is not None and config.data.max_seq_length > positions:
+    if positions is not None and data.max_seq_length > positions:
         raise ConfigError(
-            f"{config.source_of('max_seq_length')}={config.data.max_seq_length}: expected at most {positions}, "
+            f"{data.source_of('max_seq_length')}={data.max_seq_length}: expected at most {positions}, "
             "the model's max_position_embeddings"
         )
 
 
-def check_before_data(config: Config, arch: Any | None) -> Any | None:
+def check_before_data(model: ModelArguments, data: DataArguments, arch: Any | None) -> Any | None:
     """What can be checked of the model before any data is read or tokenized (minutes on a large corpus): that it
     is a masked LM, that its positions fit max_seq_length, and that a local model's pickled weights pass the safe
     loader (:func:`refuse_unsafe_weights`; cheap: a memory-mapped load reads the pickle, not the tensors, and
@@ -361,9 +358,9 @@ def check_before_data(config: Config, arch: Any | None) -> Any | None:
     :func:`load_model` says why after the data, as before. Returns the config it read (the architecture, the
     pretrained model's, or None), which load_model takes rather than reading it again."""
     if arch is None:
-        refuse_unsafe_weights(config, Path(config.model.model_name_or_path).expanduser())
-    model_config = arch if arch is not None else pretrained_config(config)
+        refuse_unsafe_weights(model, Path(model.model_name_or_path).expanduser())
+    model_config = arch if arch is not None else pretrained_config(model)
     if model_config is not None:
-        check_masked_lm(config, model_config)
-        check_positions(config, model_config)
+        check_masked_lm(model, model_config)
+        check_positions(data, model_config)
     return model_config

@@ -5,12 +5,11 @@ same model built on the meta device (no memory), so both show one figure made on
 
 from __future__ import annotations
 
-from typing import Any
-
 import torch
-from transformers import AutoConfig, AutoModelForMaskedLM
+from transformers import AutoConfig, AutoModelForMaskedLM, TrainingArguments
 from transformers.modeling_layers import GradientCheckpointingLayer
 
+from train.config import ModelArguments
 from train.model.load import scratch_config
 
 # A replica's training state per parameter: fp32 weights (4), gradients (4) and AdamW's two moments (8). bf16 under
@@ -25,16 +24,16 @@ ACTIVATION_VALUES_PER_UNIT = 34
 USABLE_SHARE = 0.85
 
 
-def ddp_estimate(model: torch.nn.Module, config: Any) -> dict[str, int]:
-    """DDP's memory per rank for ``model`` at this run's batch: the training state (every parameter's weights,
-    gradient and AdamW state) and the activations of one micro-batch. An estimate, not a measurement
-    (:class:`StateBytes` measures the state once training runs)."""
+def ddp_estimate(model: torch.nn.Module, training: TrainingArguments, max_seq_length: int) -> dict[str, int]:
+    """DDP's memory per rank for ``model`` at this run's batch (``training``'s per-device batch and precision, of
+    ``max_seq_length`` tokens): the training state (every parameter's weights, gradient and AdamW state) and the
+    activations of one micro-batch. An estimate, not a measurement (:class:`StateBytes` measures the state once
+    training runs)."""
     parameters = sum(p.numel() for p in model.parameters())
     model_config = model.config
     hidden = int(getattr(model_config, "hidden_size", 0) or getattr(model_config, "d_model", 0) or 0)
     layers = sum(1 for m in model.modules() if isinstance(m, GradientCheckpointingLayer))
-    training = config.training
-    tokens = training.per_device_train_batch_size * config.data.max_seq_length
+    tokens = training.per_device_train_batch_size * max_seq_length
     half = training.bf16 or training.fp16
     activations = tokens * hidden * layers * ACTIVATION_VALUES_PER_UNIT * (1 if half else 2)
     state = parameters * STATE_BYTES_PER_PARAMETER
@@ -69,20 +68,20 @@ def gib(size: int) -> str:
     return f"{size / 2**30:.1f} GiB" if size >= 2**30 else f"{size / 2**20:.1f} MiB"
 
 
-def planned_estimate(config: Any) -> dict[str, int] | None:
+def planned_estimate(model: ModelArguments, training: TrainingArguments, max_seq_length: int) -> dict[str, int] | None:
     """DDP's estimate before any rank starts (``plan``, ``doctor``): the model built on the meta device, which
     holds no memory, from a scratch architecture (its vocabulary the tokenizer_vocab_size it will be trained with)
     or a pretrained model's config.json when it is on disk or in the hub cache. None when that config cannot be
     read here (a hub model not downloaded yet): the ranks estimate once they have it."""
     try:
-        arch = scratch_config(config)
+        arch = scratch_config(model)
         if arch is not None:
-            if "vocab_size" not in (config.model.config_overrides or "") and config.model.tokenizer_vocab_size:
-                arch.vocab_size = config.model.tokenizer_vocab_size
+            if "vocab_size" not in (model.config_overrides or "") and model.tokenizer_vocab_size:
+                arch.vocab_size = model.tokenizer_vocab_size
         else:
-            arch = AutoConfig.from_pretrained(config.model.model_name_or_path, local_files_only=True)
+            arch = AutoConfig.from_pretrained(model.model_name_or_path, local_files_only=True)
         with torch.device("meta"):
-            model = AutoModelForMaskedLM.from_config(arch)
+            on_meta = AutoModelForMaskedLM.from_config(arch)
     except Exception:  # noqa: BLE001 - any config this cannot read: the ranks will say what is wrong with it
         return None
-    return ddp_estimate(model, config)
+    return ddp_estimate(on_meta, training, max_seq_length)

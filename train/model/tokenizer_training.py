@@ -19,7 +19,7 @@ from transformers import PreTrainedTokenizerFast
 
 from train.common import distributed
 from train.common.hf import cache_key, cache_root
-from train.config import Config
+from train.config import DataArguments, ModelArguments
 from train.data import RawData
 
 
@@ -69,24 +69,26 @@ FAMILY = {
 }
 
 
-def tokenizer_kind(config: Config, model_type: str | None) -> Kind:
-    """MLM_TOKENIZER_TYPE, or (auto) the one the model type's family uses."""
-    chosen = config.model.tokenizer_type
-    return KINDS[FAMILY.get(model_type or "", "wordpiece") if chosen == "auto" else chosen]
+def tokenizer_kind(tokenizer_type: str, model_type: str | None) -> Kind:
+    """MLM_TOKENIZER_TYPE (``tokenizer_type``), or (auto) the one the model type's family uses."""
+    return KINDS[FAMILY.get(model_type or "", "wordpiece") if tokenizer_type == "auto" else tokenizer_type]
 
 
-def train_tokenizer(raw: RawData, config: Config, kind: Kind = WORDPIECE) -> PreTrainedTokenizerFast:
-    """A ``kind`` tokenizer trained on the training text, cached by the data's fingerprint."""
-    key = (raw.fingerprint, config.model.tokenizer_vocab_size, config.data.text_column)
+def train_tokenizer(
+    raw: RawData, model: ModelArguments, data: DataArguments, kind: Kind = WORDPIECE
+) -> PreTrainedTokenizerFast:
+    """A ``kind`` tokenizer of ``model``'s tokenizer_vocab_size trained on the training text (``data``'s
+    text_column; its max_seq_length the tokenizer's), cached by the data's fingerprint."""
+    key = (raw.fingerprint, model.tokenizer_vocab_size, data.text_column)
     directory = cache_root() / "tokenizers" / cache_key(*key, *([kind.name] if kind is not WORDPIECE else []))
     if (directory / "tokenizer.json").exists():
         return PreTrainedTokenizerFast.from_pretrained(str(directory))
     tokenizer = _untrained(kind)
     tokens = list(dict.fromkeys(kind.special.values()))  # <s> is both bos and cls: once
     # Its progress bar ends with blank lines on stdout, which a JSON-lines reader cannot parse: only on a terminal.
-    trainer = _trainer(kind, config.model.tokenizer_vocab_size, tokens, show_progress=sys.stdout.isatty())
+    trainer = _trainer(kind, model.tokenizer_vocab_size, tokens, show_progress=sys.stdout.isatty())
     train = raw.splits["train"]
-    tokenizer.train_from_iterator(_texts(train, config.data.text_column), trainer=trainer, length=len(train))
+    tokenizer.train_from_iterator(_texts(train, data.text_column), trainer=trainer, length=len(train))
     from tokenizers import processors
 
     start, end = (kind.start, tokenizer.token_to_id(kind.start)), (kind.end, tokenizer.token_to_id(kind.end))
@@ -95,9 +97,7 @@ def train_tokenizer(raw: RawData, config: Config, kind: Kind = WORDPIECE) -> Pre
         pair=f"{kind.start} $A {kind.end} $B:1 {kind.end}:1",
         special_tokens=[start, end] if start != end else [start],
     )
-    fast = PreTrainedTokenizerFast(
-        tokenizer_object=tokenizer, model_max_length=config.data.max_seq_length, **kind.special
-    )
+    fast = PreTrainedTokenizerFast(tokenizer_object=tokenizer, model_max_length=data.max_seq_length, **kind.special)
     tmp = directory.with_name(directory.name + f".tmp-{os.getpid()}")
     fast.save_pretrained(str(tmp))
     try:

@@ -62,7 +62,7 @@ def masking_collator(config: Config, tokenizer: Any, model: Any) -> MaskingColla
         random_replace_prob=config.masking.random_replace_prob,
         seed=config.training.seed,
         pad_to_multiple_of=padding.pad_multiple(config.data.pad_to_multiple_of),
-        word_start=word_starts(tokenizer, tokenizer_label(config)) if config.masking.whole_word_mask else None,
+        word_start=word_starts(tokenizer, tokenizer_label(config.model)) if config.masking.whole_word_mask else None,
         isolate=isolate,
         flatten=padding.flattens,
     )

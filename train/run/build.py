@@ -180,20 +180,21 @@ def prepare(
     stopper = StopOnSignal()  # first: a stop while the data is prepared (or a checkpoint downloads) is exit 75
     check_sharding(config)
     check_batch_warmup(config)
-    arch = scratch_config(config)
+    arch = scratch_config(config.model)
     check_adapting(config, scratch=arch is not None)
-    model_config = check_before_data(config, arch)
+    model_config = check_before_data(config.model, config.data, arch)
     companions = None if arch is not None else companion_directory(config.model.model_name_or_path)
     check_companions(companions)  # a handed-over model's files final/ will keep: checked before the data
     if model_config is not None and padding.isolates:  # refused before the data, where the config is known
-        check_isolation(config, model_config, attention_implementation(config, model_config))
+        check_isolation(config, model_config, attention_implementation(config.model, model_config))
     shared = cache_shared_with_rank_0(training)
-    trained = trains_its_tokenizer(config, arch)
+    trained = trains_its_tokenizer(config.model, arch)
     mark("checks")
     with training.main_process_first(local=not shared, desc="preparing data"):
-        raw = load_raw(config)
+        raw = load_raw(config.data, training)
         mark("reading data")
-        tokenizer = None if trained else load_tokenizer(config, raw, arch)  # a named one: checked before resume
+        # A named one: checked before resume.
+        tokenizer = None if trained else load_tokenizer(config.model, config.data, raw, arch)
     mark("tokenizer")
     resume = choose_resume()
     data_changed = None
@@ -219,12 +220,12 @@ def prepare(
     mark("resume")
     if tokenizer is None:  # trained: the checkpoint's when resuming, world rank 0's on every node
         with training.main_process_first(local=not shared, desc="training the tokenizer"):
-            tokenizer = load_tokenizer(config, raw, arch, resume)
+            tokenizer = load_tokenizer(config.model, config.data, raw, arch, resume)
         tokenizer = agree_on_tokenizer(tokenizer)
         mark("tokenizer")
     with training.main_process_first(local=not shared, desc="tokenizing"):
-        corpus = build_corpus(config, raw, tokenizer, training.process_index, training.world_size)
-    check_stream_parts(config, corpus)  # a collective: after main_process_first, where every rank has its part
+        corpus = build_corpus(config.data, raw, tokenizer, training.process_index, training.world_size, training.seed)
+    check_stream_parts(config.data, corpus)  # a collective: after main_process_first, where every rank has its part
     mark("tokenizing", {None: "streamed", True: "cached", False: "not cached"}[corpus.cached])
     built = set_up_model(config, arch, tokenizer, model_config, Path(resume) if resume else None)
     collator = masking_collator(config, tokenizer, built.model)  # prepares the model when documents are kept apart

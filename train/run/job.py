@@ -222,7 +222,7 @@ def end_if_nothing_trained(config: Config, prepared: Prepared, record: RunRecord
     if not prepared.corpus.streaming or prepared.stopper.stopped or trainer.state.global_step > start:
         return
     record.write("failed")
-    raise no_training_example(config, [0], 1)
+    raise no_training_example(config.data, [0], 1)
 
 
 def end_stopped(

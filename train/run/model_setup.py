@@ -117,7 +117,7 @@ def _built_here(
 ) -> RankModel:
     """Rank 0's build (and every rank's when :func:`_rank_zero_first` is false): loaded, the head probed and
     applied, what the loss never reaches frozen, the mode decided."""
-    model, head_weights = load_model(config, arch, tokenizer, model_config)
+    model, head_weights = load_model(config.model, config.data, arch, tokenizer, model_config)
     head = _with_head(config, model)
     unreached = freeze_what_the_loss_never_reaches(model)
     _say_frozen(unreached)
@@ -173,7 +173,7 @@ def _from_rank_zero(
         built = _built_here(config, arch, tokenizer, model_config, resume)
         return dataclasses.replace(built, **facts)  # rank 0's words: the same decision
     model = _on_meta(received["config"])
-    check_positions(config, model.config)
+    check_positions(config.data, model.config)
     if received["head"] == "masked-only":
         use_masked_only_head(model, probe=False)  # rank 0 probed the same architecture
     freeze(model, received["frozen"])
@@ -212,7 +212,7 @@ def decide_sharding(config: Config, model: Any, resume: Path | None) -> tuple[st
     words that say why, and DDP's estimate."""
     handoff = Handoff.from_environ()
     gpu_memory = handoff.gpu_memory_bytes if handoff is not None else None
-    estimate = ddp_estimate(model, config)
+    estimate = ddp_estimate(model, config.training, config.data.max_seq_length)
     requested = config.launch.sharding
     mode, words = choose_sharding(
         requested, estimate, gpu_memory, config.training.world_size, resumed_mode(config, resume)

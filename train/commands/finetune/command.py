@@ -106,7 +106,7 @@ def load_model_config(config: Config, task: Task, model: Named) -> Any:
     if source.kind == "local":
         if not Path(model.name).expanduser().is_dir():
             raise ConfigError(f"{model.option}={model.name!r}: no such model directory")
-        refuse_unsafe_weights(config, Path(model.name).expanduser())
+        refuse_unsafe_weights(config.model, Path(model.name).expanduser())
     try:
         return AutoConfig.from_pretrained(
             model.name,
@@ -195,7 +195,7 @@ def prepare(config: Config) -> Plan:
     """Every rank: the task read and checked, each model's config and tokenizer, the splits tokenized; every
     ConfigError comes from here, before anything is trained."""
     with config.training.main_process_first(desc="reading the task"):
-        task = load_task(config)
+        task = load_task(config.task)
     option, tokenizer_option = config.source_of("model_name_or_path"), config.source_of("tokenizer_name")
     located = None
     if config.task.task_all_checkpoints:
