@@ -1,17 +1,20 @@
 """Helpers shared by the unit tests of several modules: checkpoints as the Trainer writes them, damage done to a
-file (truncated, one bit flipped), a planted pickle, and a configuration of the demo corpus for tokenizer
-training."""
+file (truncated, one bit flipped), a planted pickle, a configuration of the demo corpus for tokenizer
+training, and the Trainer's settings with nothing on."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
+from typing import Any
 
 import torch
 from safetensors.torch import save_file
 
 from train.config import Config, load_config
 from train.outputs.marker import mark_complete
+from train.run.trainer_settings import HEAD_WITH_ENCODER, TrainerSettings
 
 
 def checkpoint(root: Path, step: int, marked: bool = True) -> Path:
@@ -63,3 +66,21 @@ def demo_config(**env: str) -> Config:
         **{f"MLM_{k.upper()}": v for k, v in env.items()},
     }
     return load_config([], values)
+
+
+def trainer_settings(**given: Any) -> TrainerSettings:
+    """MLMTrainer's settings with nothing on - training's collator for evaluation, one held-out set, no rate or
+    batch schedule, no phase, no head apart, no drift, no resumed stream, the schema's decay ratio - but ``given``."""
+    plain = TrainerSettings(
+        eval_collator=None,
+        eval_parts=None,
+        decay_ratio=0.2,
+        mask_rates=None,
+        batch_warmup=None,
+        phase=None,
+        head=HEAD_WITH_ENCODER,
+        drift_batch=None,
+        stream_position=None,
+        stream_part=None,
+    )
+    return dataclasses.replace(plain, **given)

@@ -10,6 +10,7 @@ import torch
 import torch.distributed as dist
 from transformers import DistilBertConfig, DistilBertForMaskedLM
 
+from tests.helpers import trainer_settings
 from train.run.trainer import apply_ddp_timeout, tied_parameter_names
 
 
@@ -32,15 +33,38 @@ def test_evaluation_batches_come_from_the_evaluation_collator(tmp_path) -> None:
     rows = [{"input_ids": [2, 7, 8, 3], "special_tokens_mask": [1, 0, 0, 1], "sample_index": i} for i in range(4)]
     args = TrainingArguments(output_dir=str(tmp_path), use_cpu=True, report_to=[], dataloader_num_workers=0)
     trainer = MLMTrainer(
-        model=DistilBertForMaskedLM(config), args=args, train_dataset=rows, eval_dataset=rows, data_collator=training
-    )
-    trainer.eval_collator = evaluation
+        model=DistilBertForMaskedLM(config), args=args, train_dataset=rows, eval_dataset=rows, data_collator=training,
+        settings=trainer_settings(eval_collator=evaluation),
+    )  # fmt: skip
 
     def collator_of(loader) -> object:  # the Trainer wraps it to drop the columns the model does not take
         return getattr(loader.collate_fn, "data_collator", loader.collate_fn)
 
     assert collator_of(trainer.get_eval_dataloader()) is evaluation
     assert trainer.data_collator is training and collator_of(trainer.get_train_dataloader()) is training
+
+
+def test_the_trainer_takes_its_settings_whole_at_construction(tmp_path) -> None:
+    """A setting left out is a type error, not a default; the settings cannot change afterwards; and the class keeps
+    none of them (nor the state it computes as it trains) as a class attribute every trainer would share."""
+    import dataclasses
+
+    from transformers import TrainingArguments
+
+    from train.run.trainer import MLMTrainer
+    from train.run.trainer_settings import TrainerSettings
+
+    config = DistilBertConfig(n_layers=1, dim=32, hidden_dim=64, n_heads=2, vocab_size=50, max_position_embeddings=16)
+    args = TrainingArguments(output_dir=str(tmp_path), use_cpu=True, report_to=[])
+    with pytest.raises(TypeError, match="settings"):
+        MLMTrainer(model=DistilBertForMaskedLM(config), args=args)
+    given = {f.name: getattr(trainer_settings(), f.name) for f in dataclasses.fields(TrainerSettings)}
+    with pytest.raises(TypeError, match="decay_ratio"):
+        TrainerSettings(**{name: value for name, value in given.items() if name != "decay_ratio"})
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        trainer_settings().decay_ratio = 0.5
+    own = ["mask_rate_now", "batch_rows_now", "head_warmup_steps", "eval_parts", "settings"]
+    assert [name for name in [*given, *own] if name in vars(MLMTrainer)] == []
 
 
 def test_a_cpu_process_group_takes_the_ddp_timeout(tmp_path):
@@ -68,7 +92,7 @@ def test_saved_weights_follow_the_umask_as_every_other_file(tmp_path) -> None:
 
     config = DistilBertConfig(n_layers=1, dim=32, hidden_dim=64, n_heads=2, vocab_size=50, max_position_embeddings=16)
     args = TrainingArguments(output_dir=str(tmp_path), use_cpu=True, report_to=[])
-    trainer = MLMTrainer(model=DistilBertForMaskedLM(config), args=args)
+    trainer = MLMTrainer(model=DistilBertForMaskedLM(config), args=args, settings=trainer_settings())
     before = os.umask(0o027)
     try:
         assert current_umask() == 0o027
@@ -99,8 +123,10 @@ def test_a_mask_rate_schedule_trains_each_step_at_its_rate_and_logs_it(tmp_path)
         output_dir=str(tmp_path), use_cpu=True, report_to=[], max_steps=8, per_device_train_batch_size=8,
         logging_steps=1, save_strategy="no", dataloader_num_workers=0, remove_unused_columns=False,
     )  # fmt: skip
-    trainer = MLMTrainer(model=DistilBertForMaskedLM(config), args=args, train_dataset=rows, data_collator=collator)
-    trainer.mask_rates = (0.6, 0.1)
+    trainer = MLMTrainer(
+        model=DistilBertForMaskedLM(config), args=args, train_dataset=rows, data_collator=collator,
+        settings=trainer_settings(mask_rates=(0.6, 0.1)),
+    )  # fmt: skip
     masked_shares = []
     forward = trainer.model.forward
 
@@ -155,9 +181,8 @@ def test_a_mixtures_evaluation_gives_a_loss_per_source_and_their_weighted_mean_i
     )
     trainer = MLMTrainer(
         model=DistilBertForMaskedLM(config), args=args, eval_dataset=whole, data_collator=collator,
-        callbacks=[Evaluations()],
+        callbacks=[Evaluations()], settings=trainer_settings(eval_parts=parts),
     )  # fmt: skip
-    trainer.eval_parts = parts
     metrics = trainer.evaluate()
     assert len(seen) == 1 and seen[0]["eval_news_loss"] == metrics["eval_news_loss"]  # one evaluation, not three
     expected = (6 * metrics["eval_news_loss"] + 2 * metrics["eval_legal_loss"]) / 8
@@ -188,9 +213,11 @@ def test_a_batch_warm_up_trains_each_step_on_its_rows_and_logs_them(tmp_path) ->
         gradient_accumulation_steps=2, logging_steps=1, save_strategy="no", dataloader_num_workers=0,
         remove_unused_columns=False, include_num_input_tokens_seen="non_padding",
     )  # fmt: skip
-    trainer = MLMTrainer(model=DistilBertForMaskedLM(config), args=args, train_dataset=rows, data_collator=collator)
     warmup = BatchWarmup(full=8, start=0.25, ratio=0.5, unit=2)
-    trainer.batch_warmup = warmup
+    trainer = MLMTrainer(
+        model=DistilBertForMaskedLM(config), args=args, train_dataset=rows, data_collator=collator,
+        settings=trainer_settings(batch_warmup=warmup),
+    )  # fmt: skip
     seen: list[int] = []
     forward = trainer.model.forward
 

@@ -6,14 +6,13 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from types import SimpleNamespace
-from typing import Any
 
 import pytest
 import torch
 from transformers import AutoModelForMaskedLM, BertConfig, BertForMaskedLM, BertModel, BertTokenizerFast
 
 from tests.conftest import run_torchrun, tiny_env
+from tests.helpers import trainer_settings
 from tools.models import ARCHITECTURES, tiny_config
 from train.common.errors import ConfigError
 from train.config import load_config
@@ -21,6 +20,7 @@ from train.model.adapting import freeze_first_layers, head_parameters, held_out_
 from train.run.adapting import DRIFT_WARNING, EncoderDrift, check_adapting, with_head_rate
 from train.run.sharding import check_sharding
 from train.run.trainer import MLMTrainer
+from train.run.trainer_settings import HeadTraining
 
 
 def tiny_bert() -> BertForMaskedLM:
@@ -86,11 +86,10 @@ def test_the_warm_up_drops_the_encoders_gradients_until_its_last_step_resumed_or
 
     model = tiny_bert()
     args = TrainingArguments(str(tmp_path), use_cpu=True, report_to=[], max_steps=3)
-    trainer = MLMTrainer(model=model, args=args)
-    trainer.head_parameters = tuple(head_parameters(model))
-    trainer.head_warmup_steps = 2
+    head = tuple(head_parameters(model))
+    frozen = tuple(p for p in model.parameters() if all(p is not q for q in head))
+    trainer = MLMTrainer(model=model, args=args, settings=trainer_settings(head=HeadTraining(head, None, 2, frozen)))
     trainer.current_gradient_accumulation_steps = 1  # what the training loop sets before its steps
-    trainer.warming_up_frozen = tuple(p for p in model.parameters() if all(p is not q for q in trainer.head_parameters))
     ids = torch.randint(5, 64, (2, 8))
     inputs = {"input_ids": ids, "attention_mask": torch.ones_like(ids), "labels": ids}
     for step, frozen in ((1, True), (2, False)):
@@ -100,6 +99,16 @@ def test_the_warm_up_drops_the_encoders_gradients_until_its_last_step_resumed_or
         encoder = model.bert.encoder.layer[0].attention.self.query.weight
         assert (encoder.grad is None) is frozen
         assert model.cls.predictions.transform.dense.weight.grad is not None
+
+
+def test_the_drift_is_measured_for_a_pretrained_model_with_held_out_rows() -> None:
+    from train.run.adapting import drift_batch
+
+    model, examples = tiny_bert(), [{"input_ids": [2, 7, 9, 3]}]
+    batch = drift_batch(model, examples, None, scratch=False)
+    assert batch is not None and batch["input_ids"].tolist() == [[2, 7, 9, 3]]
+    assert drift_batch(model, examples, 0, scratch=True) is None  # from scratch: nothing to move away from
+    assert drift_batch(model, None, 0, scratch=False) is None  # nothing evaluated
 
 
 def test_drift_is_one_at_the_start_and_warned_of_when_the_encoder_moves(capsys: pytest.CaptureFixture) -> None:
@@ -172,24 +181,23 @@ def test_a_new_head_warms_up_alone_by_default_for_the_learning_rates_warm_up(
     at the first step); a whole head, a model from scratch, or head_warmup_steps=0 warm nothing up alone."""
     from transformers import TrainingArguments
 
-    from train.run.adapting import AUTO_WARMUP, adapt
+    from train.run.adapting import AUTO_WARMUP, head_training
 
-    def adapted(new_head: bool, scratch: bool = False, **env: str) -> Any:
+    def adapted(new_head: bool, scratch: bool = False, **env: str) -> HeadTraining:
         config = load_config([], {"MLM_MODEL_NAME_OR_PATH": str(tmp_path), **env})
-        trainer = SimpleNamespace(model=tiny_bert(), compute_metrics=None)
-        adapt(trainer, config, None, 0, scratch, new_head)
-        return trainer
+        return head_training(config, tiny_bert(), scratch, new_head)
 
-    assert adapted(new_head=True).head_warmup_steps == AUTO_WARMUP
-    assert adapted(new_head=False).head_warmup_steps == 0
-    assert adapted(new_head=True, scratch=True).head_warmup_steps == 0
-    assert adapted(new_head=True, MLM_HEAD_WARMUP_STEPS="0").head_warmup_steps == 0
-    assert adapted(new_head=False, MLM_HEAD_WARMUP_STEPS="5").head_warmup_steps == 5
+    assert adapted(new_head=True).warmup_steps == AUTO_WARMUP
+    assert adapted(new_head=False).warmup_steps == 0 and adapted(new_head=False).frozen == ()
+    assert adapted(new_head=True, scratch=True).warmup_steps == 0
+    assert adapted(new_head=True, MLM_HEAD_WARMUP_STEPS="0").warmup_steps == 0
+    assert adapted(new_head=False, MLM_HEAD_WARMUP_STEPS="5").warmup_steps == 5
 
     config = load_config([], {"MLM_MODEL_NAME_OR_PATH": str(tmp_path)})  # before the Trainer: it resets accelerate
     args = TrainingArguments(str(tmp_path), use_cpu=True, report_to=[], max_steps=40, warmup_steps=0.1)
-    trainer = MLMTrainer(model=tiny_bert(), args=args)
-    adapt(trainer, config, None, 0, False, True)
+    model = tiny_bert()
+    settings = trainer_settings(head=head_training(config, model, False, True))
+    trainer = MLMTrainer(model=model, args=args, settings=settings)
     trainer.current_gradient_accumulation_steps = 1
     trainer.state.max_steps, trainer.state.global_step = 40, 0
     ids = torch.randint(5, 64, (2, 8))

@@ -17,6 +17,13 @@ from train.data.tokenization import IndexedExamples
 from train.run import budget as budget_module
 from train.run.budget import FORWARD_SHARE, TimeBudget
 from train.run.budget_evaluation import EVALUATION_SHARE, EvaluationSizer, batches_that_fit
+from train.run.trainer import MLMTrainer
+
+
+class HeldOut(SimpleNamespace):
+    """The trainer's held-out sets (``eval_dataset``, a mixture's ``eval_parts``), cut by MLMTrainer's own rule."""
+
+    limit_evaluation = MLMTrainer.limit_evaluation
 
 
 def held_out(count: int, first: int = 0) -> IndexedExamples:
@@ -47,7 +54,7 @@ def test_a_held_out_set_too_large_for_the_budget_is_cut_once_at_the_first_plan(
     tmp_path: Any, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture
 ) -> None:
     """Steps of 0.5 s: a batch's forward pass is estimated at a third of that; 15 s (a tenth of 150) fit 90 batches."""
-    trainer = SimpleNamespace(eval_dataset=held_out(2_000), eval_parts=None)
+    trainer = HeldOut(eval_dataset=held_out(2_000), eval_parts=None)
     callback = run_to_first_plan(tmp_path, monkeypatch, trainer, batches=500)
     kept = int(EVALUATION_SHARE * 150 / (0.5 * FORWARD_SHARE))
     assert callback.eval_batches == kept == 90 and len(trainer.eval_dataset) == kept * 4
@@ -60,11 +67,11 @@ def test_a_mixtures_parts_are_cut_by_the_same_share_and_a_set_that_fits_stays_wh
     tmp_path: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     parts = {"news": held_out(1_500), "legal": held_out(500, 10_000)}
-    trainer = SimpleNamespace(eval_dataset=held_out(2_000), eval_parts=parts)
+    trainer = HeldOut(eval_dataset=held_out(2_000), eval_parts=parts)
     run_to_first_plan(tmp_path, monkeypatch, trainer, batches=500)
     assert {k: len(v) for k, v in trainer.eval_parts.items()} == {"news": 270, "legal": 90}
     assert len(trainer.eval_dataset) == 360 and trainer.eval_dataset[270]["input_ids"][0] == 10_000
 
-    small = SimpleNamespace(eval_dataset=held_out(200), eval_parts=None)
+    small = HeldOut(eval_dataset=held_out(200), eval_parts=None)
     callback = run_to_first_plan(tmp_path, monkeypatch, small, batches=50)
     assert callback.eval_batches == 50 and len(small.eval_dataset) == 200

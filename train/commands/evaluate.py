@@ -31,12 +31,12 @@ from train.config import Config
 from train.config.model_source import model_source
 from train.data import RawData, load_raw, tokenize
 from train.data.tokenization import joined
-from train.model.collator import evaluation_rate
 from train.model.load import check_before_data, load_model, load_tokenizer
 from train.outputs.verify import fetch
 from train.run.batches import argmax_logits, masked_accuracy, masking_collator
 from train.run.logs import bars_drawn
 from train.run.trainer import MLMTrainer, losses_are_batch_means
+from train.run.trainer_settings import evaluation_settings
 
 EVAL_RESULTS = "eval_results.json"
 
@@ -105,13 +105,10 @@ def evaluate(config: Config) -> dict[str, Any]:
         processing_class=tokenizer,
         compute_metrics=masked_accuracy,
         preprocess_logits_for_metrics=argmax_logits,
+        settings=evaluation_settings(
+            config.masking, config.schedule.decay_ratio, collator, parts
+        ),  # a mixture: per source
     )
-    trainer.eval_collator = collator.for_evaluation(
-        evaluation_rate(
-            config.masking.mlm_probability, config.masking.final_mlm_probability, config.masking.eval_mlm_probability
-        )
-    )
-    trainer.eval_parts = parts  # a mixture: each source's loss beside the total, as training evaluates it
     losses_are_batch_means(trainer)
     trainer.remove_callback(PrinterCallback)
     if not bars_drawn(resolve_format(config.launch.log_format)):
@@ -125,7 +122,7 @@ def evaluate(config: Config) -> dict[str, Any]:
         "eval_accuracy": metrics.get("eval_accuracy"),
         "eval_samples": len(validation),
         "eval_documents": len(text.splits["validation"]),
-        "eval_mlm_probability": trainer.eval_collator.mlm_probability,
+        "eval_mlm_probability": trainer.settings.eval_collator.mlm_probability,
         "seed": training.seed,
         "world_size": training.world_size,
         "dataset": config.data.dataset,

@@ -31,6 +31,7 @@ from train.model.adapting import (
     mean_cosine,
     pooled_embeddings,
 )
+from train.run.trainer_settings import HeadTraining
 
 AUTO_WARMUP = -1  # unset, and the head new: the learning rate's warm-up (a tenth of the run at most), at the first step
 DRIFT_SAMPLE = 64  # held-out examples the drift is measured on: a forward pass of 64 rows at each evaluation
@@ -71,11 +72,10 @@ def freeze_layers(config: Config, model: Any) -> list[str]:
     return frozen
 
 
-def adapt(trainer: Any, config: Config, validation: Any, pad_id: int | None, scratch: bool, new_head: bool) -> None:
-    """Give ``trainer`` (train/run/trainer.py's MLMTrainer) the head's parameters and rate, the warm-up's frozen
-    encoder (by default for a pretrained model's ``new_head``: the learning rate's warm-up, :data:`AUTO_WARMUP`),
-    and for a pretrained model with held-out data the drift at every evaluation."""
-    model = trainer.model
+def head_training(config: Config, model: Any, scratch: bool, new_head: bool) -> HeadTraining:
+    """How ``model``'s head trains (the Trainer's settings, train/run/trainer_settings.py): its parameters and
+    rate, and the warm-up's frozen encoder (by default for a pretrained model's ``new_head``: the learning rate's
+    warm-up, :data:`AUTO_WARMUP`)."""
     head = head_parameters(model)
     warmup = config.adapting.head_warmup_steps
     if warmup is None:  # fsdp refuses a set warm-up; its default stays off there (not tried on shards)
@@ -88,17 +88,17 @@ def adapt(trainer: Any, config: Config, validation: Any, pad_id: int | None, scr
             raise ConfigError(
                 f"{config.source_of(name)}: {type(model).__name__} has no MLM head apart from its encoder"
             )
-    trainer.head_parameters = tuple(head)
-    trainer.head_learning_rate = config.adapting.head_learning_rate
-    trainer.head_warmup_steps = warmup
-    trainer.warming_up_frozen = tuple(encoder_parameters(model)) if warmup else ()
+    frozen = tuple(encoder_parameters(model)) if warmup else ()
+    return HeadTraining(tuple(head), config.adapting.head_learning_rate, warmup, frozen)
+
+
+def drift_batch(model: Any, validation: Any, pad_id: int | None, scratch: bool) -> dict[str, torch.Tensor] | None:
+    """The held-out rows the Trainer measures the encoder's drift on at every evaluation (:class:`EncoderDrift`),
+    for a pretrained model with held-out data (``validation``: None when nothing is evaluated); else None."""
     # Under fsdp the encoder's own forward would meet the root unit's sharded parameters: not measured there yet.
-    if scratch or validation is None or trainer.compute_metrics is None or isinstance(model, FSDPModule):
-        return
-    batch = held_out_batch(validation, DRIFT_SAMPLE, pad_id if pad_id is not None else 0)
-    if batch is not None:
-        drift = EncoderDrift(model, batch)
-        trainer.compute_metrics = drift.alongside(trainer.compute_metrics, lambda: trainer.state.global_step)
+    if scratch or validation is None or isinstance(model, FSDPModule):
+        return None
+    return held_out_batch(validation, DRIFT_SAMPLE, pad_id if pad_id is not None else 0)
 
 
 def with_head_rate(optimizer: torch.optim.Optimizer, head: tuple[Any, ...], rate: float) -> None:

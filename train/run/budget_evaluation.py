@@ -16,7 +16,7 @@ from typing import Any
 
 from train.common import distributed
 from train.common.console import say
-from train.data.tokenization import IndexedExamples, joined
+from train.data.tokenization import IndexedExamples
 from train.run.budget import agreed_minimum
 
 EVALUATION_SHARE = 0.10  # of the time budget, for one evaluation
@@ -39,7 +39,7 @@ def first_examples(examples: Any, count: int) -> Any:
 
 class EvaluationSizer:
     """Cuts ``trainer``'s held-out set (train/run/trainer.py's MLMTrainer: ``eval_dataset``, a mixture's
-    ``eval_parts``) to what fits; the time budget calls it at its first plan."""
+    ``eval_parts``, through its ``limit_evaluation``) to what fits; the time budget calls it at its first plan."""
 
     def __init__(self, trainer: Any) -> None:
         self.trainer = trainer
@@ -55,11 +55,7 @@ class EvaluationSizer:
             return first_examples(examples, max(1, math.floor(len(examples) * kept / batches)))
 
         parts = trainer.eval_parts
-        if parts:
-            trainer.eval_parts = {key: cut(part) for key, part in parts.items()}
-            trainer.eval_dataset = joined(trainer.eval_parts.values())
-        else:
-            trainer.eval_dataset = cut(trainer.eval_dataset)
+        trainer.limit_evaluation(cut)
         if distributed.is_world_zero():
             say(
                 f"time budget: each evaluation reads the first {len(trainer.eval_dataset):,} of the {whole:,} "

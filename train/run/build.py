@@ -35,7 +35,6 @@ from train.data import (
 )
 from train.data.identity import changes
 from train.data.mixture import as_record
-from train.model.collator import evaluation_rate
 from train.model.companions import check_companions, companion_directory, keep_sentence_transformers
 from train.model.load import (
     attention_implementation,
@@ -50,7 +49,7 @@ from train.outputs.branch import BranchPoint, is_branch_point
 from train.outputs.checkpoints import DATA_IDENTITY, kept_global_batch, resumed_options, saved_options, saved_world_size
 from train.outputs.facts import Masking, ModelFacts, Packing, RunFacts, Sharding
 from train.outputs.runfiles import RunFiles, step_of
-from train.run.adapting import adapt, check_adapting
+from train.run.adapting import check_adapting, drift_batch, head_training
 from train.run.batches import (
     argmax_logits,
     batch_facts,
@@ -77,6 +76,7 @@ from train.run.preemption import StopOnSignal
 from train.run.sharding import ShardedTrainer, StateBytes, check_sharding, resumed_mode, sharding_facts
 from train.run.startup import Startup
 from train.run.trainer import MLMTrainer, losses_are_batch_means
+from train.run.trainer_settings import TrainerSettings, evaluation_collator, mask_rates, resumed_stream
 
 
 @dataclass(frozen=True)
@@ -231,11 +231,25 @@ def prepare(
     collator = masking_collator(config, tokenizer, built.model)  # prepares the model when documents are kept apart
     evaluating = corpus.validation is not None and training.eval_strategy != "no"
     guard = DivergenceGuard()
-    budget = time_budget(config, built.model, corpus.validation if evaluating else None, stopper)
+    held_out, scratch = corpus.validation if evaluating else None, arch is not None
+    budget = time_budget(config, built.model, held_out, stopper)
     model = shard_for_training(built, training)
     mark("model")
     trainer_class = ShardedTrainer if built.sharding == "fsdp" else MLMTrainer
     state_bytes = StateBytes()
+    position, stream_part = resumed_stream(training, config.data, corpus, resume)
+    settings = TrainerSettings(
+        eval_collator=evaluation_collator(config.masking, collator),
+        eval_parts=corpus.validation_parts,
+        decay_ratio=config.schedule.decay_ratio,
+        mask_rates=mask_rates(config.masking),
+        batch_warmup=batch_warmup(config),
+        phase=phase,
+        head=head_training(config, model, scratch, built.head_weights is not None),
+        drift_batch=drift_batch(model, held_out, tokenizer.pad_token_id, scratch),
+        stream_position=position,
+        stream_part=stream_part,
+    )
     trainer = trainer_class(
         model=model,
         args=trainer_arguments(training, corpus),
@@ -257,26 +271,14 @@ def prepare(
             BranchLearningRate(learning_rate_ratio(config, branch)),
             *([PhaseEnd(phase)] if phase else []),
         ],
+        settings=settings,
     )
-    trainer.eval_collator = collator.for_evaluation(
-        evaluation_rate(
-            config.masking.mlm_probability, config.masking.final_mlm_probability, config.masking.eval_mlm_probability
-        )
-    )
-    trainer.decay_ratio = config.schedule.decay_ratio
-    trainer.phase = phase
-    trainer.eval_parts = corpus.validation_parts
-    trainer.batch_warmup = batch_warmup(config)
     if budget is not None:
         budget.size_evaluation = EvaluationSizer(trainer)
-        budget.batch_warmup = trainer.batch_warmup
-    if config.masking.final_mlm_probability is not None:
-        trainer.mask_rates = (config.masking.mlm_probability, config.masking.final_mlm_probability)
+        budget.batch_warmup = settings.batch_warmup
     losses_are_batch_means(trainer)
-    held_out = corpus.validation if evaluating else None
-    adapt(trainer, config, held_out, tokenizer.pad_token_id, arch is not None, built.head_weights is not None)
     masking, packing_facts = batch_facts(config, collator, corpus)
-    warmup = trainer.batch_warmup  # in tokens too where every row is a packed block of max_seq_length
+    warmup = settings.batch_warmup  # in tokens too where every row is a packed block of max_seq_length
     warmup_facts = warmup.record(config.data.max_seq_length if padding.packs else None) if warmup else None
     mark("trainer")
     return Prepared(

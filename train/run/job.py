@@ -34,7 +34,7 @@ from train.common.handoff import Handoff
 from train.common.lifetime import end_children
 from train.common.writable import check_cache_dir, disk_full
 from train.config import Config, load_config, move_hub_token_to_env
-from train.data import StreamPosition, no_training_example
+from train.data import no_training_example
 from train.outputs.base import OutputLocation
 from train.outputs.checkpoints import newest_resumable, planned_steps
 from train.outputs.location import output_location
@@ -48,7 +48,7 @@ from train.run.callbacks import CheckpointSaved, finite_weights
 from train.run.outcome import divergence_message, evaluation_at, final_metrics, write_report_safely
 from train.run.preemption import EvaluationInterrupted
 from train.run.startup import Startup
-from train.run.trainer import apply_ddp_timeout, save_interrupted, tokens_seen_this_session
+from train.run.trainer import apply_ddp_timeout, tokens_seen_this_session
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -126,7 +126,6 @@ def run(config: Config, location: OutputLocation, startup: Startup | None = None
         if budget is not None:
             live.append(lambda: {"time_budget": budget.plan.record()})
         record = RunRecord(config, files, facts, handoff, started, RecordHooks(after, live))
-        take_stream_position(config, prepared, resume)
         metrics = train(config, prepared, resume)
         end_if_diverged(config, prepared, record)
         end_if_nothing_trained(config, prepared, record, resume)
@@ -167,19 +166,6 @@ def agreed_resume(location: OutputLocation) -> str | None:
     return resume
 
 
-def take_stream_position(config: Config, prepared: Prepared, resume: str | None) -> None:
-    """A streamed corpus's ranks each take their saved position in it."""
-    is_zero = distributed.is_world_zero()
-    if resume and prepared.corpus.streaming:
-        training = config.training
-        label = config.source_of("streaming")
-        position = StreamPosition.load(resume, training.process_index, training.world_size, label)
-        prepared.trainer.stream_position = position
-        prepared.trainer.stream_part = prepared.corpus.stream_part
-        if position is None and is_zero:
-            warn(f"{resume} holds no stream position (saved by a run without streaming): the stream starts over")
-
-
 def train(config: Config, prepared: Prepared, resume: str | None) -> dict[str, Any]:
     """Train (from ``resume``), then evaluate the final weights unless the run stopped or diverged; a stop during
     an evaluation saves the step it came at."""
@@ -197,7 +183,7 @@ def train(config: Config, prepared: Prepared, resume: str | None) -> dict[str, A
         # would be recorded, and final/ claimed, for steps that never run).
         stopper.interrupted_evaluation = True
         if not stopper.stopped:  # stopped inside an evaluation: its step has no checkpoint yet
-            save_interrupted(trainer)
+            trainer.save_interrupted()
         stopper.stopped = True
     return metrics
 

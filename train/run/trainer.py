@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -32,34 +33,34 @@ from train.borrowed.transformers_trainer import (
 )
 from train.common import distributed
 from train.common.console import say
-from train.common.phase import PhaseFacts
-from train.common.schedules import WSD, BatchWarmup, full_steps_between, mask_rate, scheduler_kwargs
+from train.common.schedules import WSD, full_steps_between, mask_rate, scheduler_kwargs
 from train.common.writable import follow_umask
 from train.data import ResumedStream, own_loader_state, stream_loader
+from train.data.tokenization import joined
 from train.model.collator import first_rows, thin_masks
-from train.run.adapting import drop_encoder_gradients, with_head_rate
+from train.run.adapting import EncoderDrift, drop_encoder_gradients, with_head_rate
 from train.run.preemption import leave_signals_to_rank
+from train.run.trainer_settings import TrainerSettings
 
 
 class MLMTrainer(TrainerOverrides):
     """The Trainer, with data loader workers that leave the stop signals to their rank (train/run/preemption.py), a
     streamed corpus read through its own resumable loader, no warning for tied weights on resume, and weights saved
-    with the umask's mode."""
+    with the umask's mode. Its settings are handed over whole at construction (``settings``,
+    train/run/trainer_settings.py); with held-out rows to measure it on, every evaluation adds how far the encoder
+    moved (train/run/adapting.py EncoderDrift)."""
 
-    stream_position: dict[str, Any] | None = None  # a resumed stream's saved position for this rank
-    stream_part: Any = None  # (rank, world size) -> that rank's part of the stream (train/data/corpus.py)
-    eval_collator: Any = None  # evaluation's masking (its own rate), when it differs from training's
-    decay_ratio: float = 0.2  # warmup_stable_decay's decay as a fraction of the steps (the decay_ratio option)
-    mask_rates: tuple[float, float] | None = None  # a mask rate schedule's first and final rates
-    mask_rate_now: float | None = None  # the rate of the step being trained, under a schedule
-    batch_warmup: BatchWarmup | None = None  # a global batch growing over the first steps (train/run/batches.py)
-    batch_rows_now: int | None = None  # the global rows of the step being trained, under a batch warm-up
-    eval_parts: dict[str, Any] | None = None  # a mixture's held-out part per source (train/data/corpus.py)
-    head_parameters: tuple[Any, ...] = ()  # the MLM head's (train/run/adapting.py sets them)
-    head_learning_rate: float | None = None  # the head's own rate (the head_learning_rate option)
-    head_warmup_steps: int = 0  # the first steps, in which only the head trains (the head_warmup_steps option)
-    warming_up_frozen: tuple[Any, ...] = ()  # the parameters that do not train until then: the encoder's
-    phase: PhaseFacts | None = None  # a phased run's phase (train/launch/phases.py): the schedule is the plan's
+    def __init__(self, *args: Any, settings: TrainerSettings, **kwargs: Any) -> None:
+        self.settings = settings
+        self.mask_rate_now: float | None = None  # the rate of the step being trained, under a schedule
+        self.batch_rows_now: int | None = None  # the global rows of the step being trained, under a batch warm-up
+        self.head_warmup_steps = settings.head.warmup_steps  # adapting.py's AUTO_WARMUP: derived at the first step
+        self.eval_parts = settings.eval_parts  # as they stand: a time budget may cut them (limit_evaluation)
+        super().__init__(*args, **kwargs)
+        if settings.drift_batch is not None and self.compute_metrics is not None:
+            # After the Trainer's __init__, which puts the model on its device: the starting embeddings are its own.
+            drift = EncoderDrift(self.model, settings.drift_batch)
+            self.compute_metrics = drift.alongside(self.compute_metrics, lambda: self.state.global_step)
 
     def get_batch_samples(self, epoch_iterator: Any, num_batches: int, device: Any) -> tuple[list, Any]:
         """The batches of the next optimizer step (the Trainer's own): under a batch warm-up each cut to its share of
@@ -69,15 +70,16 @@ class MLMTrainer(TrainerOverrides):
         its step, so its batch and rate, from the checkpoint."""
         batches = epoch_iterator
         done, total = self.state.global_step, self.planned_steps
-        if self.batch_warmup is not None:
-            self.batch_rows_now = self.batch_warmup.rows(done, total)
-            rows = self.batch_warmup.micro_batch_rows(
+        warmup, rates, phase = self.settings.batch_warmup, self.settings.mask_rates, self.settings.phase
+        if warmup is not None:
+            self.batch_rows_now = warmup.rows(done, total)
+            rows = warmup.micro_batch_rows(
                 done, total, max(self.args.world_size, 1), self.args.gradient_accumulation_steps
             )
             batches = (first_rows(batch, rows[i]) for i, batch in enumerate(batches))
-        if self.mask_rates is not None:
-            first, final = self.mask_rates
-            start = self.phase.start if self.phase else 0  # in a phase, its rates go from its first step to its last
+        if rates is not None:
+            first, final = rates
+            start = phase.start if phase else 0  # in a phase, its rates go from its first step to its last
             rate = mask_rate(first, final, done - start, self.state.max_steps - start)
             self.mask_rate_now = rate
             batches = (thin_masks(batch, rate) for batch in batches)
@@ -87,12 +89,13 @@ class MLMTrainer(TrainerOverrides):
     def planned_steps(self) -> int:
         """The plan's steps as they stand, which the batch warm-up's ramp is a share of: a phased run's whole plan,
         else the Trainer's max_steps (a time budget re-plans them)."""
-        return self.phase.total if self.phase else self.state.max_steps
+        phase = self.settings.phase
+        return phase.total if phase else self.state.max_steps
 
     def steps_cost(self, start: int, end: int) -> float:
         """The steps after ``start`` up to ``end`` in full steps of the plan as it stands (the log's ETA): a batch
         warm-up's steps cost their share of the full batch."""
-        return full_steps_between(self.batch_warmup, start, end, self.planned_steps)
+        return full_steps_between(self.settings.batch_warmup, start, end, self.planned_steps)
 
     def training_step(self, model: Any, inputs: dict[str, Any], num_items_in_batch: Any = None) -> torch.Tensor:
         """The Trainer's forward and backward; while the head warms up, the encoder's gradients then dropped, so that
@@ -109,15 +112,16 @@ class MLMTrainer(TrainerOverrides):
                     f"{self.head_warmup_steps} warm-up steps (head_warmup_steps sets how many; 0: none)"
                 )
         if self.state.global_step < self.head_warmup_steps:
-            drop_encoder_gradients(self.warming_up_frozen)
+            drop_encoder_gradients(self.settings.head.frozen)
         return loss
 
     def create_optimizer(self, model: Any = None) -> torch.optim.Optimizer:
         """The Trainer's optimizer, with head_learning_rate the head's parameters in groups of their own at it."""
         fresh = self.optimizer is None
         optimizer = super().create_optimizer(model)
-        if fresh and self.head_learning_rate is not None:
-            with_head_rate(optimizer, self.head_parameters, self.head_learning_rate)
+        head = self.settings.head
+        if fresh and head.learning_rate is not None:
+            with_head_rate(optimizer, head.parameters, head.learning_rate)
         return optimizer
 
     def log(self, logs: dict[str, float], start_time: float | None = None) -> None:
@@ -135,10 +139,11 @@ class MLMTrainer(TrainerOverrides):
         (Replaces ``Trainer.create_scheduler``, transformers 5.25, which does nothing else.)"""
         if self.lr_scheduler is None:
             optimizer = self.optimizer if optimizer is None else optimizer
-            total = self.phase.total if self.phase else num_training_steps  # a phase trains part of one schedule
-            decay = self.phase.decay_steps if self.phase else None
+            phase = self.settings.phase
+            total = phase.total if phase else num_training_steps  # a phase trains part of one schedule
+            decay = phase.decay_steps if phase else None
             warmup = self.args.get_warmup_steps(total)
-            self.lr_scheduler = lr_scheduler_for(self.args, total, warmup, optimizer, self.decay_ratio, decay)
+            self.lr_scheduler = lr_scheduler_for(self.args, total, warmup, optimizer, self.settings.decay_ratio, decay)
             mark_scheduler_created(self)
         return self.lr_scheduler
 
@@ -178,6 +183,21 @@ class MLMTrainer(TrainerOverrides):
                 metrics[f"{metric_key_prefix}_{figure}"] = sum(v * n for v, n in values) / max(samples, 1)
         return EvalLoopOutput(predictions=None, label_ids=None, metrics=metrics, num_samples=samples)
 
+    def limit_evaluation(self, cut: Callable[[Any], Any]) -> None:
+        """Every later evaluation reads ``cut`` of the held-out set (a time budget's sample,
+        train/run/budget_evaluation.py): of each mixture part, the parts then joined again, or of the one set."""
+        if self.eval_parts:
+            self.eval_parts = {key: cut(part) for key, part in self.eval_parts.items()}
+            self.eval_dataset = joined(self.eval_parts.values())
+        else:
+            self.eval_dataset = cut(self.eval_dataset)
+
+    def save_interrupted(self) -> None:
+        """A checkpoint of the current step, for a stop that came during an evaluation (every rank calls this, as the
+        Trainer's own save needs), and the callbacks told of it."""
+        save_checkpoint_now(self)
+        self.control = self.callback_handler.on_save(self.args, self.state, self.control)
+
     def get_train_dataloader(self) -> Any:
         if not isinstance(self.train_dataset, datasets.IterableDataset):
             return leave_signals_to_rank(super().get_train_dataloader())
@@ -187,7 +207,7 @@ class MLMTrainer(TrainerOverrides):
         def loader_of(dataset: Any, batch_size: int, workers: int | None = None, collate: Any = collate) -> Any:
             return leave_signals_to_rank(stream_loader(dataset, args, batch_size, collate, workers))
 
-        position = self.stream_position
+        position = self.settings.stream_position
         if position is None:
             return loader_of(self.train_dataset, batch)
         own = loader_of(self.train_dataset, batch)
@@ -199,12 +219,12 @@ class MLMTrainer(TrainerOverrides):
         def remainder_loader(dataset: Any, batch_size: int, workers: int) -> Any:
             return loader_of(dataset, batch_size, workers, collate=list)  # examples, collated by ResumedStream
 
-        return ResumedStream(position, self.stream_part, remainder_loader, own, batch, collate)
+        return ResumedStream(position, self.settings.stream_part, remainder_loader, own, batch, collate)
 
     def get_eval_dataloader(self, eval_dataset: Any = None) -> Any:
         # The Trainer builds both loaders with self.data_collator: evaluation's rate is swapped in for its loader.
         training_collator = self.data_collator
-        self.data_collator = self.eval_collator or training_collator
+        self.data_collator = self.settings.eval_collator or training_collator
         try:
             return leave_signals_to_rank(super().get_eval_dataloader(eval_dataset))
         finally:
@@ -286,15 +306,9 @@ def losses_are_batch_means(trainer: Trainer) -> None:
     """Both heads' MLM losses are means over the micro-batch and ignore ``num_items_in_batch``; without this the
     Trainer neither divides by gradient_accumulation_steps nor leaves the world size out (measured: accumulation
     4 gave a 4x gradient norm and logged loss). ``model_accepts_loss_kwargs`` is the Trainer's own switch for it
-    (an attribute it sets in ``__init__`` from the model's forward signature, transformers 5.25)."""
+    (an attribute it sets in ``__init__`` from the model's forward signature, transformers 5.25). A function, not a
+    method of MLMTrainer: train/run/finetune.py's classifier, a plain Trainer, takes it too."""
     trainer.model_accepts_loss_kwargs = False
-
-
-def save_interrupted(trainer: Trainer) -> None:
-    """A checkpoint of the current step, for a stop that came during an evaluation (every rank calls this, as the
-    Trainer's own save needs), and the callbacks told of it."""
-    save_checkpoint_now(trainer)
-    trainer.control = trainer.callback_handler.on_save(trainer.args, trainer.state, trainer.control)
 
 
 def tokens_seen_this_session(trainer: Trainer) -> int:
