@@ -78,9 +78,9 @@ def test_a_mixture_is_read_tokenized_and_mixed_with_a_held_out_part_per_source(
 
     from train.commands.evaluate import held_out, held_out_parts  # `evaluate`: the same parts, scored per source
 
-    text = held_out(config)
+    text = held_out(load_raw(config.data, config.training), config.data)
     assert text.parts is not None and [set(r.splits) for _, r in text.parts] == [{"validation"}, {"validation"}]
-    parts = held_out_parts(config, text, tokenizer)
+    parts = held_out_parts(config.data, text, tokenizer)
     assert parts is not None and {k: len(v) for k, v in parts.items()} == {"news": 10, "legal": 10}
 
 

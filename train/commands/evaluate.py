@@ -15,9 +15,11 @@ from __future__ import annotations
 import hashlib
 import math
 import shutil
+from dataclasses import dataclass
 from typing import Any
 
 from datasets import DatasetDict
+from transformers import TrainingArguments
 from transformers.trainer_callback import PrinterCallback, ProgressCallback
 
 from train.commands.results import write_results
@@ -27,26 +29,28 @@ from train.common.console import resolve_format, say
 from train.common.errors import ConfigError
 from train.common.hf import CACHE_KEY_CHARS, cache_root
 from train.common.urls import is_store_url
-from train.config import Config
+from train.config import Config, DataArguments, ModelArguments
 from train.config.model_source import model_source
 from train.data import RawData, load_raw, tokenize
-from train.data.tokenization import joined
+from train.data.tokenization import IndexedExamples, joined
+from train.model.collator import MaskingCollator
 from train.model.load import check_before_data, load_model, load_tokenizer
+from train.outputs.location import output_location
 from train.outputs.verify import fetch
 from train.run.batches import argmax_logits, masked_accuracy, masking_collator
 from train.run.logs import bars_drawn
 from train.run.trainer import MLMTrainer, losses_are_batch_means
-from train.run.trainer_settings import evaluation_settings
+from train.run.trainer_settings import TrainerSettings, evaluation_settings
 
 EVAL_RESULTS = "eval_results.json"
 
 
-def held_out(config: Config) -> RawData:
-    """The evaluation text alone, as training would hold it out; ConfigError when the options hold none out."""
-    raw = load_raw(config.data, config.training)
+def held_out(raw: RawData, data: DataArguments) -> RawData:
+    """The evaluation text alone of ``raw`` (the data options' text, as training would hold it out); ConfigError
+    when the options hold none out."""
     if "validation" not in raw.splits or not len(raw.splits["validation"]):
         raise ConfigError(
-            f"{config.source_of('dataset')}={config.data.dataset!r}: nothing is held out to evaluate on; set "
+            f"{data.source_of('dataset')}={data.dataset!r}: nothing is held out to evaluate on; set "
             "validation_file, validation_split_percentage above 0, or (streaming) max_eval_samples"
         )
     parts = tuple(
@@ -57,80 +61,102 @@ def held_out(config: Config) -> RawData:
     return RawData(DatasetDict({"validation": raw.splits["validation"]}), raw.fingerprint, parts=parts or None)
 
 
-def held_out_parts(config: Config, text: RawData, tokenizer: Any) -> dict[str, Any] | None:
+def held_out_parts(data: DataArguments, text: RawData, tokenizer: Any) -> dict[str, IndexedExamples] | None:
     """A mixture's held-out part per source, tokenized as training tokenized it (its loss per source)."""
-    return {part.key: tokenize(config.data, raw, tokenizer)["validation"] for part, raw in text.parts or ()} or None
+    return {part.key: tokenize(data, raw, tokenizer)["validation"] for part, raw in text.parts or ()} or None
 
 
-def fetched_model(config: Config) -> None:
+def fetched_model(model: ModelArguments, training: TrainingArguments) -> None:
     """A model or checkpoint in a bucket (``s3://...``, any fsspec URL): downloaded afresh once per node into the
-    cache (HF_HOME), verified against its list of files, and evaluated from there."""
-    url = config.model.model_name_or_path
+    cache (HF_HOME), verified against its list of files, and evaluated from there (``model`` then names it)."""
+    url = model.model_name_or_path
     if not is_store_url(url):
         return
     local = cache_root() / "models" / hashlib.sha256(url.encode()).hexdigest()[:CACHE_KEY_CHARS]
-    training = config.training
     with training.main_process_first(local=True, desc="downloading the model"):
         if training.local_process_index == 0:
             shutil.rmtree(local, ignore_errors=True)
-            say(fetch(url, local, label=config.source_of("model_name_or_path")))
-    config.model.model_name_or_path = str(local)
+            say(fetch(url, local, label=model.source_of("model_name_or_path")))
+    model.model_name_or_path = str(local)
 
 
-def evaluate(config: Config) -> dict[str, Any]:
-    """Every rank: the model scored on the held-out text; the figures (the same on every rank)."""
-    training = config.training
-    shown = config.model.model_name_or_path
-    fetched_model(config)
-    source = model_source(config.model.model_name_or_path, config.model.config_overrides)
-    if source.kind == "scratch":
+def refuse_architecture(model: ModelArguments) -> None:
+    """ConfigError when the model option names an architecture to build, not a trained model to score."""
+    if model_source(model.model_name_or_path, model.config_overrides).kind == "scratch":
         raise ConfigError(
-            f"{config.source_of('model_name_or_path')}={config.model.model_name_or_path!r}: evaluate needs a trained "
+            f"{model.source_of('model_name_or_path')}={model.model_name_or_path!r}: evaluate needs a trained "
             "model (a final/ directory, a checkpoint-N/ directory or a hub id), not an architecture"
         )
-    model_config = check_before_data(config.model, config.data, None)
-    with training.main_process_first(desc="preparing the held-out data"):
-        text = held_out(config)
-        tokenizer = load_tokenizer(config.model, config.data, text, None)
-        parts = held_out_parts(config, text, tokenizer)
-        validation = joined(parts.values()) if parts else tokenize(config.data, text, tokenizer)["validation"]
-    model, head_weights = load_model(config.model, config.data, None, tokenizer, model_config)
-    collator = masking_collator(config, tokenizer, model)
+
+
+@dataclass(frozen=True)
+class Scoring:
+    """What evaluate scores, on what: the model as the user named it (``shown``) and as loaded, what its weights
+    lacked of the MLM head, its tokenizer and collator; the held-out text, tokenized (a mixture's also per source,
+    as training tokenized it), and the dataset option it was held out of."""
+
+    shown: str
+    model: Any
+    head_weights: str | None
+    tokenizer: Any
+    collator: MaskingCollator
+    text: RawData
+    validation: IndexedExamples
+    parts: dict[str, IndexedExamples] | None
+    dataset: str
+
+
+def evaluate(
+    scoring: Scoring, training: TrainingArguments, settings: TrainerSettings, log_format: str
+) -> dict[str, Any]:
+    """Every rank: the model scored on the held-out text, masked at the evaluation rate (``settings``: the
+    evaluation's masking and a mixture's parts, as training's evaluations have them); the figures (the same on
+    every rank)."""
     training.report_to = []  # a score, not a run: no tracker run is started (the JSON and the line are the record)
+    validation, parts = scoring.validation, scoring.parts
     trainer = MLMTrainer(
-        model=model,
+        model=scoring.model,
         args=training,
         eval_dataset=validation,
-        data_collator=collator,
-        processing_class=tokenizer,
+        data_collator=scoring.collator,
+        processing_class=scoring.tokenizer,
         compute_metrics=masked_accuracy,
         preprocess_logits_for_metrics=argmax_logits,
-        settings=evaluation_settings(
-            config.masking, config.schedule.decay_ratio, collator, parts
-        ),  # a mixture: per source
+        settings=settings,
     )
     losses_are_batch_means(trainer)
     trainer.remove_callback(PrinterCallback)
-    if not bars_drawn(resolve_format(config.launch.log_format)):
+    if not bars_drawn(resolve_format(log_format)):
         trainer.remove_callback(ProgressCallback)
     metrics = trainer.evaluate()
     loss = float(metrics["eval_loss"])
     return {
-        "model": shown,
+        "model": scoring.shown,
         "eval_loss": loss,
         "perplexity": math.exp(loss) if loss < 700 else math.inf,
         "eval_accuracy": metrics.get("eval_accuracy"),
         "eval_samples": len(validation),
-        "eval_documents": len(text.splits["validation"]),
+        "eval_documents": len(scoring.text.splits["validation"]),
         "eval_mlm_probability": trainer.settings.eval_collator.mlm_probability,
         "seed": training.seed,
         "world_size": training.world_size,
-        "dataset": config.data.dataset,
-        "dataset_fingerprint": text.fingerprint,
-        "head_weights": head_weights,
+        "dataset": scoring.dataset,
+        "dataset_fingerprint": scoring.text.fingerprint,
+        "head_weights": scoring.head_weights,
         "eval_runtime": metrics.get("eval_runtime"),
         **({"eval_loss_by_source": {key: metrics[f"eval_{key}_loss"] for key in parts}} if parts else {}),
     }
+
+
+def results_text(results: dict[str, Any]) -> str:
+    """The scores in one line for a person."""
+    accuracy = results["eval_accuracy"]
+    return (
+        f"evaluated {results['model']} on {results['eval_samples']:,} held-out samples: loss "
+        f"{results['eval_loss']:.4f}, perplexity {results['perplexity']:.2f}"
+        + (f", masked-token accuracy {accuracy:.4f}" if accuracy is not None else "")
+        + "".join(f"; {key} loss {loss:.4f}" for key, loss in results.get("eval_loss_by_source", {}).items())
+    )
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -138,16 +164,26 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def evaluated(config: Config) -> int:
-    """Score the model, say it in one line and write eval_results.json (world rank 0)."""
-    results = evaluate(config)
-    accuracy = results["eval_accuracy"]
-    text = (
-        f"evaluated {results['model']} on {results['eval_samples']:,} held-out samples: loss "
-        f"{results['eval_loss']:.4f}, perplexity {results['perplexity']:.2f}"
-        + (f", masked-token accuracy {accuracy:.4f}" if accuracy is not None else "")
-        + "".join(f"; {key} loss {loss:.4f}" for key, loss in results.get("eval_loss_by_source", {}).items())
-    )
-    write_results(config, EVAL_RESULTS, results, "evaluate", text)
+    """Every rank: score the model; world rank 0 says it in one line and writes eval_results.json. It takes the
+    whole Config because it assembles the evaluation: the model (model), the held-out text tokenized (data), its
+    masking (masking), the Trainer's arguments (training), the console (launch) and where the results go."""
+    training = config.training
+    shown = config.model.model_name_or_path
+    fetched_model(config.model, training)
+    refuse_architecture(config.model)
+    model_config = check_before_data(config.model, config.data, None)
+    with training.main_process_first(desc="preparing the held-out data"):
+        text = held_out(load_raw(config.data, training), config.data)
+        tokenizer = load_tokenizer(config.model, config.data, text, None)
+        parts = held_out_parts(config.data, text, tokenizer)
+        validation = joined(parts.values()) if parts else tokenize(config.data, text, tokenizer)["validation"]
+    model, head_weights = load_model(config.model, config.data, None, tokenizer, model_config)
+    collator = masking_collator(config, tokenizer, model)
+    scoring = Scoring(shown, model, head_weights, tokenizer, collator, text, validation, parts, config.data.dataset)
+    settings = evaluation_settings(config.masking, config.schedule.decay_ratio, collator, parts)
+    log_format = config.launch.log_format
+    results = evaluate(scoring, training, settings, log_format)
+    write_results(output_location(config), log_format, EVAL_RESULTS, results, "evaluate", results_text(results))
     return 0
 
 

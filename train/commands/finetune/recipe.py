@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from transformers import TrainingArguments
 
 from train.common.console import resolve_format
-from train.config import Config
+from train.config import TaskArguments
 from train.run.logs import bars_drawn
 
 BATCH_SIZE = 32  # in total across ranks
@@ -34,10 +34,35 @@ class Recipe:
     optimizer: str = OPTIMIZER
 
 
-def arguments(config: Config, recipe: Recipe, seed: int) -> TrainingArguments:
+def recipe_for(task: TaskArguments, max_seq_length: int, world_size: int) -> Recipe:
+    """The recipe as the task options set it, the batch split over ``world_size`` ranks; its max_length is the
+    longest any model may read (each model's own is cut to its positions, command.py's ``longest``)."""
+    per_device = max(1, BATCH_SIZE // world_size)
+    return Recipe(
+        learning_rate=task.task_learning_rate,
+        epochs=task.task_epochs,
+        seeds=list(range(task.task_seeds)),
+        max_length=max_seq_length,
+        batch_size=per_device * world_size,
+        per_device_batch_size=per_device,
+    )
+
+
+@dataclass(frozen=True)
+class Machine:
+    """What the job's options say of this machine, where every seed trains: the TrainingArguments the launcher
+    settled (CPU or GPU, precision, the backend, the loader's workers, the world size, output_dir), the padding
+    multiple (1 on CPU unless set) and the console's log format."""
+
+    training: TrainingArguments
+    pad_to_multiple_of: int
+    log_format: str
+
+
+def arguments(machine: Machine, recipe: Recipe, seed: int) -> TrainingArguments:
     """The recipe as TrainingArguments; from the run's own only what the launcher decided for this machine (CPU
     or GPU, precision, the backend, the loader's workers): nothing is saved, evaluated during training or tracked."""
-    training = config.training
+    training = machine.training
     return TrainingArguments(
         output_dir=training.output_dir,
         learning_rate=recipe.learning_rate,
@@ -61,5 +86,5 @@ def arguments(config: Config, recipe: Recipe, seed: int) -> TrainingArguments:
         ddp_timeout=training.ddp_timeout,
         dataloader_num_workers=training.dataloader_num_workers,
         dataloader_pin_memory=training.dataloader_pin_memory and not training.use_cpu,
-        disable_tqdm=not bars_drawn(resolve_format(config.launch.log_format)),
+        disable_tqdm=not bars_drawn(resolve_format(machine.log_format)),
     )

@@ -21,7 +21,7 @@ from train.common import distributed
 from train.common.console import say
 from train.common.errors import ConfigError
 from train.common.urls import is_store_url
-from train.config import Config
+from train.config import ModelArguments, TaskArguments
 from train.config.model_source import model_source
 from train.outputs.marker import weights_digest
 from train.outputs.runfiles import TRAINER_STATE, RunFiles, is_checkpoint_name
@@ -53,13 +53,13 @@ class Starting:
     named_by: str  # the run.json it came from, for the lines that name it
 
 
-def run_directory(config: Config) -> RunFiles:
+def run_directory(model: ModelArguments, task: TaskArguments) -> RunFiles:
     """MLM_MODEL_NAME_OR_PATH as a run's output_dir, holding checkpoint-N/ or final/; ConfigError otherwise."""
-    name = config.model.model_name_or_path
-    option = config.source_of("model_name_or_path")
+    name = model.model_name_or_path
+    option = model.source_of("model_name_or_path")
     if is_store_url(name):
         raise ConfigError(
-            f"{option}={name!r}: {config.source_of(ALL_CHECKPOINTS)}=true reads a run's output_dir on this "
+            f"{option}={name!r}: {task.source_of(ALL_CHECKPOINTS)}=true reads a run's output_dir on this "
             "machine; copy the run from its bucket first"
         )
     files = RunFiles(Path(name).expanduser())
@@ -70,21 +70,21 @@ def run_directory(config: Config) -> RunFiles:
     return files
 
 
-def verified_models(config: Config, files: RunFiles, warn: Callable[[str], None]) -> list[Path]:
+def verified_models(model: ModelArguments, files: RunFiles, warn: Callable[[str], None]) -> list[Path]:
     """The run's checkpoints, oldest first, then final/: each checked as ``verify`` checks it (a checkpoint as a
     resume does); a damaged one is skipped with one line naming it. ConfigError when none is left."""
     candidates = files.checkpoints() + ([files.final] if files.final.is_dir() else [])
     kept = []
-    for model in candidates:
+    for candidate in candidates:
         try:
-            verify(model, str(model))
+            verify(candidate, str(candidate))
         except ConfigError as exc:
             warn(f"skipping {exc}")
             continue
-        kept.append(model)
+        kept.append(candidate)
     if not kept:
-        option = config.source_of("model_name_or_path")
-        raise ConfigError(f"{option}={config.model.model_name_or_path!r}: no intact checkpoint or final model in it")
+        option = model.source_of("model_name_or_path")
+        raise ConfigError(f"{option}={model.model_name_or_path!r}: no intact checkpoint or final model in it")
     return kept
 
 
@@ -139,10 +139,12 @@ def starting_model(run_dir: Path | None, warn: Callable[[str], None]) -> Startin
     return Starting(source.name, tokenizer, str(record))
 
 
-def without_remote_code(config: Config) -> Config:
-    """``config`` for a model a file named: trust is never inherited from a file, so its own code never runs,
-    whatever MLM_TRUST_REMOTE_CODE says for the model the user named."""
-    return dataclasses.replace(config, model=dataclasses.replace(config.model, trust_remote_code=False))
+def without_remote_code(model: ModelArguments) -> ModelArguments:
+    """The model options for a model a file named: trust is never inherited from a file, so its own code never
+    runs, whatever MLM_TRUST_REMOTE_CODE says for the model the user named."""
+    untrusted = dataclasses.replace(model, trust_remote_code=False)
+    untrusted.sources = model.sources  # where each option was set: a section made anew starts without
+    return untrusted
 
 
 def run_of(model: str) -> Path | None:
@@ -156,10 +158,9 @@ def run_of(model: str) -> Path | None:
     return None
 
 
-def refresh_report(config: Config) -> None:
-    """The run's report drawn again when the series was written into the run's own output_dir (the training job
-    drew it when it ended, without the series)."""
-    output, run = config.training.output_dir, config.model.model_name_or_path
+def refresh_report(output: str, run: str) -> None:
+    """The run's report drawn again when the series was written into the run's own output_dir: ``output`` (the
+    output_dir option) is ``run`` (the model option); the training job drew it when it ended, without the series."""
     if is_store_url(output) or is_store_url(run):
         return
     if Path(output).expanduser().resolve() == Path(run).expanduser().resolve():
