@@ -119,3 +119,11 @@ def test_a_section_names_its_options_as_the_user_set_them() -> None:
     )
     assert config.masking.source_of("mlm_probability") == "mlm_probability"  # a default: its name
     assert config.option("max_seq_length") == 64 and config.option("seed") == config.training.seed
+
+
+def test_a_sections_copy_still_names_its_options_as_the_user_set_them() -> None:
+    """A mixture reads each source as the data section with that dataset alone: its errors still say MLM_*."""
+    data = load_config([], {"MLM_VALIDATION_SPLIT_PERCENTAGE": "0"}).data
+    alone = data.but(dataset="news.txt")
+    assert (alone.dataset, data.dataset) == ("news.txt", "demo")
+    assert alone.source_of("validation_split_percentage") == "MLM_VALIDATION_SPLIT_PERCENTAGE"

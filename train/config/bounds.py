@@ -7,12 +7,13 @@ constants below; other modules import them from ``train.config`` (the launcher b
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
-from typing import Any
+from typing import Any, Self
 
 from train.common import durations
 
@@ -189,3 +190,10 @@ class Section:
     def source_of(self, name: str) -> str:
         """Where an option was set, as errors name it, else its name."""
         return self.sources.get(name, name)
+
+    def but(self, **changes: Any) -> Self:
+        """A copy with ``changes``, still knowing where each option was set (``dataclasses.replace`` makes the
+        section anew, whose map starts empty: its errors would name a bare option)."""
+        changed = dataclasses.replace(self, **changes)
+        changed.sources = self.sources
+        return changed

@@ -50,8 +50,7 @@ def _mixed(data: DataArguments, training: TrainingArguments, parts: tuple[Part, 
     max_train_samples and max_eval_samples), and their concatenation for what reads the corpus whole."""
     read = []
     for part in parts:
-        alone = replace(data, dataset=part.name)
-        alone.sources = data.sources  # a replaced section starts without the map: errors still name the options
+        alone = data.but(dataset=part.name)
         raw = _in_memory(alone, training)
         identity = {f"{part.key}:{name}": entry for name, entry in data_identity(alone, raw.fingerprint).items()}
         read.append((part, replace(raw, identity=identity)))

@@ -142,9 +142,7 @@ def starting_model(run_dir: Path | None, warn: Callable[[str], None]) -> Startin
 def without_remote_code(model: ModelArguments) -> ModelArguments:
     """The model options for a model a file named: trust is never inherited from a file, so its own code never
     runs, whatever MLM_TRUST_REMOTE_CODE says for the model the user named."""
-    untrusted = dataclasses.replace(model, trust_remote_code=False)
-    untrusted.sources = model.sources  # where each option was set: a section made anew starts without
-    return untrusted
+    return model.but(trust_remote_code=False)
 
 
 def run_of(model: str) -> Path | None:
