@@ -30,6 +30,21 @@ def config(tmp_path: Path, **env: str):
     return load_config([], {"MLM_OUTPUT_DIR": str(tmp_path), **{f"MLM_{k.upper()}": v for k, v in env.items()}})
 
 
+def resumed(config) -> dict:
+    """The options a checkpoint of ``config``'s run records (as train/outputs/location.py hands them over)."""
+    return resumed_options(config.as_dict(), config.training.world_size)
+
+
+def kept(config, checkpoint: Path) -> tuple[int | None, str] | None:
+    """kept_global_batch with what it reads of ``config``: the Trainer's batch options and where options were set."""
+    return kept_global_batch(config.training, config.sources, checkpoint)
+
+
+def decide(config, files: RunFiles, warn) -> str | None:
+    """decide_resume as a directory's choose_resume calls it, with ``config``'s checkpoint section and options."""
+    return decide_resume(config.checkpoint, files, resumed(config), warn)
+
+
 def test_a_whole_checkpoint_is_resumable(tmp_path):
     assert problem(checkpoint(tmp_path, 10)) is None
 
@@ -69,13 +84,13 @@ def test_a_damaged_newest_checkpoint_falls_back_to_the_older_one(tmp_path):
     newest = checkpoint(tmp_path, 20)
     truncate(newest / "model.safetensors")  # marked complete, then damaged: a full disk, another writer
     warnings: list[str] = []
-    assert decide_resume(config(tmp_path), RunFiles(tmp_path), warnings.append) == str(tmp_path / "checkpoint-10")
+    assert decide(config(tmp_path), RunFiles(tmp_path), warnings.append) == str(tmp_path / "checkpoint-10")
     assert len(warnings) == 1
     assert warnings[0].startswith("cannot resume from checkpoint-20 (model.safetensors: truncated")
     assert "resuming from checkpoint-10 instead" in warnings[0]
     assert not newest.exists() and len(list(tmp_path.glob(f"{ASIDE_PREFIX}checkpoint-20-*"))) == 1
     # the next start finds the same answer without a warning
-    assert decide_resume(config(tmp_path), RunFiles(tmp_path), warnings.append) == str(tmp_path / "checkpoint-10")
+    assert decide(config(tmp_path), RunFiles(tmp_path), warnings.append) == str(tmp_path / "checkpoint-10")
     assert len(warnings) == 1
 
 
@@ -83,7 +98,7 @@ def test_an_unmarked_but_whole_checkpoint_is_resumed(tmp_path):
     """The Trainer rotates the older checkpoint away before on_save marks the new one: a kill in between must
     still leave the new one resumable."""
     checkpoint(tmp_path, 20, marked=False)
-    chosen, skipped = resume_choice(config(tmp_path), RunFiles(tmp_path))
+    chosen, skipped = resume_choice(config(tmp_path).checkpoint, RunFiles(tmp_path))
     assert chosen == tmp_path / "checkpoint-20" and skipped == []
     assert not (chosen / COMPLETE_MARKER).exists()
 
@@ -91,20 +106,20 @@ def test_an_unmarked_but_whole_checkpoint_is_resumed(tmp_path):
 def test_nothing_resumable_starts_over_and_says_so(tmp_path):
     (tmp_path / "checkpoint-5").mkdir()
     warnings: list[str] = []
-    assert decide_resume(config(tmp_path), RunFiles(tmp_path), warnings.append) is None
+    assert decide(config(tmp_path), RunFiles(tmp_path), warnings.append) is None
     assert "no resumable checkpoint left: starting over" in warnings[0]
-    assert decide_resume(config(tmp_path, resume="never"), RunFiles(tmp_path), warnings.append) is None
+    assert decide(config(tmp_path, resume="never"), RunFiles(tmp_path), warnings.append) is None
 
 
 def test_explicit_resume_path_must_be_a_resumable_checkpoint(tmp_path):
     with pytest.raises(ConfigError, match=r"MLM_RESUME='.*nowhere': not a checkpoint directory"):
-        resume_choice(config(tmp_path, resume=str(tmp_path / "nowhere")), RunFiles(tmp_path))
+        resume_choice(config(tmp_path, resume=str(tmp_path / "nowhere")).checkpoint, RunFiles(tmp_path))
     damaged = checkpoint(tmp_path, 30)
     truncate(damaged / "optimizer.pt")
     with pytest.raises(ConfigError, match=r"MLM_RESUME='.*checkpoint-30': optimizer.pt: "):
-        resume_choice(config(tmp_path, resume=str(damaged)), RunFiles(tmp_path))
+        resume_choice(config(tmp_path, resume=str(damaged)).checkpoint, RunFiles(tmp_path))
     assert (
-        resume_choice(config(tmp_path, resume=str(checkpoint(tmp_path, 40))), RunFiles(tmp_path))[0]
+        resume_choice(config(tmp_path, resume=str(checkpoint(tmp_path, 40))).checkpoint, RunFiles(tmp_path))[0]
         == tmp_path / "checkpoint-40"
     )
 
@@ -117,16 +132,14 @@ def test_moved_aside_checkpoints_are_bounded_by_step_in_a_directory_and_a_store_
 def test_resuming_with_changed_options_names_what_is_kept_and_what_reorders(tmp_path):
     old = config(tmp_path, learning_rate="5e-4", per_device_train_batch_size="16")
     path = checkpoint(tmp_path, 10, marked=False)
-    mark_complete(path, resumed_options(old))
+    mark_complete(path, resumed(old))
     warnings: list[str] = []
-    decide_resume(
-        config(tmp_path, learning_rate="1e-5", per_device_train_batch_size="8"), RunFiles(tmp_path), warnings.append
-    )
+    decide(config(tmp_path, learning_rate="1e-5", per_device_train_batch_size="8"), RunFiles(tmp_path), warnings.append)
     assert len(warnings) == 2
     assert "learning_rate 1e-05 (checkpoint: 0.0005)" in warnings[0] and "keeps the checkpoint's values" in warnings[0]
     assert "per_device_train_batch_size 8 (checkpoint: 16)" in warnings[1] and "data order" in warnings[1]
     warnings.clear()
-    decide_resume(old, RunFiles(tmp_path), warnings.append)
+    decide(old, RunFiles(tmp_path), warnings.append)
     assert warnings == []
 
 
@@ -180,7 +193,7 @@ def test_a_planted_pickle_never_runs_even_with_a_marker_that_lists_it(tmp_path, 
     mark_complete(path)  # the digests agree with the planted file
     assert (problem(path) or "").startswith(f"{name}: fails the safe load")
     warnings: list[str] = []
-    assert decide_resume(config(tmp_path), RunFiles(tmp_path), warnings.append) == str(tmp_path / "checkpoint-10")
+    assert decide(config(tmp_path), RunFiles(tmp_path), warnings.append) == str(tmp_path / "checkpoint-10")
     assert warnings[0].startswith(f"cannot resume from checkpoint-20 ({name}: fails the safe load")
     assert not ran.exists()
 
@@ -198,7 +211,7 @@ def test_a_damaged_checkpoint_is_set_aside_with_one_line_and_the_older_one_used(
     newest = checkpoint(tmp_path, 20)
     flip(newest / "optimizer.pt")
     warnings: list[str] = []
-    assert decide_resume(config(tmp_path), RunFiles(tmp_path), warnings.append) == str(tmp_path / "checkpoint-10")
+    assert decide(config(tmp_path), RunFiles(tmp_path), warnings.append) == str(tmp_path / "checkpoint-10")
     assert warnings[0].startswith("cannot resume from checkpoint-20 (optimizer.pt: its SHA-256 differs")
     assert "resuming from checkpoint-10 instead" in warnings[0]
 
@@ -225,7 +238,7 @@ def trained_on(tmp_path: Path, ranks: int, per_device: int, accumulation: int = 
 
 def test_one_rank_resuming_two_keeps_their_global_batch_by_accumulating(tmp_path):
     path = trained_on(tmp_path, ranks=2, per_device=16)
-    accumulation, line = kept_global_batch(config(tmp_path, per_device_train_batch_size="16"), path) or (0, "")
+    accumulation, line = kept(config(tmp_path, per_device_train_batch_size="16"), path) or (0, "")
     assert accumulation == 2
     assert line == (
         "resuming checkpoint-10 (global batch 32 = 2 rank(s) x 16 per device x 1 accumulation step(s)) on 1 rank(s): "
@@ -235,16 +248,13 @@ def test_one_rank_resuming_two_keeps_their_global_batch_by_accumulating(tmp_path
 
 def test_a_batch_that_cannot_be_kept_is_said_and_one_chosen_this_run_wins(tmp_path):
     path = trained_on(tmp_path, ranks=3, per_device=16)  # 48 samples a step; 32 per device here
-    accumulation, line = kept_global_batch(config(tmp_path, per_device_train_batch_size="32"), path) or (0, "")
+    accumulation, line = kept(config(tmp_path, per_device_train_batch_size="32"), path) or (0, "")
     assert accumulation is None and "48 is no multiple of 32, so the global batch becomes 32" in line
     for chosen in ({"global_batch_size": "64"}, {"gradient_accumulation_steps": "1"}):
-        assert kept_global_batch(config(tmp_path, per_device_train_batch_size="16", **chosen), path) is None
+        assert kept(config(tmp_path, per_device_train_batch_size="16", **chosen), path) is None
     same = trained_on(tmp_path / "same", ranks=1, per_device=8, accumulation=2)
-    assert (
-        kept_global_batch(config(tmp_path, per_device_train_batch_size="8", gradient_accumulation_steps="2"), same)
-        is None
-    )
-    assert kept_global_batch(config(tmp_path, per_device_train_batch_size="16"), same) is None  # 16 either way
+    assert kept(config(tmp_path, per_device_train_batch_size="8", gradient_accumulation_steps="2"), same) is None
+    assert kept(config(tmp_path, per_device_train_batch_size="16"), same) is None  # 16 either way
 
 
 def test_each_rank_wrote_its_own_sharded_optimizer_file() -> None:

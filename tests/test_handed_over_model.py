@@ -40,7 +40,7 @@ def test_pickled_weights_with_a_payload_are_refused_and_nothing_runs(tmp_path: P
         load_model(config.model, config.data, None, None)
     with pytest.raises(ConfigError, match=r"pytorch_model.bin: fails the safe load"):
         check_before_data(config.model, config.data, None)  # the job refuses before it reads or tokenizes any data
-    row = check_model(config, {})
+    row = check_model(config.model, {})
     assert (row.status, row.fix) == ("FAIL", CONVERT)
     assert row.detail.startswith(f"{model}/pytorch_model.bin: fails the safe load")
     assert not ran.exists()

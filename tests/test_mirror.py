@@ -13,6 +13,7 @@ from tests.helpers import checkpoint, flipped
 from train.common.errors import ConfigError
 from train.common.hf import cache_key, cache_root
 from train.config import load_config
+from train.outputs.location import output_location
 from train.outputs.marker import writer_of
 from train.outputs.mirror import Mirror
 from train.outputs.runfiles import COMPLETE_MARKER, RunFiles
@@ -64,7 +65,9 @@ def mirror_of(bucket: str, tmp_path: Path, **env: str) -> Mirror:
     environ = {"MLM_OUTPUT_DIR": f"s3://{bucket}/run", "MLM_STAGING_DIR": str(tmp_path / "staging"), **env}
     config = load_config([], environ)
     RunFiles(config.training.output_dir).root.mkdir(parents=True, exist_ok=True)
-    return Mirror(config)
+    mirror = output_location(config)
+    assert isinstance(mirror, Mirror)
+    return mirror
 
 
 def test_what_a_run_would_do_and_a_finished_model_refused(aws, bucket, tmp_path: Path) -> None:
@@ -131,18 +134,18 @@ def test_doctor_shows_the_store_what_a_run_would_do_and_the_lease_holder(aws, bu
     from train.doctor.storage import check_output
 
     mirror = mirror_of(bucket, tmp_path)
-    row = check_output(mirror.config)
+    row = check_output(mirror)
     assert row.status == OK, row
     assert row.detail.startswith(f"s3://{bucket}/run: writable; a run would start from step 0; ")
     assert row.detail.endswith(f"GiB free in {mirror.files.root}")
     lease = mirror.lease()
     lease.acquire()
     try:
-        held = check_output(mirror.config)
+        held = check_output(mirror)
     finally:
         lease.release()
     assert held.status == WARN and "in use by another run (pid" in held.detail
-    missing = check_output(mirror_of("no-such-bucket-anywhere", tmp_path).config)
+    missing = check_output(mirror_of("no-such-bucket-anywhere", tmp_path))
     assert missing.status == "FAIL" and "the bucket does not exist" in missing.detail
 
 

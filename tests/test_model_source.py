@@ -88,8 +88,8 @@ def test_the_loader_doctor_and_card_agree(tmp_path: Path, weights: bool) -> None
     directory = architecture(tmp_path / "m", weights=weights)
     config = load_config([], {"MLM_MODEL_NAME_OR_PATH": str(directory), "MLM_OUTPUT_DIR": str(tmp_path / "out")})
     built = scratch_config(config.model)
-    row = check_model(config, {"HF_HOME": str(tmp_path / "hf")})
-    card = model_card(config, {}, {}, step=1)
+    row = check_model(config.model, {"HF_HOME": str(tmp_path / "hf")})
+    card = model_card(config.as_dict(), config.sources, {}, {}, step=1)
     assert row.status == "OK"
     if weights:
         assert built is None
@@ -107,7 +107,7 @@ def test_a_missing_local_model_or_a_config_without_a_type_fails_in_the_loader_an
         config = load_config([], {"MLM_MODEL_NAME_OR_PATH": str(name)})
         with pytest.raises(ConfigError, match=said):
             scratch_config(config.model)
-        row = check_model(config, {})
+        row = check_model(config.model, {})
         assert row.status == "FAIL" and said in row.detail
 
 

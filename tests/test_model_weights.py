@@ -39,7 +39,7 @@ def test_an_encoder_saved_without_its_head_is_said_new_before_and_when_loading(t
     assert load(encoder, tmp_path) == HEAD_NEW
     said = capfd.readouterr().err
     assert "seem corrupted" not in said and "LOAD REPORT" not in said and "\x1b[" not in said
-    row = check_model(load_config([], {"MLM_MODEL_NAME_OR_PATH": str(encoder)}), {})
+    row = check_model(load_config([], {"MLM_MODEL_NAME_OR_PATH": str(encoder)}).model, {})
     assert row.status == "OK" and row.detail.endswith(f"; its MLM head is {HEAD_NEW}")
 
 

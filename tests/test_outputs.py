@@ -12,8 +12,8 @@ import pytest
 from train.common.errors import EXIT_CONFIG, EXIT_ENVIRONMENT, ConfigError, EnvironmentProblem
 from train.common.writable import LOW_SPACE_BYTES, disk_full
 from train.config import load_config
-from train.outputs.checkpoints import decide_resume
-from train.outputs.local import Directory, publish_final
+from train.outputs.checkpoints import decide_resume, resumed_options
+from train.outputs.local import publish_final
 from train.outputs.location import output_location
 from train.outputs.runfiles import CUT_SHORT, RunFiles
 
@@ -92,17 +92,18 @@ def test_overwrite_starts_a_finished_run_over_and_a_restart_then_resumes(tmp_pat
     (tmp_path / "checkpoint-80").mkdir()
     warnings: list[str] = []
     overwrite = config(tmp_path, overwrite_output_dir="true")
-    assert Directory(overwrite).start_over(warnings.append)
+    assert output_location(overwrite).start_over(warnings.append)
     assert "starting over" in warnings[0] and "1 checkpoint(s) were removed" in warnings[0]
     assert not (tmp_path / "final").exists() and not (tmp_path / "checkpoint-80").exists()
     assert (tmp_path / PREVIOUS / "model.safetensors").read_text() == "old model"  # kept until replaced
-    assert decide_resume(overwrite, RunFiles(tmp_path), warnings.append) is None  # step 0
+    resumed = resumed_options(overwrite.as_dict(), overwrite.training.world_size)
+    assert decide_resume(overwrite.checkpoint, RunFiles(tmp_path), resumed, warnings.append) is None  # step 0
     # preempted, restarted with the same options: no final/ now, so nothing is removed again
     (tmp_path / "checkpoint-10").mkdir()
-    assert not Directory(overwrite).start_over(warnings.append) and (tmp_path / "checkpoint-10").exists()
+    assert not output_location(overwrite).start_over(warnings.append) and (tmp_path / "checkpoint-10").exists()
     publish_final(RunFiles(tmp_path), lambda d: (d / "model.safetensors").write_text("new model"))
     assert not (tmp_path / PREVIOUS).exists() and (tmp_path / "final" / "model.safetensors").read_text() == "new model"
-    assert not Directory(config(tmp_path)).start_over(
+    assert not output_location(config(tmp_path)).start_over(
         warnings.append
     )  # without the option a finished run is never touched
 

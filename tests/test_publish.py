@@ -16,7 +16,7 @@ from tests.hub_server import USER, HubServer
 from train.common.errors import EXIT_CONFIG, EXIT_ENVIRONMENT, ConfigError, EnvironmentProblem
 from train.config import Config, load_config
 from train.outputs.facts import RunFacts
-from train.outputs.record import run_facts
+from train.outputs.record import RunRecord
 from train.outputs.runfiles import RunFiles
 from train.publish import CardTarget, final_metrics, model_card, publish_run, push_final, tracker_params
 
@@ -65,7 +65,7 @@ def fake_final(output_dir: Path) -> Path:
 
 def facts(config: Config) -> dict:
     recorded = RunFacts(dataset_fingerprint="fp-0123abcd")
-    run = run_facts(config, recorded, started="t0", status="finished", handoff=None)
+    run = RunRecord(config, RunFiles(config.training.output_dir), recorded, None, "t0").document("finished")
     return json.loads(json.dumps(run, default=str))  # as run.json holds it
 
 
@@ -192,7 +192,9 @@ def card_parts(text: str) -> tuple[dict, str]:
 def test_the_card_carries_the_run_facts(tmp_path: Path) -> None:
     config = push_config(tmp_path, image_revision="rev-42", model_name_or_path="scratch:distilbert")
     metadata, body = card_parts(
-        model_card(config, facts(config), RESULTS, step=25, target=CardTarget("tester/mlm-unit"))
+        model_card(
+            config.as_dict(), config.sources, facts(config), RESULTS, step=25, target=CardTarget("tester/mlm-unit")
+        )
     )
     assert metadata["library_name"] == "transformers" and metadata["pipeline_tag"] == "fill-mask"
     assert "base_model" not in metadata and "datasets" not in metadata  # from scratch, on the demo data
@@ -204,11 +206,15 @@ def test_the_card_carries_the_run_facts(tmp_path: Path) -> None:
 
 def test_the_card_says_how_far_an_adapted_encoder_moved_and_warns_past_the_threshold(tmp_path: Path) -> None:
     config = push_config(tmp_path)
-    kept = card_parts(model_card(config, facts(config), {**RESULTS, "eval_encoder_cosine": 0.93}, step=3))[1]
+    kept = card_parts(
+        model_card(config.as_dict(), config.sources, facts(config), {**RESULTS, "eval_encoder_cosine": 0.93}, step=3)
+    )[1]
     assert "| encoder drift (held-out embeddings' cosine to the starting model) | 0.930 |" in kept
-    moved = card_parts(model_card(config, facts(config), {**RESULTS, "eval_encoder_cosine": 0.41}, step=3))[1]
+    moved = card_parts(
+        model_card(config.as_dict(), config.sources, facts(config), {**RESULTS, "eval_encoder_cosine": 0.41}, step=3)
+    )[1]
     assert "**0.410: below 0.8, the encoder moved far from the model it was adapted from**" in moved
-    assert "not measured" in card_parts(model_card(config, facts(config), RESULTS, step=3))[1]
+    assert "not measured" in card_parts(model_card(config.as_dict(), config.sources, facts(config), RESULTS, step=3))[1]
 
 
 def test_the_card_names_a_hub_base_model_and_dataset_and_no_secret(tmp_path: Path) -> None:
@@ -221,7 +227,7 @@ def test_the_card_names_a_hub_base_model_and_dataset_and_no_secret(tmp_path: Pat
             "MLM_OUTPUT_DIR": str(tmp_path),
         },
     )
-    text = model_card(config, facts(config), RESULTS, step=1)
+    text = model_card(config.as_dict(), config.sources, facts(config), RESULTS, step=1)
     metadata, body = card_parts(text)
     assert metadata["base_model"] == "distilbert-base-uncased" and metadata["datasets"] == ["wikitext"]
     assert TOKEN not in text and "hub_token" not in body
@@ -232,7 +238,9 @@ def test_the_card_is_its_template_filled(tmp_path: Path) -> None:
     placeholder is filled and every fixed line is kept."""
     template = resources.files("train.publish").joinpath("card.md").read_text(encoding="utf-8")
     config = push_config(tmp_path, dataset_config_name="wikitext-2-raw-v1", dataset="wikitext")
-    text = model_card(config, facts(config), RESULTS, step=3, target=CardTarget("me/m", mask="<mask>"))
+    text = model_card(
+        config.as_dict(), config.sources, facts(config), RESULTS, step=3, target=CardTarget("me/m", mask="<mask>")
+    )
     assert "${" in template and "$" not in text
     assert [line for line in template.splitlines() if "$" not in line] == [
         line for line in text.splitlines() if line in template.splitlines()
@@ -245,7 +253,7 @@ def test_the_card_is_its_template_filled(tmp_path: Path) -> None:
 
 def test_trackers_get_the_job_options_facts_and_final_metrics(tmp_path: Path) -> None:
     config = push_config(tmp_path, image_revision="rev-42", padding="packed")
-    params = tracker_params(config, facts(config), RESULTS)
+    params = tracker_params(config.as_dict(), facts(config), RESULTS)
     assert params["padding"] == "packed" and params["dataset_fingerprint"] == "fp-0123abcd"
     assert params["image_revision"] == "rev-42" and params["train_samples"] == 320 and params["push_to_hub"] is True
     assert "versions.torch" in params and None not in params.values()

@@ -76,7 +76,7 @@ def test_what_a_dataset_name_is_decided_by_one_rule(
     monkeypatch.chdir(tmp_path)
     assert hf.is_hub_dataset(name) is hub
     config = config_for(name)
-    assert (("MLM_DATASET", name, "dataset") in hub_repositories(config)) is hub
+    assert (("MLM_DATASET", name, "dataset") in hub_repositories(config.model, config.data)) is hub
     if hub:
         assert resolve(name, "MLM_DATASET").kind == "hub"
 

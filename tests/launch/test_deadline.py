@@ -39,11 +39,11 @@ def test_a_moment_with_its_zone_is_an_end_time_and_one_without_is_refused() -> N
 def test_a_budget_that_names_its_end_counts_to_it_however_late_the_launch() -> None:
     # A Kubernetes Job's deadline, computed once at submission: every node and every restart ends by it.
     end = "2027-01-15T10:00:00Z"  # STARTED + 2 h
-    deadline = run_deadline(config(end), {}, STARTED + 600, STARTED + 605)  # launched 10 minutes late
+    deadline = run_deadline(config(end).budget, {}, STARTED + 600, STARTED + 605)  # launched 10 minutes late
     assert deadline is not None
     assert (deadline.at, deadline.budget_s, deadline.source) == (STARTED + 7200, 6600, f"--time_budget={end}")
     with pytest.raises(ConfigError, match=rf"^--time_budget={end}: 0 s are left"):
-        run_deadline(config(end), {}, STARTED + 7300, STARTED + 7300)  # restarted after it
+        run_deadline(config(end).budget, {}, STARTED + 7300, STARTED + 7300)  # restarted after it
     with pytest.raises(ConfigError, match=r"^--time_budget='2027-01-15T10:00:00': expected a duration .* zone"):
         config("2027-01-15T10:00:00")
 
@@ -65,35 +65,35 @@ def config(budget: str | None):
 def test_no_budget_no_deadline_even_under_slurm() -> None:
     # A Slurm job's limit never counts unasked: requeued jobs carry one long run on, checkpoint to checkpoint.
     asked = []
-    assert run_deadline(config(None), {"SLURM_JOB_ID": "7"}, STARTED, STARTED, asked.append) is None
+    assert run_deadline(config(None).budget, {"SLURM_JOB_ID": "7"}, STARTED, STARTED, asked.append) is None
     assert asked == []
 
 
 def test_a_budget_counts_from_the_launch() -> None:
-    deadline = run_deadline(config("2h"), {}, STARTED, STARTED + 5)
+    deadline = run_deadline(config("2h").budget, {}, STARTED, STARTED + 5)
     assert deadline is not None
     assert (deadline.at, deadline.budget_s, deadline.source) == (STARTED + 7200, 7200, "--time_budget=2h")
 
 
 def test_under_slurm_the_earlier_end_counts() -> None:
     end = datetime.fromtimestamp(STARTED + 600).isoformat(timespec="seconds")  # squeue prints local time
-    deadline = run_deadline(config("2h"), {"SLURM_JOB_ID": "7"}, STARTED, STARTED + 5, lambda job: end + "\n")
+    deadline = run_deadline(config("2h").budget, {"SLURM_JOB_ID": "7"}, STARTED, STARTED + 5, lambda job: end + "\n")
     assert deadline is not None
     assert (deadline.at, deadline.source) == (STARTED + 600, "--time_budget=2h: the Slurm job 7's end time")
     later = datetime.fromtimestamp(STARTED + 9000).isoformat(timespec="seconds")
-    deadline = run_deadline(config("2h"), {"SLURM_JOB_ID": "7"}, STARTED, STARTED + 5, lambda job: later)
+    deadline = run_deadline(config("2h").budget, {"SLURM_JOB_ID": "7"}, STARTED, STARTED + 5, lambda job: later)
     assert deadline is not None and deadline.source == "--time_budget=2h"
 
 
 def test_slurm_alone_needs_a_job_with_a_limit() -> None:
     with pytest.raises(ConfigError, match=r"--time_budget=slurm: not inside a Slurm job \(SLURM_JOB_ID is unset\)"):
-        run_deadline(config("slurm"), {}, STARTED, STARTED)
+        run_deadline(config("slurm").budget, {}, STARTED, STARTED)
     with pytest.raises(ConfigError, match=r"--time_budget=slurm: the Slurm job 7 has no time limit"):
-        run_deadline(config("slurm"), {"SLURM_JOB_ID": "7"}, STARTED, STARTED, lambda job: "N/A")
+        run_deadline(config("slurm").budget, {"SLURM_JOB_ID": "7"}, STARTED, STARTED, lambda job: "N/A")
     assert parse_slurm_time("Unknown") is None and parse_slurm_time("") is None
 
 
 def test_a_budget_too_small_for_one_step_is_exit_2_before_anything_starts() -> None:
     with pytest.raises(ConfigError, match=r"^--time_budget=40s: 25 s are left once the launcher has started") as info:
-        run_deadline(config("40s"), {}, STARTED, STARTED + 15)
+        run_deadline(config("40s").budget, {}, STARTED, STARTED + 15)
     assert info.value.exit_code == 2

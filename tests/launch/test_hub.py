@@ -30,20 +30,21 @@ def cache(tmp_path: Path, repo_id: str) -> None:
 
 def test_the_hub_repositories_a_run_reads() -> None:
     config = config_of("--model_name_or_path", "org/encoder", "--tokenizer_name", "org/tok", "--dataset", "org/data")
-    assert hub_repositories(config) == [
+    assert hub_repositories(config.model, config.data) == [
         ("--model_name_or_path", "org/encoder", "model"),
         ("--tokenizer_name", "org/tok", "model"),
         ("--dataset", "org/data", "dataset"),
     ]
-    assert hub_repositories(config_of("--model_name_or_path", "scratch:bert", "--dataset", "demo")) == []
+    scratch = config_of("--model_name_or_path", "scratch:bert", "--dataset", "demo")
+    assert hub_repositories(scratch.model, scratch.data) == []
 
 
 def test_offline_or_local_asks_nothing(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(hub_reach, "hub_info", lambda *a: pytest.fail("asked the hub"))
     config = config_of("--model_name_or_path", "org/encoder")
-    assert reach_the_hub(config, {**online(tmp_path), "HF_HUB_OFFLINE": "1"})[1] == []
+    assert reach_the_hub(config.model, config.data, {**online(tmp_path), "HF_HUB_OFFLINE": "1"})[1] == []
     local = config_of("--model_name_or_path", str(tmp_path), "--dataset", "demo")
-    assert reach_the_hub(local, online(tmp_path)) == (online(tmp_path), [])
+    assert reach_the_hub(local.model, local.data, online(tmp_path)) == (online(tmp_path), [])
 
 
 def test_each_answer_of_the_hub(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -54,9 +55,9 @@ def test_each_answer_of_the_hub(tmp_path: Path, monkeypatch: pytest.MonkeyPatch)
 
     monkeypatch.setattr(hub_reach, "hub_info", unreachable)
     with pytest.raises(EnvironmentProblem, match=r"--model_name_or_path='org/encoder': the hub is unreachable \("):
-        reach_the_hub(config, online(tmp_path))
+        reach_the_hub(config.model, config.data, online(tmp_path))
     cache(tmp_path, "org/encoder")  # cached: the run goes on offline, said once
-    environ, said = reach_the_hub(config, online(tmp_path))
+    environ, said = reach_the_hub(config.model, config.data, online(tmp_path))
     assert environ["HF_HUB_OFFLINE"] == "1" and len(said) == 1 and "org/encoder in the cache" in said[0]
 
     def not_found(*args: object) -> None:
@@ -64,6 +65,6 @@ def test_each_answer_of_the_hub(tmp_path: Path, monkeypatch: pytest.MonkeyPatch)
 
     monkeypatch.setattr(hub_reach, "hub_info", not_found)
     with pytest.raises(ConfigError, match="not on the hub"):
-        reach_the_hub(config, online(tmp_path))
+        reach_the_hub(config.model, config.data, online(tmp_path))
     monkeypatch.setattr(hub_reach, "hub_info", lambda *args: None)
-    assert reach_the_hub(config, online(tmp_path)) == (online(tmp_path), [])
+    assert reach_the_hub(config.model, config.data, online(tmp_path)) == (online(tmp_path), [])

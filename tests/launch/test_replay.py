@@ -130,9 +130,13 @@ def test_a_record_decides_neither_remote_code_nor_the_network_nor_where_the_repl
     assert argv[argv.index("--output_dir") + 1] == "/runs/a-replay"
     config = load_config(argv, {})
     with pytest.raises(ConfigError, match=r"trust_remote_code=true .* add --trust_remote_code true to the replay"):
-        withheld(run, config, "/runs/a/run.json")
+        withheld(run, config.model, config.sources, "/runs/a/run.json")
     asked = replay_argv(run, "/runs/a/run.json", ["--trust_remote_code", "true"])
-    said = withheld(run, load_config(asked, {}), "/runs/a/run.json")
+    allowed = load_config(asked, {})
+    said = withheld(run, allowed.model, allowed.sources, "/runs/a/run.json")
     assert said == ["push_to_hub=True", "hub_model_id='them/model'", "report_to=['mlflow']"]
     from_env = load_config(argv, {"MLM_TRUST_REMOTE_CODE": "true", "MLM_REPORT_TO": "mlflow"})
-    assert withheld(run, from_env, "/runs/a/run.json") == ["push_to_hub=True", "hub_model_id='them/model'"]
+    assert withheld(run, from_env.model, from_env.sources, "/runs/a/run.json") == [
+        "push_to_hub=True",
+        "hub_model_id='them/model'",
+    ]

@@ -13,13 +13,14 @@ import torch.multiprocessing as mp
 
 from tests.helpers import checkpoint, truncate
 from train.config import load_config
-from train.outputs.local import Directory
+from train.outputs.base import OutputLocation
+from train.outputs.location import output_location
 from train.outputs.runfiles import RunFiles
 from train.run.job import agreed_resume
 
 
-def location_of(output_dir: Path) -> Directory:
-    return Directory(load_config([], {"MLM_OUTPUT_DIR": str(output_dir)}))
+def location_of(output_dir: Path) -> OutputLocation:
+    return output_location(load_config([], {"MLM_OUTPUT_DIR": str(output_dir)}))
 
 
 def test_one_process_chooses_the_newest_whole_checkpoint_and_sets_the_damaged_one_aside(tmp_path: Path) -> None:

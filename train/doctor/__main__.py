@@ -16,10 +16,13 @@ from train.doctor.rows import FAIL, Check, failed, render
 from train.launch.plan import Plan, launcher_config
 from train.machine import resources
 from train.machine.gpus import detect
+from train.model.memory import planned_estimate
+from train.outputs.location import output_location
 
 
 def run_checks(config: Config, environ: Mapping[str, str], argv: Sequence[str] = ()) -> list[Check]:
-    """Every check; one that breaks unexpectedly is reported as a FAIL rather than hiding the others."""
+    """Every check; one that breaks unexpectedly is reported as a FAIL rather than hiding the others. It takes the
+    whole Config because it assembles the checks, each handed the section it reads."""
     inventory = detect(environ)
     torch = machine.torch_view()
     shm_bytes = resources.shm_size()
@@ -32,15 +35,22 @@ def run_checks(config: Config, environ: Mapping[str, str], argv: Sequence[str] =
         ("torch.cuda", lambda: machine.check_torch_cuda(inventory, torch, environ)),
         ("/dev/shm", lambda: machine.check_shm(shm_bytes, config.training.dataloader_num_workers)),
         ("processes", lambda: machine.check_processes(outcome, results)),
-        ("sharding", lambda: machine.check_sharding(outcome, config)),
-        ("output_dir", lambda: storage.check_output(config)),
+        (
+            "sharding",
+            lambda: machine.check_sharding(
+                outcome,
+                config.launch.sharding,
+                lambda: planned_estimate(config.model, config.training, config.data.max_seq_length),
+            ),
+        ),
+        ("output_dir", lambda: storage.check_output(output_location(config))),
         ("cache (HF_HOME)", lambda: storage.check_cache(environ)),
-        ("model", lambda: sources.check_model(config, environ)),
+        ("model", lambda: sources.check_model(config.model, environ)),
     ]
     if config.model.tokenizer_name:
-        steps.append(("tokenizer", lambda: sources.check_model(config, environ, "tokenizer_name")))
+        steps.append(("tokenizer", lambda: sources.check_model(config.model, environ, "tokenizer_name")))
     steps += [
-        ("dataset", lambda: sources.check_dataset(config, environ)),
+        ("dataset", lambda: sources.check_dataset(config.data, environ)),
         ("nccl", lambda: network.check_nccl(torch, plan)),
         ("master", lambda: network.check_master(environ)),
     ]

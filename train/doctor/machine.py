@@ -9,7 +9,7 @@ inventory lists, and whether it can compute on each.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 from train.common.console import resolve_format
@@ -155,7 +155,8 @@ def plan_or_refusal(
     torch_cuda: str | None,
     shm_bytes: int | None,
 ) -> Plan | Exception:
-    """The plan the launcher would make here, with the same inputs; or why it would refuse (or why planning broke)."""
+    """The plan the launcher would make here, with the same inputs; or why it would refuse (or why planning broke).
+    It takes the whole Config because make_plan assembles the plan from it."""
     try:
         host = Host(inventory, torch_cuda, usable_cpus(), shm_bytes)
         return make_plan(config, host, environ, argv, Launch(torchrun_path(), resolve_format(config.launch.log_format)))
@@ -163,11 +164,12 @@ def plan_or_refusal(
         return exc
 
 
-def check_sharding(outcome: Plan | Exception, config: Config) -> Check:
-    """The sharding the ranks will train with and why, with DDP's memory estimate (train/launch/plan.py)."""
+def check_sharding(outcome: Plan | Exception, requested: str, estimate: Callable[[], dict[str, int] | None]) -> Check:
+    """The sharding the ranks will train with and why (``requested``: MLM_SHARDING), with DDP's memory estimate
+    (train/launch/plan.py), made only when there is a plan."""
     if not isinstance(outcome, Plan):
         return Check("sharding", WARN, "no plan to estimate from (see the plan row)")
-    facts = sharding_plan(outcome, config)
+    facts = sharding_plan(outcome, requested, estimate())
     return Check("sharding", OK, facts["choice"], data=facts)
 
 

@@ -20,7 +20,7 @@ from train.common.hub_reach import (
     ask_hub,
 )
 from train.common.mixture import dataset_names
-from train.config import Config
+from train.config import DataArguments, ModelArguments
 from train.config.model_source import ModelSource, model_source
 from train.data import is_remote, shown_url, source_files
 from train.doctor.rows import FAIL, OK, WARN, Check
@@ -68,13 +68,13 @@ def check_hub(name: str, label: str, repo_id: str, repo_type: str, environ: Mapp
     return Check(name, OK, f"{repo_id}: reachable on the hub" + (" (also cached)" if cached else ""))
 
 
-def check_model(config: Config, environ: Mapping[str, str], field_name: str = "model_name_or_path") -> Check:
+def check_model(model: ModelArguments, environ: Mapping[str, str], field_name: str = "model_name_or_path") -> Check:
     """The model as train/config/model_source.py names it (so doctor, the job and the model card agree on what it is);
     ``field_name="tokenizer_name"`` checks the tokenizer instead."""
     if field_name != "model_name_or_path":
-        return check_tokenizer(config, environ, field_name)
-    label = config.source_of(field_name)
-    source = model_source(config.model.model_name_or_path, config.model.config_overrides)
+        return check_tokenizer(model, environ, field_name)
+    label = model.source_of(field_name)
+    source = model_source(model.model_name_or_path, model.config_overrides)
     if source.kind == "hub":
         return with_head_state(check_hub("model", label, source.name, "model", environ), source.name)
     if source.kind == "scratch":
@@ -125,9 +125,9 @@ def _check_architecture(source: ModelSource, label: str) -> Check:
     return Check("model", OK, f"{source.description}, nothing to download")
 
 
-def check_tokenizer(config: Config, environ: Mapping[str, str], field_name: str = "tokenizer_name") -> Check:
+def check_tokenizer(model: ModelArguments, environ: Mapping[str, str], field_name: str = "tokenizer_name") -> Check:
     """A tokenizer named by hub id or local directory (any directory: a tokenizer needs no config.json)."""
-    name, label = config.option(field_name), config.source_of(field_name)
+    name, label = getattr(model, field_name), model.source_of(field_name)
     if not hf.looks_local(name):
         return check_hub("tokenizer", label, name, "model", environ)
     path = Path(name).expanduser()
@@ -166,19 +166,20 @@ def check_source(name: str, label: str, environ: Mapping[str, str]) -> Check:
     return check_files(name, label)
 
 
-def check_dataset(config: Config, environ: Mapping[str, str]) -> Check:
-    label = config.source_of("dataset")
-    checks = [check_source(name, label, environ) for name in dataset_names(config.data.dataset, label)]
+def check_dataset(data: DataArguments, environ: Mapping[str, str]) -> Check:
+    """The dataset option's sources (each one of a mixture) and the validation file are where the run reads them."""
+    label = data.source_of("dataset")
+    checks = [check_source(name, label, environ) for name in dataset_names(data.dataset, label)]
     # A mixture's row: its first failing source's, else each source's words in one row.
     result = next((check for check in checks if check.status != OK), None) or (
         checks[0] if len(checks) == 1 else Check("dataset", OK, "mixture: " + "; ".join(c.detail for c in checks))
     )
-    validation = config.data.validation_file
+    validation = data.validation_file
     if validation and not Path(validation).expanduser().exists():
         return Check(
             "dataset",
             FAIL,
             f"validation_file {validation}: no such file",
-            f"mount it or fix {config.source_of('validation_file')}",
+            f"mount it or fix {data.source_of('validation_file')}",
         )
     return result

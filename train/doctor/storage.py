@@ -12,10 +12,9 @@ from pathlib import Path
 from train.common import hf
 from train.common.errors import UserError
 from train.common.writable import probe_write, write_failure
-from train.config import Config
 from train.doctor.rows import FAIL, OK, WARN, Check
+from train.outputs.base import OutputLocation
 from train.outputs.lease import describe_holder
-from train.outputs.location import output_location
 
 GIB = 1024**3
 # Free space below which a run is likely to die writing checkpoints (FAIL) or may (WARN).
@@ -51,12 +50,11 @@ def check_writable(name: str, path: Path, fix: str) -> Check:
     return Check(name, OK, detail, data=data)
 
 
-def check_output(config: Config) -> Check:
+def check_output(location: OutputLocation) -> Check:
     """The output location as a run would find it: its local directory (output_dir, or a bucket's staging
     directory) writable with room, no symbolic link inside it, the store reachable (a probe object written and
     removed), no finished model to overwrite unless asked, who holds its lease, and what a run would do there."""
-    location = output_location(config)
-    fix = f"mount a writable volume there (owned by the image's user) or set {config.source_of('output_dir')}"
+    fix = f"mount a writable volume there (owned by the image's user) or set {location.root_label}"
     local = check_writable("output_dir", location.files.root, fix)
     if local.status == FAIL:
         return local

@@ -8,13 +8,13 @@ import json
 import os
 import sys
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 
 from train.common.console import Console, resolve_format
 from train.common.errors import ConfigError, exit_process, run_main
 from train.common.usage import command_help, usage, wants_help
 from train.common.writable import check_cache_dir
-from train.config import Config, PhaseSpec, config_file, options_text, phases_in
+from train.config import Config, config_file, options_text, phases_in
 from train.launch.deadline import deadline_line
 from train.launch.hub import reach_the_hub
 from train.launch.inputs import EVALUATE_MODULE, FINETUNE_MODULE, JOB_MODULE, Host, Launch
@@ -47,6 +47,7 @@ from train.launch.replay import (
 from train.launch.torchrun import launch
 from train.machine.gpus import detect, torch_cuda_version
 from train.machine.resources import shm_size, usable_cpus
+from train.outputs.base import OutputLocation
 from train.outputs.branch import USAGE as BRANCH_USAGE
 from train.outputs.branch import BranchPoint, seed
 from train.outputs.location import output_location
@@ -89,8 +90,10 @@ def main(argv: Sequence[str] | None = None, environ: Mapping[str, str] | None = 
     path = config_file(args, environ)
     specs = phases_in(path) if command in ("train", "plan") else []
     if specs:
-        return phased(command, config, specs, path or "", args, environ)
-    plan = plan_for(config, environ, args, log_format, SCORING_MODULES.get(command, JOB_MODULE))
+        refuse_run_length(config.sources, path or "")
+        phases = plan_phases(specs, args, environ, planner(environ, log_format))
+        return phased(command, phases, output_location(config), environ, log_format)
+    plan = planner(environ, log_format, SCORING_MODULES.get(command, JOB_MODULE))(config, args)
     # The job's own checks, before torchrun: an unwritable output_dir (3) or a finished final/ there (2, but
     # a dry run only reports it; a score is written beside a finished model).
     location = output_location(config)
@@ -103,17 +106,26 @@ def main(argv: Sequence[str] | None = None, environ: Mapping[str, str] | None = 
     return start(config, plan, environ, Console(log_format))
 
 
-def plan_for(config: Config, environ: Mapping[str, str], args: Sequence[str], log_format: str, module: str) -> Plan:
-    """Every launch decision for this machine (train/launch/plan.py make_plan)."""
-    host = Host(detect(environ), torch_cuda_version(), usable_cpus(), shm_size())
-    return make_plan(config, host, environ, args, Launch(torchrun_path(), log_format, module))
+def planner(
+    environ: Mapping[str, str], log_format: str, module: str = JOB_MODULE
+) -> Callable[[Config, Sequence[str]], Plan]:
+    """Every launch decision for a config and its flags (train/launch/plan.py make_plan), on this machine as it is
+    found at each call: the ranks run ``module``, their logs in ``log_format``."""
+    launch = Launch(torchrun_path(), log_format, module)
+    return lambda config, args: make_plan(config, this_host(environ), environ, args, launch)
+
+
+def this_host(environ: Mapping[str, str]) -> Host:
+    """This node as the launcher finds it now: its GPUs, torch's CUDA, the CPUs it may use, /dev/shm."""
+    return Host(detect(environ), torch_cuda_version(), usable_cpus(), shm_size())
 
 
 def start(config: Config, plan: Plan, environ: Mapping[str, str], log: Console) -> int:
     """torchrun with the plan, once the cache is writable and the hub answered for what the run reads from it
-    (train/launch/hub.py); the documented exit code."""
+    (train/launch/hub.py); the documented exit code. It takes the whole Config because it hands each part its
+    section: the hub its model and data, torchrun the launch's timeout."""
     check_cache_dir(environ)  # a run writes tokenized data there (3 when it cannot)
-    environ, said = reach_the_hub(config, environ)
+    environ, said = reach_the_hub(config.model, config.data, environ)
     for line in said:
         log.warning(line)
     for warning in plan.warnings:
@@ -140,13 +152,13 @@ def replay(args: Sequence[str], environ: Mapping[str, str]) -> int:
     config = launcher_config(argv, environ)
     log_format = resolve_format(config.launch.log_format)
     log = Console(log_format)
-    not_taken = withheld(run, config, location)
+    not_taken = withheld(run, config.model, config.sources, location)
     if not_taken:
         log.warning(
             f"replay {location}: not taken from the record (they reach the network; name them to use them): "
             + ", ".join(not_taken)
         )
-    plan = plan_for(config, environ, argv, log_format, JOB_MODULE)
+    plan = planner(environ, log_format)(config, argv)
     world = plan.nproc_per_node * plan.topology.max_nodes
     raw = load_raw(config.data, config.training)
     found = differences(run, config, overrides, world, raw.fingerprint, changes(run.data_identity, raw.identity)[0])
@@ -154,7 +166,7 @@ def replay(args: Sequence[str], environ: Mapping[str, str]) -> int:
         log(f"replay {location}: {line}", "warning" if anyway else "error")
     if found and not anyway:
         raise ConfigError(f"replay {location}: refused, {len(found)} difference(s) above; {ANYWAY} runs it regardless")
-    changed = overridden(config, overrides)
+    changed = overridden(config.sources, overrides)
     if changed:
         log.warning(f"no longer a replay of {location}: {', '.join(changed)} named on the command line")
     location_of_outputs = output_location(config)
@@ -166,14 +178,15 @@ def replay(args: Sequence[str], environ: Mapping[str, str]) -> int:
 
 
 def phased(
-    command: str, config: Config, specs: list[PhaseSpec], path: str, args: Sequence[str], environ: Mapping[str, str]
+    command: str,
+    phases: Sequence[PlannedPhase],
+    location: OutputLocation,
+    environ: Mapping[str, str],
+    log_format: str,
 ) -> int:
-    """A run in phases (train/launch/phases.py): ``plan`` shows every phase's place and options beside the first
-    phase's plan; ``train`` runs the phases not yet trained, one torchrun each."""
-    refuse_run_length(config, path)
-    log_format = resolve_format(config.launch.log_format)
-    phases = plan_phases(specs, args, environ, lambda c, argv: plan_for(c, environ, argv, log_format, JOB_MODULE))
-    location = output_location(config)
+    """A run in phases (train/launch/phases.py), each planned (``phases``), in one output ``location``: ``plan``
+    shows every phase's place and options beside the first phase's plan; ``train`` runs the phases not yet trained,
+    one torchrun each."""
     location.check(dry_run=command != "train")
     if command == "plan":
         document = plan_document(phases[0].plan, phases[0].config, torch_cuda_version())
@@ -185,7 +198,7 @@ def phased(
 
     def launch_phase(phase: PlannedPhase) -> int:
         started = time.time() if phase.facts.index > 0 else None
-        plan = with_phase(plan_for(phase.config, environ, phase.argv, log_format, JOB_MODULE), phase.facts, started)
+        plan = with_phase(planner(environ, log_format)(phase.config, phase.argv), phase.facts, started)
         return start(phase.config, plan, environ, log)
 
     return run_phases(phases, location.newest_step(), log, launch_phase)
@@ -208,9 +221,9 @@ def branch(args: Sequence[str], environ: Mapping[str, str]) -> int:
             "volume), not a bucket; the checkpoint it starts from may be in one"
         )
     location.check()
-    plan = plan_for(config, environ, rest, log_format, JOB_MODULE)
+    plan = planner(environ, log_format)(config, rest)
     point, seeded = seed(location.files, source)
-    refuse_no_steps(config, point)
+    refuse_no_steps(config.training.max_steps, config.source_of("max_steps"), point)
     log(f"{'resuming ' if seeded else ''}{point.line()} into {location.shown}")
     return start(config, plan, environ, log)
 
@@ -222,12 +235,12 @@ def branch_source(args: Sequence[str]) -> tuple[str, list[str]]:
     return args[0], list(args[1:])
 
 
-def refuse_no_steps(config: Config, point: BranchPoint) -> None:
-    """A branch whose max_steps the parent's step already reached would train nothing: refused, naming both."""
-    steps = config.training.max_steps
+def refuse_no_steps(steps: int, label: str, point: BranchPoint) -> None:
+    """A branch whose max_steps (``steps``, set by ``label``) the parent's step already reached would train
+    nothing: refused, naming both."""
     if 0 < steps <= point.step:
         raise ConfigError(
-            f"{config.source_of('max_steps')}={steps}: the branch starts at step {point.step} of its parent "
+            f"{label}={steps}: the branch starts at step {point.step} of its parent "
             f"({point.parent}); set a max_steps above it (the steps are counted from the parent's start)"
         )
 

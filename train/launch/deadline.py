@@ -23,7 +23,7 @@ import psutil
 
 from train.common import durations
 from train.common.errors import ConfigError
-from train.config import Config
+from train.config import BudgetArguments
 
 # Below this much time left at launch not even one step fits: the ranks' start-up (imports, model, data) alone
 # takes longer on the smallest model here, before the final evaluation and save.
@@ -77,20 +77,20 @@ def parse_slurm_time(text: str) -> float | None:
 
 
 def run_deadline(
-    config: Config,
+    budget: BudgetArguments,
     environ: Mapping[str, str],
     started: float | None = None,
     now: float | None = None,
     squeue: Callable[[str], str] | None = None,
 ) -> Deadline | None:
-    """The earlier of the time budget's end and the Slurm job's; None without either. Exit 2 when it leaves too
-    little time for one step."""
-    asked = config.budget.time_budget
+    """The earlier of the time budget's end (``budget.time_budget``) and the Slurm job's; None without either. Exit 2
+    when it leaves too little time for one step."""
+    asked = budget.time_budget
     if not asked:
         return None
     started = launched_at() if started is None else started
     now = time.time() if now is None else now
-    label = f"{config.source_of('time_budget')}={asked}"
+    label = f"{budget.source_of('time_budget')}={asked}"
     found: list[Deadline] = []
     moment = durations.until(asked)
     if moment is not None:  # an end time, set where the job was submitted: the same for every node and restart

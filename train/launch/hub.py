@@ -19,32 +19,32 @@ from train.common.errors import ConfigError, EnvironmentProblem
 from train.common.hub_reach import GATED, NOT_FOUND, UNREACHABLE, HubAnswer, ask_hub
 from train.common.mixture import dataset_names
 from train.common.urls import is_store_url
-from train.config import Config
+from train.config import DataArguments, ModelArguments
 from train.config.model_source import model_source
 
 
-def hub_repositories(config: Config) -> list[tuple[str, str, str]]:
-    """(the option that names it, repo id, repo type) of each hub repository the run reads."""
+def hub_repositories(model: ModelArguments, data: DataArguments) -> list[tuple[str, str, str]]:
+    """(the option that names it, repo id, repo type) of each hub repository the run reads: the model, the
+    tokenizer, the dataset's sources."""
     found = []
-    source = model_source(config.model.model_name_or_path, config.model.config_overrides)
+    source = model_source(model.model_name_or_path, model.config_overrides)
     if source.kind == "hub":
-        found.append((config.source_of("model_name_or_path"), source.name, "model"))
-    if (
-        config.model.tokenizer_name
-        and not hf.looks_local(config.model.tokenizer_name)
-        and not is_store_url(config.model.tokenizer_name)
-    ):
-        found.append((config.source_of("tokenizer_name"), config.model.tokenizer_name, "model"))
-    for name in dataset_names(config.data.dataset, config.source_of("dataset")):
+        found.append((model.source_of("model_name_or_path"), source.name, "model"))
+    tokenizer = model.tokenizer_name
+    if tokenizer and not hf.looks_local(tokenizer) and not is_store_url(tokenizer):
+        found.append((model.source_of("tokenizer_name"), tokenizer, "model"))
+    for name in dataset_names(data.dataset, data.source_of("dataset")):
         if hf.is_hub_dataset(name):
-            found.append((config.source_of("dataset"), name, "dataset"))
+            found.append((data.source_of("dataset"), name, "dataset"))
     return found
 
 
-def reach_the_hub(config: Config, environ: Mapping[str, str]) -> tuple[dict[str, str], list[str]]:
+def reach_the_hub(
+    model: ModelArguments, data: DataArguments, environ: Mapping[str, str]
+) -> tuple[dict[str, str], list[str]]:
     """The environment the run's processes get (offline where the hub is unreachable and all is cached) and the
     lines to say; ConfigError or EnvironmentProblem where the hub cannot give the run what it reads."""
-    repositories = hub_repositories(config)
+    repositories = hub_repositories(model, data)
     if hf.offline(environ) or not repositories:
         return dict(environ), []
     answers = [(label, ask_hub(repo_id, kind, environ)) for label, repo_id, kind in repositories]

@@ -37,12 +37,13 @@ class PlannedPhase:
     plan: Plan
 
 
-def refuse_run_length(config: Config, path: str) -> None:
-    """A phased run's length is its phases': max_steps, epochs or a time budget set beside them is refused."""
+def refuse_run_length(sources: Mapping[str, str], path: str) -> None:
+    """A phased run's length is its phases': max_steps, epochs or a time budget set beside them (in ``sources``,
+    where each set option came from) is refused."""
     for name in RUN_LENGTH:
-        if name in config.sources and not is_recipe_source(config.sources[name]):  # overruled quietly
+        if name in sources and not is_recipe_source(sources[name]):  # overruled quietly
             raise ConfigError(
-                f"{config.source_of(name)}: a run in phases ({path}: phases) takes its length from them; remove "
+                f"{sources[name]}: a run in phases ({path}: phases) takes its length from them; remove "
                 f"{name}, or give the phases' lengths (steps or tokens) instead"
             )
 

@@ -17,10 +17,12 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from transformers import TrainingArguments
+
 from train.common.errors import STOP_SIGNALS, EnvironmentProblem
 from train.common.handoff import HANDOFF_ENV, Handoff
 from train.common.hf import arguments_without_models
-from train.config import SECRET_FIELDS, Config, LaunchArguments, env_name, load_config
+from train.config import SECRET_FIELDS, Config, LaunchArguments, ScheduleArguments, env_name, load_config
 from train.config.recipes import recipe_summary
 from train.launch.deadline import Deadline, deadline_document, launched_at, run_deadline
 from train.launch.decide import (
@@ -87,11 +89,12 @@ def make_plan(
 ) -> Plan:
     """Every launch decision, from the resolved config, this node (``host``: its GPU inventory, CPUs, /dev/shm)
     and the cluster environment, in the order the launcher makes them (a refusal raises from the step that makes
-    it); ``launch``: how the ranks are started."""
+    it); ``launch``: how the ranks are started. It takes the whole Config because it assembles the plan: each
+    decision is handed the section or the values it reads."""
     training, sources = config.training, config.sources
     inventory, torch_cuda, cpu_count = host.inventory, host.torch_cuda, host.cpu_count
     topology = topology_from_env(environ)
-    cpu_mode, device_warning = decide_device(config, inventory, torch_cuda)
+    cpu_mode, device_warning = decide_device(training.use_cpu, config.launch, inventory, torch_cuda)
     gpu_count = 0 if cpu_mode else len(inventory.gpus)
     nproc, nproc_source = decide_nproc(
         config.launch.nproc_per_node, config.source_of("nproc_per_node"), topology.nproc_per_node, gpu_count, cpu_count
@@ -100,13 +103,13 @@ def make_plan(
     log_flags = decide_log_format(config.launch.log_format, launch.log_format)
     use_cpu_flags, use_cpu_warning = decide_use_cpu(training.use_cpu, sources.get("use_cpu"), cpu_mode)
     backend, backend_flags = decide_backend(training.ddp_backend if "ddp_backend" in sources else None, cpu_mode)
-    precision = precision_for(config, gpus_used)
-    batch = batch_for(config, nproc, topology, cpu_mode)
+    precision = precision_for(training, sources, gpus_used)
+    batch = batch_for(training, config.schedule, sources, nproc, topology, cpu_mode)
     pad_flags = decide_pad_multiple(config.data.pad_to_multiple_of, sources.get("pad_to_multiple_of"), cpu_mode)
     shm = shm_warning(host.shm_bytes, training.dataloader_num_workers)
     max_restarts = decide_max_restarts(config.launch.max_restarts, "max_restarts" in sources, topology)
     started = launched_at()  # once: the deadline counts from it, and the ranks' quality curve too
-    deadline = run_deadline(config, environ, started)
+    deadline = run_deadline(config.budget, environ, started)
 
     # The decision flags go after the user's (highest precedence), in the order decided.
     flags = [*log_flags, *use_cpu_flags, *backend_flags, *precision.flags, *batch.flags, *pad_flags]
@@ -134,38 +137,47 @@ def make_plan(
     return replace(plan, env={**plan.env, HANDOFF_ENV: handoff(plan, started).to_env()})
 
 
-def decide_device(config: Config, inventory: Inventory, torch_cuda: str | None) -> tuple[bool, str | None]:
+def decide_device(
+    use_cpu: bool, launch: LaunchArguments, inventory: Inventory, torch_cuda: str | None
+) -> tuple[bool, str | None]:
     """Whether the ranks run on the CPU (no GPU visible, or use_cpu), and the plan's warning about the device: CPU
-    mode and why, or an older driver's. Refused when a GPU is required and none is used, or when this torch cannot
-    use the visible GPUs (train.machine.gpus.check_driver)."""
-    if inventory.gpus and not config.training.use_cpu:
+    mode and why, or an older driver's. Refused when a GPU is required (``launch.require_gpu``) and none is used,
+    or when this torch cannot use the visible GPUs (train.machine.gpus.check_driver)."""
+    if inventory.gpus and not use_cpu:
         return False, check_driver(inventory, torch_cuda)
     reason = "use_cpu is set" if inventory.gpus else inventory.cpu_reason
-    if config.launch.require_gpu:
+    if launch.require_gpu:
         raise EnvironmentProblem(
-            f"{config.source_of('require_gpu')} asks for a GPU but none is used: {reason}; give the container "
+            f"{launch.source_of('require_gpu')} asks for a GPU but none is used: {reason}; give the container "
             "GPUs (docker run --gpus all; Kubernetes: resources.limits nvidia.com/gpu) or unset it to use the CPU"
         )
     return True, f"no GPU visible: CPU mode ({reason})"
 
 
-def precision_for(config: Config, gpus_used: Sequence[Gpu]) -> Precision:
-    """The precision for the GPUs used (the lowest compute capability among them; none on CPU), or the user's."""
-    training, sources = config.training, config.sources
+def precision_for(training: TrainingArguments, sources: Mapping[str, str], gpus_used: Sequence[Gpu]) -> Precision:
+    """The precision for the GPUs used (the lowest compute capability among them; none on CPU), or the user's
+    (fp16, bf16, tf32 set: in ``sources``)."""
     capability = min((g.compute_capability for g in gpus_used), default=None)
     user_precision = {name: sources[name] for name in ("fp16", "bf16", "tf32") if name in sources}
     return decide_precision(training.fp16, training.bf16, training.tf32, user_precision, capability)
 
 
-def batch_for(config: Config, nproc: int, topology: Topology, cpu_mode: bool) -> Batch:
-    """The global batch and the gradient accumulation it implies for ``nproc`` processes per node."""
-    training = config.training
+def batch_for(
+    training: TrainingArguments,
+    schedule: ScheduleArguments,
+    sources: Mapping[str, str],
+    nproc: int,
+    topology: Topology,
+    cpu_mode: bool,
+) -> Batch:
+    """The global batch and the gradient accumulation it implies for ``nproc`` processes per node (``sources``: where
+    gradient_accumulation_steps was set, if it was)."""
     options = BatchOptions(
         per_device=training.per_device_train_batch_size,
         accumulation=training.gradient_accumulation_steps,
-        accumulation_source=config.sources.get("gradient_accumulation_steps"),
-        global_batch_size=config.schedule.global_batch_size,
-        global_source=config.source_of("global_batch_size"),
+        accumulation_source=sources.get("gradient_accumulation_steps"),
+        global_batch_size=schedule.global_batch_size,
+        global_source=schedule.source_of("global_batch_size"),
     )
     return decide_batch(options, nproc, topology, "process" if cpu_mode else "GPU")
 
@@ -197,19 +209,19 @@ def rank_env(environ: Mapping[str, str], gpus_used: Sequence[Gpu], nproc: int, c
     return env
 
 
-def sharding_plan(plan: Plan, config: Config) -> dict[str, Any]:
-    """What ``plan`` and ``doctor`` say of the sharding: the mode asked for, the GPU memory ``auto`` fits DDP into,
-    DDP's estimate (the model built on the meta device) and the mode the ranks' own rule will choose with it."""
-    from train.model.memory import choose_sharding, planned_estimate  # here: a launch need not load the models
+def sharding_plan(plan: Plan, requested: str, estimate: dict[str, int] | None) -> dict[str, Any]:
+    """What ``plan`` and ``doctor`` say of the sharding: the mode asked for (``requested``: MLM_SHARDING), the GPU
+    memory ``auto`` fits DDP into, DDP's ``estimate`` (train/model/memory.py planned_estimate: the model built on the
+    meta device; None where its config is not readable here) and the mode the ranks' own rule will choose with it."""
+    from train.model.memory import choose_sharding  # here: a launch need not load the models
 
-    estimate = planned_estimate(config.model, config.training, config.data.max_seq_length)
     gpu_memory = smallest_memory([] if plan.cpu_mode else plan.inventory.gpus[: plan.nproc_per_node])
-    facts: dict[str, Any] = {"requested": config.launch.sharding, "smallest_gpu_memory_bytes": gpu_memory}
+    facts: dict[str, Any] = {"requested": requested, "smallest_gpu_memory_bytes": gpu_memory}
     facts |= {"ddp_estimate": estimate, "mode": None}
     facts["choice"] = "decided by the ranks once they have read the model's config (not readable here)"
     if estimate is not None:
         world = plan.nproc_per_node * plan.topology.max_nodes
-        facts["mode"], facts["choice"] = choose_sharding(config.launch.sharding, estimate, gpu_memory, world)
+        facts["mode"], facts["choice"] = choose_sharding(requested, estimate, gpu_memory, world)
     return facts
 
 
@@ -294,7 +306,11 @@ def split_secret_flags(argv: Sequence[str]) -> tuple[list[str], dict[str, str]]:
 
 
 def plan_document(plan: Plan, config: Config, torch_cuda: str | None) -> dict[str, Any]:
-    """The JSON document ``plan`` prints."""
+    """The JSON document ``plan`` prints. It takes the whole Config because the document shows it whole: every
+    resolved option, the recipe, and DDP's estimate from the model's options."""
+    from train.model.memory import planned_estimate  # here: a launch need not load the models
+
+    estimate = planned_estimate(config.model, config.training, config.data.max_seq_length)
     topology, inventory = plan.topology, plan.inventory
     resolved = config.as_dict(redact=True)
     resolved.update(plan.decided)
@@ -335,7 +351,7 @@ def plan_document(plan: Plan, config: Config, torch_cuda: str | None) -> dict[st
         "notes": inventory.notes,
         "command": plan.command,
         "deadline": deadline_document(plan.deadline),
-        "sharding": sharding_plan(plan, config),
+        "sharding": sharding_plan(plan, config.launch.sharding, estimate),
         "recipe": recipe_summary(
             config.model.recipe, config.model.model_name_or_path, config.training, config.schedule.decay_ratio
         ),

@@ -22,7 +22,7 @@ keep none either).
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -31,7 +31,7 @@ import fsspec
 from train.common.errors import ConfigError
 from train.common.urls import is_store_url
 from train.common.versions import package_versions
-from train.config import Config
+from train.config import Config, ModelArguments
 from train.outputs.marker import listed_files
 from train.outputs.record import NOT_COMPARED, RecordedRun, read_recorded
 
@@ -92,20 +92,16 @@ def replay_argv(run: RecordedRun, location: str, overrides: Sequence[str]) -> li
     return [*argv, *overrides]
 
 
-def withheld(run: RecordedRun, config: Config, location: str) -> list[str]:
-    """The recorded options a replay did not take (network ones, in words for the log); ConfigError when the record
-    ran a model's own code and this replay was not told to."""
+def withheld(run: RecordedRun, model: ModelArguments, sources: Mapping[str, str], location: str) -> list[str]:
+    """The recorded options a replay did not take (network ones not set for it, in ``sources``: in words for the
+    log); ConfigError when the record ran a model's own code and this replay (``model``) was not told to."""
     for name in RUNS_CODE:
-        if run.options.get(name) and not config.option(name):
+        if run.options.get(name) and not getattr(model, name):
             raise ConfigError(
                 f"replay {location}: the recorded run set {name}=true (the model's own code runs); a run.json does "
                 f"not grant that: add --{name} true to the replay (or MLM_{name.upper()}=true) to allow it"
             )
-    return [
-        f"{name}={run.options[name]!r}"
-        for name in REACHES_NETWORK
-        if name in run.options and name not in config.sources
-    ]
+    return [f"{name}={run.options[name]!r}" for name in REACHES_NETWORK if name in run.options and name not in sources]
 
 
 def split_args(args: Sequence[str]) -> tuple[str, list[str], bool]:
@@ -123,9 +119,10 @@ def default_output_dir(location: str) -> str:
     return "./output/replay" if is_store_url(location) else f"{path.parent}-replay"
 
 
-def overridden(config: Config, overrides: Sequence[str]) -> list[str]:
-    """The options the replay's command line names (output_dir aside): they make it no longer a replay."""
-    return [name for name in named_options(overrides) if name != "output_dir" and name in config.sources]
+def overridden(sources: Mapping[str, str], overrides: Sequence[str]) -> list[str]:
+    """The options the replay's command line names (output_dir aside) and set (in ``sources``): they make it no
+    longer a replay."""
+    return [name for name in named_options(overrides) if name != "output_dir" and name in sources]
 
 
 def differences(
@@ -137,10 +134,11 @@ def differences(
     data_changes: Sequence[str] = (),
 ) -> list[str]:
     """What would make this run differ from the recorded one, one line each (the overrides named on the command
-    line are not among them: they are asked for)."""
+    line are not among them: they are asked for). It takes the whole Config because it compares the whole: every
+    resolved option and where it was set, against the record's."""
     found = []
     recorded, resolved = run.config, config.as_dict(redact=True)
-    asked = set(overridden(config, overrides))
+    asked = set(overridden(config.sources, overrides))
     for name in sorted(config.sources):
         if name in run.options or name in asked or name in NOT_THE_RECIPE or name not in recorded:
             continue

@@ -11,13 +11,16 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+from transformers import TrainingArguments
 
 from train.common.errors import ConfigError, EnvironmentProblem
 from train.common.paths import first_link_under
 from train.common.writable import probe_write, write_failure
-from train.config import Config
+from train.config import CheckpointArguments, OutputArguments
 from train.outputs.lease import OutputLease
 from train.outputs.runfiles import RunFiles
 
@@ -26,13 +29,33 @@ REFUSE = "refuse: it holds a finished model (MLM_OVERWRITE_OUTPUT_DIR=true repla
 START_OVER = "start over from step 0, replacing the finished model at its end"
 
 
+@dataclass(frozen=True)
+class OutputOptions:
+    """What an output location reads of the run's options (train/outputs/location.py gathers them)."""
+
+    training: TrainingArguments  # output_dir: the local tree; this node's local rank (a bucket's download)
+    outputs: OutputArguments  # starting over on a finished model, a store's retries
+    checkpoint: CheckpointArguments  # the checkpoint a run resumes from
+    # The run's options as a checkpoint records them (train/outputs/checkpoints.py resumed_options), asked when a
+    # resume is chosen: a resume on other options than the checkpoint's says what changes.
+    resumed: Callable[[], dict[str, Any]]
+    store: str | None = None  # output_dir as set when it is a store's URL (the Config's output_store)
+    store_source: str = "output_dir"  # where that URL was set
+
+
 class OutputLocation(ABC):
     """One run's outputs. ``files`` is the local tree every rank writes (output_dir itself, or the staging
     directory of a bucket): the Trainer and the job write directories only."""
 
-    def __init__(self, config: Config) -> None:
-        self.config = config
-        self.files = RunFiles(config.training.output_dir)
+    def __init__(self, options: OutputOptions) -> None:
+        self.options = options
+        self.files = RunFiles(options.training.output_dir)
+
+    @property
+    def root_label(self) -> str:
+        """The option that set the local directory, as errors name it (MLM_STAGING_DIR for a bucket's staging
+        directory)."""
+        return self.options.outputs.source_of("output_dir")
 
     # -- how it is named --
     @property
@@ -117,8 +140,7 @@ class OutputLocation(ABC):
             self.files.root.mkdir(parents=True, exist_ok=True)
             probe_write(self.files.root)
         except OSError as exc:
-            label = self.config.source_of("output_dir")  # MLM_STAGING_DIR for a bucket's staging directory
-            message = f"{label}={str(self.files.root)!r}: not writable ({write_failure(exc)}); "
+            message = f"{self.root_label}={str(self.files.root)!r}: not writable ({write_failure(exc)}); "
             raise EnvironmentProblem(message + "expected a writable directory") from None
         self.refuse_links()
         self.preflight()
@@ -131,13 +153,13 @@ class OutputLocation(ABC):
         link = first_link_under(self.files.root)
         if link is not None:
             raise ConfigError(
-                f"{self.config.source_of('output_dir')}={str(self.files.root)!r}: {link} is a symbolic link inside "
+                f"{self.root_label}={str(self.files.root)!r}: {link} is a symbolic link inside "
                 "it; the job never writes through one: remove it, or choose another output_dir"
             )
 
     def refuse_finished(self) -> None:
         """A finished ``final/`` is replaced only when asked (ConfigError otherwise)."""
-        if self.has_final() and not self.config.outputs.overwrite_output_dir:
+        if self.has_final() and not self.options.outputs.overwrite_output_dir:
             raise ConfigError(
                 f"{self.where}: holds a finished model in {self.files.final.name}/; set "
                 "MLM_OVERWRITE_OUTPUT_DIR=true to replace it, or choose another output_dir"
@@ -150,14 +172,15 @@ class OutputLocation(ABC):
         finished run's checkpoints are removed. Once started over there is no ``final/``: a preempted restart
         with the same options resumes its own checkpoints instead of starting again. World rank 0 only, before
         the resume decision."""
-        config = self.config
-        if not (config.outputs.overwrite_output_dir and self.has_final()):
+        outputs = self.options.outputs
+        if not (outputs.overwrite_output_dir and self.has_final()):
             return False
         self.retire_final()
-        removed = self.remove_checkpoints() if config.checkpoint.resume in ("auto", "never") else 0  # a named one stays
+        resume = self.options.checkpoint.resume
+        removed = self.remove_checkpoints() if resume in ("auto", "never") else 0  # a named one stays
         previous = self.files.final_previous.name
         warn(
-            f"{config.source_of('overwrite_output_dir')}=true: starting over; the finished model is kept in "
+            f"{outputs.source_of('overwrite_output_dir')}=true: starting over; the finished model is kept in "
             f"{previous}/ of {self.shown} until this run's final/ replaces it, and its {removed} checkpoint(s) "
             "were removed"
         )
@@ -167,7 +190,7 @@ class OutputLocation(ABC):
         """What a run would find there and do (``plan``, ``doctor``): looks only."""
         resume, details = self.survey()
         finished = self.has_final()
-        if finished and not self.config.outputs.overwrite_output_dir:
+        if finished and not self.options.outputs.overwrite_output_dir:
             would = REFUSE
         else:
             would = START_OVER if finished else resume

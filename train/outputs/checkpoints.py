@@ -22,15 +22,17 @@ import os
 import re
 import shutil
 import zipfile
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
+
+from transformers import TrainingArguments
 
 from train.common.errors import ConfigError
 from train.common.handoff import global_batch
 from train.common.paths import first_link_under
 from train.common.untrusted import safe_load_problem
-from train.config import Config
+from train.config import CheckpointArguments
 from train.config.model_source import SHARDED_WEIGHTS
 from train.outputs.marker import is_count, manifest_problem
 from train.outputs.runfiles import (
@@ -132,13 +134,15 @@ def changed_options(checkpoint: Path, options: dict[str, Any]) -> list[str]:
     return notes
 
 
-def kept_global_batch(config: Config, checkpoint: Path) -> tuple[int | None, str] | None:
+def kept_global_batch(
+    training: TrainingArguments, sources: Mapping[str, str], checkpoint: Path
+) -> tuple[int | None, str] | None:
     """A resume on another world size: the gradient accumulation that keeps the checkpoint's global batch (the
     samples per optimizer step the schedule, the learning rate and the epoch count were made for), and the line
     that says so; None when the batch is the same or this run chose its own (global_batch_size or
-    gradient_accumulation_steps set). The accumulation is None, and the line a warning's, when the checkpoint's
-    batch is no multiple of this run's per-device batch x ranks."""
-    if any(name in config.sources for name in ("global_batch_size", "gradient_accumulation_steps")):
+    gradient_accumulation_steps set: in ``sources``). The accumulation is None, and the line a warning's, when the
+    checkpoint's batch is no multiple of this run's per-device batch x ranks."""
+    if any(name in sources for name in ("global_batch_size", "gradient_accumulation_steps")):
         return None
     saved = saved_options(checkpoint)
     try:
@@ -146,7 +150,6 @@ def kept_global_batch(config: Config, checkpoint: Path) -> tuple[int | None, str
         accumulation = int(saved["gradient_accumulation_steps"])
     except (ValueError, KeyError, TypeError):
         return None  # written before options were recorded: nothing to keep
-    training = config.training
     was = global_batch(per_device, ranks, accumulation)
     step = training.per_device_train_batch_size * training.world_size
     now = step * training.gradient_accumulation_steps
@@ -247,10 +250,10 @@ def problem(checkpoint: Path) -> str | None:
         return f"unreadable ({exc.strerror or exc})"
 
 
-def resume_choice(config: Config, files: RunFiles) -> tuple[Path | None, list[tuple[Path, str]]]:
+def resume_choice(checkpoint: CheckpointArguments, files: RunFiles) -> tuple[Path | None, list[tuple[Path, str]]]:
     """(the checkpoint a run resumes from, the newer ones it skips with the reason): MLM_RESUME=auto (the newest
     resumable one), never, or an explicit path (which must be resumable). Looks only; :func:`decide_resume` acts."""
-    resume = config.checkpoint.resume
+    resume = checkpoint.resume
     if resume == "never":
         return None, []
     if resume != "auto":
@@ -259,7 +262,7 @@ def resume_choice(config: Config, files: RunFiles) -> tuple[Path | None, list[tu
         if reason is None and not (path / TRAINER_STATE).exists():
             reason = "not a checkpoint directory"
         if reason:
-            raise ConfigError(f"{config.source_of('resume')}={resume!r}: {reason}")
+            raise ConfigError(f"{checkpoint.source_of('resume')}={resume!r}: {reason}")
         return path, []
     return newest_resumable(files)
 
@@ -275,18 +278,22 @@ def newest_resumable(files: RunFiles) -> tuple[Path | None, list[tuple[Path, str
     return None, skipped
 
 
-def resumed_options(config: Config) -> dict[str, Any]:
-    """The options a checkpoint records and a resume compares against (world size included)."""
-    return {**config.as_dict(redact=True), "world_size": config.training.world_size}
+def resumed_options(resolved: Mapping[str, Any], world_size: int) -> dict[str, Any]:
+    """The options a checkpoint records and a resume compares against: the resolved ones (``Config.as_dict()``,
+    secrets redacted) and the world size."""
+    return {**resolved, "world_size": world_size}
 
 
-def decide_resume(config: Config, files: RunFiles, warn: Callable[[str], None]) -> str | None:
-    """The checkpoint to resume from (:func:`resume_choice`), with the unusable newer ones moved aside.
+def decide_resume(
+    checkpoint: CheckpointArguments, files: RunFiles, options: dict[str, Any], warn: Callable[[str], None]
+) -> str | None:
+    """The checkpoint to resume from (:func:`resume_choice`), with the unusable newer ones moved aside; one it
+    resumes from with other ``options`` (this run's: :func:`resumed_options`) than its own is said.
 
     Call it in one process only (world rank 0) and hand the answer to the others: on a shared volume every rank
     renaming the same directories would race.
     """
-    chosen, skipped = resume_choice(config, files)
+    chosen, skipped = resume_choice(checkpoint, files)
 
     def move(name: str) -> str:
         aside = files.aside(files.root / name, os.getpid())
@@ -298,7 +305,7 @@ def decide_resume(config: Config, files: RunFiles, warn: Callable[[str], None]) 
         shutil.rmtree(files.root / old, ignore_errors=True)
     if chosen is None:
         return None
-    for note in changed_options(chosen, resumed_options(config)):
+    for note in changed_options(chosen, options):
         warn(f"resuming from {chosen.name} with changed options: {note}")
     return str(chosen)
 

@@ -47,7 +47,7 @@ class Directory(OutputLocation):
 
     @property
     def where(self) -> str:
-        return f"{self.config.source_of('output_dir')}={str(self.files.root)!r}"
+        return f"{self.root_label}={str(self.files.root)!r}"
 
     @property
     def final_shown(self) -> str:
@@ -76,7 +76,7 @@ class Directory(OutputLocation):
         return len(old)
 
     def survey(self) -> tuple[str, dict[str, Any]]:
-        chosen, skipped = resume_choice(self.config, self.files)  # reads (and digests) the checkpoints once
+        chosen, skipped = resume_choice(self.options.checkpoint, self.files)  # reads (and digests) the checkpoints once
         resume = f"resume from {chosen.name}" if chosen else "start from step 0"
         return resume, {"dir": str(self.files.root), "skipped_checkpoints": {path.name: why for path, why in skipped}}
 
@@ -84,11 +84,11 @@ class Directory(OutputLocation):
         return max((step_of(path) for path in self.files.checkpoints()), default=0)
 
     def lease(self) -> OutputLease:
-        return OutputLease(self.files, self.config.source_of("output_dir"))
+        return OutputLease(self.files, self.root_label)
 
     def choose_resume(self, warn: Warn) -> str | None:
         self.start_over(warn)
-        return decide_resume(self.config, self.files, warn)
+        return decide_resume(self.options.checkpoint, self.files, self.options.resumed(), warn)
 
     def publish(self, write: Callable[[Path], None]) -> None:
         publish_final(self.files, write)

@@ -7,11 +7,22 @@ it has."""
 from __future__ import annotations
 
 from train.config import Config
-from train.outputs.base import OutputLocation
+from train.outputs.base import OutputLocation, OutputOptions
+from train.outputs.checkpoints import resumed_options
 from train.outputs.local import Directory
 from train.outputs.mirror import Mirror
 
 
 def output_location(config: Config) -> OutputLocation:
-    """The run's outputs: a :class:`Mirror` of a store when output_dir names one, else a :class:`Directory`."""
-    return Directory(config) if config.output_store is None else Mirror(config)
+    """The run's outputs: a :class:`Mirror` of a store when output_dir names one, else a :class:`Directory`. It
+    takes the whole Config because it assembles the location's options from it: the output directory, the
+    outputs and checkpoint sections, the store, and the resolved options a resume compares."""
+    options = OutputOptions(
+        training=config.training,
+        outputs=config.outputs,
+        checkpoint=config.checkpoint,
+        resumed=lambda: resumed_options(config.as_dict(redact=True), config.training.world_size),
+        store=config.output_store,
+        store_source=config.output_store_source,
+    )
+    return Directory(options) if options.store is None else Mirror(options)

@@ -34,8 +34,7 @@ from train.common import distributed
 from train.common.console import say
 from train.common.errors import ConfigError
 from train.common.urls import is_store_url
-from train.config import Config
-from train.outputs.base import OutputLocation, Warn
+from train.outputs.base import OutputLocation, OutputOptions, Warn
 from train.outputs.checkpoints import problem, resume_choice, set_aside, surplus_asides
 from train.outputs.local import publish_final
 from train.outputs.marker import writer_of
@@ -47,12 +46,12 @@ from train.outputs.store_lease import StoreLease
 class Mirror(OutputLocation):
     """output_dir is in a store: the run writes a staging directory, mirrored to the store."""
 
-    def __init__(self, config: Config, store: Store | None = None) -> None:
-        if config.output_store is None:
+    def __init__(self, options: OutputOptions, store: Store | None = None) -> None:
+        if options.store is None:
             raise ValueError("output_dir is not in a store")
-        super().__init__(config)
-        retry = Retry(total_s=config.outputs.store_retry_timeout)
-        self.store = store or Store(config.output_store, label=config.output_store_source, retry=retry)
+        super().__init__(options)
+        retry = Retry(total_s=options.outputs.store_retry_timeout)
+        self.store = store or Store(options.store, label=options.store_source, retry=retry)
 
     @property
     def shown(self) -> str:
@@ -97,7 +96,7 @@ class Mirror(OutputLocation):
     def survey(self) -> tuple[str, dict[str, Any]]:
         steps = self.store.checkpoint_steps()  # one listing of the store
         complete = sorted((step for step, done in steps.items() if done), reverse=True)
-        resume = self.config.checkpoint.resume
+        resume = self.options.checkpoint.resume
         if resume == "never" or not (complete or resume != "auto"):
             would = "start from step 0"
         else:
@@ -112,13 +111,13 @@ class Mirror(OutputLocation):
     # -- the start of a run --
     def choose_resume(self, warn: Warn) -> str | None:
         """World rank 0, holding the lease, before training: returns the local checkpoint to resume from."""
-        config, store = self.config, self.store
+        resume, store = self.options.checkpoint.resume, self.store
         self.start_over(warn)
         self.recover(warn)
         self.clear_staging()
-        if config.checkpoint.resume == "never":
+        if resume == "never":
             return None
-        if config.checkpoint.resume != "auto":
+        if resume != "auto":
             return self.explicit_resume()
         chosen, skipped = store.newest_resumable(self.files.root)
         vanished = {NAMES.checkpoint(step) for step, reason in skipped if reason == VANISHED}
@@ -139,7 +138,7 @@ class Mirror(OutputLocation):
         """A checkpoint whose upload was cut off (the store failed, or the stop timeout ended it) is in staging
         whole and in the store incomplete: it is uploaded now, so nothing the last run saved is lost. Only such
         a one: a staging directory outliving its store (a bucket emptied on purpose) revives nothing."""
-        if self.config.checkpoint.resume != "auto":
+        if self.options.checkpoint.resume != "auto":
             return
         steps = self.store.checkpoint_steps()
         newest = max((step for step, done in steps.items() if done), default=-1)
@@ -164,9 +163,10 @@ class Mirror(OutputLocation):
 
     def explicit_resume(self) -> str:
         """MLM_RESUME=<checkpoint's URL>: downloaded into staging; a local path: as for a directory."""
-        resume, label = self.config.checkpoint.resume, self.config.source_of("resume")
+        checkpoint = self.options.checkpoint
+        resume, label = checkpoint.resume, checkpoint.source_of("resume")
         if not is_store_url(resume):
-            chosen, _ = resume_choice(self.config, self.files)
+            chosen, _ = resume_choice(checkpoint, self.files)
             return str(chosen)
         parent, _, name = resume.rstrip("/").rpartition("/")
         if not is_checkpoint_name(name):
@@ -197,7 +197,7 @@ class Mirror(OutputLocation):
         if resume is None:
             return None
         step = step_of(Path(resume))
-        if self.config.training.local_process_index == 0 and not distributed.is_world_zero():
+        if self.options.training.local_process_index == 0 and not distributed.is_world_zero():
             self.store.download_checkpoint(step, self.files.root)
         return str(self.files.checkpoint(step))
 
@@ -238,7 +238,7 @@ class Mirror(OutputLocation):
         """A rank's crash log into the store, at once and without long retries (the run is ending: its one line
         says where the traceback is, in staging; this copies it where it outlives the machine). Never raises."""
         try:
-            store = Store(self.config.output_store or "", label=self.store.label, retry=Retry(attempts=2, total_s=5))
+            store = Store(self.options.store or "", label=self.store.label, retry=Retry(attempts=2, total_s=5))
             if log.is_file():
                 store.put(log, log.relative_to(self.files.root))
         except Exception:  # noqa: BLE001 - a crash is being reported: the upload is a courtesy

@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 import os
 import platform
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -40,60 +40,15 @@ def hardware(world_size: int, handoff: Handoff | None) -> dict[str, Any]:
     return info
 
 
-def run_facts(config: Config, facts: RunFacts, *, started: str, status: str, handoff: Handoff | None) -> dict:
-    """What run.json records: enough to tell later exactly what ran, with secrets redacted."""
-    world_size = config.training.world_size
-    return {
-        "status": status,
-        "started": started,
-        "ended": now(),
-        "config": config.as_dict(redact=True),
-        "versions": package_versions(),
-        "world_size": world_size,
-        "hardware": hardware(world_size, handoff),
-        "seed": config.training.seed,
-        "dataset_fingerprint": facts.dataset_fingerprint,
-        # Each file read by its size, modification time and digest (train/data/identity.py); a replay compares it.
-        "data_identity": facts.data_identity,
-        # What changed in the data since the checkpoint this run resumed from, when it was told to go on anyway.
-        "resumed_on_changed_data": facts.resumed_on_changed_data,
-        # Training examples longer than max_seq_length, and the tokens truncation dropped from them.
-        "truncation": facts.truncation,
-        # A mixture's sources: the token share each was asked for and had, and how much of it an epoch read.
-        "mixture": facts.mixture,
-        # A branch's parent: the checkpoint it started from and its step (train/outputs/branch.py).
-        "branch": facts.branch,
-        # A phased run's phase this launch trained: its name, its steps, the plan's (train/launch/phases.py).
-        "phase": facts.phase,
-        # The attention implementation that ran and the head the loss went through (masked-only or dense).
-        "model": as_json(facts.model),
-        # The masking rates set, and the share of real tokens the first training samples had masked.
-        "masking": as_json(facts.masking),
-        # A global batch growing over the first steps: its first rows and its full ones (tokens where packed).
-        "batch_warmup": facts.batch_warmup,
-        # The padding mode, whether documents were kept apart, and real tokens per position computed.
-        "packing": as_json(facts.packing),
-        "image_revision": config.launch.image_revision,
-        # The command the launcher ran (secrets never are in it); absent when the job was started without it.
-        "command": handoff.command if handoff is not None else None,
-        # The recipe `./entrypoint.sh replay` runs again: the options the user set (a preset's included), not the
-        # ones the launcher decided for the machine nor where the outputs went; secrets never.
-        "options": recipe(config, handoff),
-        # What the run made, for a replay to compare with: final/'s weights and tokenizer as its marker lists them.
-        "final": made(config) if status == "finished" else None,
-    }
-
-
 NOT_IN_A_RECIPE = ("output_dir", "logging_dir", "config")
 
 
-def recipe(config: Config, handoff: Handoff | None) -> dict[str, Any]:
-    """The options set for this run, resolved (lists and mappings as they are), without the launcher's decisions,
-    the output location or secrets."""
-    resolved = config.as_dict(redact=True)
+def recipe(resolved: Mapping[str, Any], sources: Mapping[str, str], handoff: Handoff | None) -> dict[str, Any]:
+    """The options set for this run (``sources``' names), resolved (``Config.as_dict()``: lists and mappings as
+    they are), without the launcher's decisions, the output location or secrets."""
     decided = set(handoff.decided) if handoff is not None else set()
     skipped = decided | set(NOT_IN_A_RECIPE) | set(SECRET_FIELDS)
-    return {name: resolved[name] for name in sorted(config.sources) if name in resolved and name not in skipped}
+    return {name: resolved[name] for name in sorted(sources) if name in resolved and name not in skipped}
 
 
 # final/'s files that name where and when a run ran (the card its dates and output, the Trainer's pickled
@@ -101,9 +56,9 @@ def recipe(config: Config, handoff: Handoff | None) -> dict[str, Any]:
 NOT_COMPARED = ("README.md", "training_args.bin")
 
 
-def made(config: Config) -> dict[str, Any]:
-    """The SHA-256 of final/'s files a replay compares (the model and tokenizer), as the marker lists them."""
-    files = listed_files(RunFiles(config.training.output_dir).final) or {}
+def made(final: Path) -> dict[str, Any]:
+    """The SHA-256 of ``final``'s files a replay compares (the model and tokenizer), as the marker lists them."""
+    files = listed_files(final) or {}
     return {name: entry.get("sha256") for name, entry in sorted(files.items()) if name not in NOT_COMPARED}
 
 
@@ -119,7 +74,8 @@ class RecordHooks:
 
 class RunRecord:
     """run.json, written by world rank 0 whenever the run ends, from the run's facts; ``hooks.after`` run once it
-    is written."""
+    is written. It holds the whole Config because run.json records it whole: every resolved option, and the recipe
+    of those set (where each came from)."""
 
     def __init__(
         self,
@@ -136,12 +92,56 @@ class RunRecord:
         # sharding_facts, a collective); until then the facts' mode, choice and estimate.
         self.measured_sharding: dict[str, Any] | None = None
 
+    def document(self, status: str) -> dict[str, Any]:
+        """What run.json records: enough to tell later exactly what ran, with secrets redacted."""
+        config, facts, handoff = self.config, self.facts, self.handoff
+        resolved = config.as_dict(redact=True)
+        world_size = config.training.world_size
+        return {
+            "status": status,
+            "started": self.started,
+            "ended": now(),
+            "config": resolved,
+            "versions": package_versions(),
+            "world_size": world_size,
+            "hardware": hardware(world_size, handoff),
+            "seed": config.training.seed,
+            "dataset_fingerprint": facts.dataset_fingerprint,
+            # Each file read by its size, modification time and digest (train/data/identity.py); a replay compares it.
+            "data_identity": facts.data_identity,
+            # What changed in the data since the checkpoint this run resumed from, when it was told to go on anyway.
+            "resumed_on_changed_data": facts.resumed_on_changed_data,
+            # Training examples longer than max_seq_length, and the tokens truncation dropped from them.
+            "truncation": facts.truncation,
+            # A mixture's sources: the token share each was asked for and had, and how much of it an epoch read.
+            "mixture": facts.mixture,
+            # A branch's parent: the checkpoint it started from and its step (train/outputs/branch.py).
+            "branch": facts.branch,
+            # A phased run's phase this launch trained: its name, its steps, the plan's (train/launch/phases.py).
+            "phase": facts.phase,
+            # The attention implementation that ran and the head the loss went through (masked-only or dense).
+            "model": as_json(facts.model),
+            # The masking rates set, and the share of real tokens the first training samples had masked.
+            "masking": as_json(facts.masking),
+            # A global batch growing over the first steps: its first rows and its full ones (tokens where packed).
+            "batch_warmup": facts.batch_warmup,
+            # The padding mode, whether documents were kept apart, and real tokens per position computed.
+            "packing": as_json(facts.packing),
+            "image_revision": config.launch.image_revision,
+            # The command the launcher ran (secrets never are in it); absent when the job was started without it.
+            "command": handoff.command if handoff is not None else None,
+            # The recipe `./entrypoint.sh replay` runs again: the options the user set (a preset's included), not the
+            # ones the launcher decided for the machine nor where the outputs went; secrets never.
+            "options": recipe(resolved, config.sources, handoff),
+            # What the run made, for a replay to compare with: final/'s weights and tokenizer as its marker lists them.
+            "final": made(self.files.final) if status == "finished" else None,
+        }
+
     def write(self, status: str) -> None:
         if not is_world_zero():
             return
-        facts = self.facts
-        document = run_facts(self.config, facts, started=self.started, status=status, handoff=self.handoff)
-        document["sharding"] = self.measured_sharding or as_json(facts.sharding)
+        document = self.document(status)
+        document["sharding"] = self.measured_sharding or as_json(self.facts.sharding)
         for entries in self.hooks.live:
             document.update(entries())
         write_json_atomic(self.files.run_json, document)

@@ -26,10 +26,12 @@ __all__ = ["CARD", "CardTarget", "final_metrics", "model_card", "publish_run", "
 
 def publish_run(config: Config, files: RunFiles, step: int) -> None:
     """Write final/'s model card, push final/ (MLM_PUSH_TO_HUB) and complete the tracker runs; call on world rank 0
-    after run.json is written.
+    after run.json is written. It takes the whole Config because it assembles what leaves the machine: the card and
+    the trackers' parameters read every resolved option.
 
     Each destination is tried even when another failed; the failures are then raised together as one line."""
     final = files.final
+    resolved = config.as_dict(redact=True)
     run = read_json(files.run_json)
     results = read_json(files.all_results)
     trackers = set(config.training.report_to or ())
@@ -40,17 +42,18 @@ def publish_run(config: Config, files: RunFiles, step: int) -> None:
         except EnvironmentProblem as exc:
             problems.append(str(exc))
     else:  # every final/ carries its card, pushed or not
-        card = model_card(config, run, results, step, CardTarget(None, mask_token(final), weights_digest(final)))
+        target = CardTarget(None, mask_token(final), weights_digest(final))
+        card = model_card(resolved, config.sources, run, results, step, target)
         try:
             write_card(final, card)
         except OSError as exc:
             problems.append(f"writing the model card {final / CARD} failed ({exc.strerror or exc}); final/ is whole")
     if "mlflow" in trackers:
         try:
-            log_to_mlflow(final, tracker_params(config, run, results), final_metrics(results), step)
+            log_to_mlflow(final, tracker_params(resolved, run, results), final_metrics(results), step)
         except EnvironmentProblem as exc:
             problems.append(str(exc))
     if "wandb" in trackers:
-        log_to_wandb(tracker_params(config, run, results), final_metrics(results))
+        log_to_wandb(tracker_params(resolved, run, results), final_metrics(results))
     if problems:
         raise EnvironmentProblem("; ".join(problems))

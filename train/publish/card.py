@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Mapping
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
@@ -18,7 +19,7 @@ from typing import Any
 
 from train.common.hf import is_hub_dataset
 from train.common.mixture import dataset_names
-from train.config import SECRET_FIELDS, Config
+from train.config import SECRET_FIELDS
 from train.config.model_source import model_source
 from train.model.adapting import DRIFT_WARNING
 from train.publish.common import read_json
@@ -39,19 +40,25 @@ class CardTarget:
 
 
 def model_card(
-    config: Config, run: dict[str, Any], results: dict[str, Any], step: int, target: CardTarget = CardTarget()
+    resolved: Mapping[str, Any],
+    sources: Mapping[str, str],
+    run: dict[str, Any],
+    results: dict[str, Any],
+    step: int,
+    target: CardTarget = CardTarget(),
 ) -> str:
-    """README.md for final/, from ``run`` (run.json) and ``results`` (all_results.json) after ``step`` steps, for
-    ``target`` (where it is pushed, the mask token, the weights' digest)."""
+    """README.md for final/, from the run's options (``resolved``: ``Config.as_dict()``, and ``sources``: where each
+    set one came from), ``run`` (run.json) and ``results`` (all_results.json) after ``step`` steps, for ``target``
+    (where it is pushed, the mask token, the weights' digest)."""
     repo_id, mask, weights = target.repo_id, target.mask, target.weights
     values = {
-        **header_values(config, repo_id),
-        **result_values(config, run, results, step),
-        **data_values(config, run, results),
+        **header_values(resolved, repo_id),
+        **result_values(resolved, run, results, step),
+        **data_values(resolved, run, results),
         **training_values(run, results),
         "where": repo_id or "path/to/final",
         "mask": mask,
-        "options": json.dumps(chosen_options(config, run), indent=2, sort_keys=True, default=str),
+        "options": json.dumps(chosen_options(resolved, sources, run), indent=2, sort_keys=True, default=str),
         "weights": weights or "not recorded",
     }
     return card_template().substitute(values)
@@ -62,30 +69,32 @@ def card_template() -> Template:
     return Template(resources.files(__package__).joinpath(TEMPLATE).read_text(encoding="utf-8"))
 
 
-def header_values(config: Config, repo_id: str | None) -> dict[str, str]:
+def header_values(resolved: Mapping[str, Any], repo_id: str | None) -> dict[str, str]:
     """The hub metadata (a hub base model and a hub dataset are linked), the title and the model's description."""
     from huggingface_hub import ModelCardData  # costly: loaded when a card is written
 
-    source = model_source(config.model.model_name_or_path, config.model.config_overrides)
+    source = model_source(resolved["model_name_or_path"], resolved["config_overrides"])
     metadata = ModelCardData(
         library_name="transformers",
         pipeline_tag="fill-mask",
         tags=CARD_TAGS,
         base_model=source.name if source.kind == "hub" else None,
-        datasets=[n for n in dataset_names(config.data.dataset, "dataset") if is_hub_dataset(n)] or None,
+        datasets=[n for n in dataset_names(resolved["dataset"], "dataset") if is_hub_dataset(n)] or None,
     ).to_yaml()
-    name = (repo_id or config.training.hub_model_id or "mlm-trainer model").split("/")[-1]
+    name = (repo_id or resolved.get("hub_model_id") or "mlm-trainer model").split("/")[-1]
     return {"metadata": metadata.rstrip(), "name": name, "model": source.description}
 
 
-def result_values(config: Config, run: dict[str, Any], results: dict[str, Any], step: int) -> dict[str, str]:
+def result_values(
+    resolved: Mapping[str, Any], run: dict[str, Any], results: dict[str, Any], step: int
+) -> dict[str, str]:
     """The final evaluation and throughput, and the steps with the global batch they were taken in."""
     return {
         "eval_loss": _number(results.get("eval_loss"), ".4f"),
         "perplexity": _number(results.get("perplexity"), ".2f"),
         "eval_accuracy": _number(results.get("eval_accuracy"), ".4f"),
         "steps": f"{step:,}",
-        "global_batch": global_batch(config, run, results),
+        "global_batch": global_batch(resolved, run, results),
         "tokens_per_second": _number(results.get("train_tokens_per_second"), ",.0f"),
         "encoder_cosine": drift_text(results.get("eval_encoder_cosine")),
     }
@@ -103,10 +112,10 @@ def drift_text(cosine: Any) -> str:
     return f"{cosine:.3f}"
 
 
-def global_batch(config: Config, run: dict[str, Any], results: dict[str, Any]) -> str:
-    """Samples per optimizer step: per-device batch x world size x accumulation, as run.json recorded them; under
-    a batch warm-up, where it grew from."""
-    options = run.get("config") or config.as_dict(redact=True)
+def global_batch(resolved: Mapping[str, Any], run: dict[str, Any], results: dict[str, Any]) -> str:
+    """Samples per optimizer step: per-device batch x world size x accumulation, as run.json recorded them (else
+    as ``resolved``); under a batch warm-up, where it grew from."""
+    options = run.get("config") or resolved
     world = run.get("world_size") or results.get("world_size")
     if not world:
         return "?"
@@ -118,22 +127,19 @@ def global_batch(config: Config, run: dict[str, Any], results: dict[str, Any]) -
     return f"{full}, from {warmup['first_rows']} over the first {warmup['ratio']:.0%} of the steps"
 
 
-def data_values(config: Config, run: dict[str, Any], results: dict[str, Any]) -> dict[str, str]:
+def data_values(resolved: Mapping[str, Any], run: dict[str, Any], results: dict[str, Any]) -> dict[str, str]:
     """The dataset, its fingerprint, the sample counts and how the text became examples."""
+    config_name, final_rate = resolved["dataset_config_name"], resolved["final_mlm_probability"]
     return {
-        "dataset": config.data.dataset,
-        "dataset_config": f" (config `{config.data.dataset_config_name}`)" if config.data.dataset_config_name else "",
+        "dataset": resolved["dataset"],
+        "dataset_config": f" (config `{config_name}`)" if config_name else "",
         "fingerprint": run.get("dataset_fingerprint") or "unknown",
         "train_samples": _count(results.get("train_samples")),
         "eval_samples": _count(results.get("eval_samples")),
-        "max_seq_length": str(config.data.max_seq_length),
-        "padding": config.data.padding,
-        "mlm_probability": f"{config.masking.mlm_probability:g}"
-        + (
-            f" to {config.masking.final_mlm_probability:g} (linearly)"
-            if config.masking.final_mlm_probability is not None
-            else ""
-        ),
+        "max_seq_length": str(resolved["max_seq_length"]),
+        "padding": resolved["padding"],
+        "mlm_probability": f"{resolved['mlm_probability']:g}"
+        + (f" to {final_rate:g} (linearly)" if final_rate is not None else ""),
         # A resume on data that changed since its checkpoint (MLM_RESUME_ON_CHANGED_DATA): the model saw both.
         "data_changed": "; ".join(map(str, run.get("resumed_on_changed_data") or [])) or "no",
     }
@@ -153,10 +159,11 @@ def training_values(run: dict[str, Any], results: dict[str, Any]) -> dict[str, s
     }
 
 
-def chosen_options(config: Config, run: dict[str, Any]) -> dict[str, Any]:
-    """The options set for this run (not left at their default), as run.json recorded them: secrets never."""
-    options = run.get("config") or config.as_dict(redact=True)
-    return {key: options.get(key) for key in sorted(config.sources) if key in options and key not in SECRET_FIELDS}
+def chosen_options(resolved: Mapping[str, Any], sources: Mapping[str, str], run: dict[str, Any]) -> dict[str, Any]:
+    """The options set for this run (``sources``' names: not left at their default), as run.json recorded them
+    (else as ``resolved``): secrets never."""
+    options = run.get("config") or resolved
+    return {key: options.get(key) for key in sorted(sources) if key in options and key not in SECRET_FIELDS}
 
 
 def _number(value: Any, spec: str) -> str:

@@ -11,24 +11,26 @@ from __future__ import annotations
 
 import math
 import time
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 from train.common.console import say, warn
 from train.common.errors import EnvironmentProblem
-from train.config import JOB_FIELDS, Config
+from train.config import JOB_FIELDS
 from train.publish.common import why_failed
 
 # all_results.json entries that are counts, not measurements: trackers get them as parameters
 COUNTS = ("world_size", "train_samples", "eval_samples")
 
 
-def tracker_params(config: Config, run: dict[str, Any], results: dict[str, Any]) -> dict[str, Any]:
-    """The job's options (as run.json records them: secrets redacted) and the run's facts, flat, as tracker
-    parameters: what the Trainer's callbacks leave out (they log TrainingArguments and the model config)."""
-    options = run.get("config") or config.as_dict(redact=True)
+def tracker_params(resolved: Mapping[str, Any], run: dict[str, Any], results: dict[str, Any]) -> dict[str, Any]:
+    """The job's options (as run.json records them, else as ``resolved``: ``Config.as_dict()``, secrets redacted)
+    and the run's facts, flat, as tracker parameters: what the Trainer's callbacks leave out (they log
+    TrainingArguments and the model config)."""
+    options = run.get("config") or resolved
     params: dict[str, Any] = {name: options.get(name) for name in JOB_FIELDS}
-    params["push_to_hub"] = config.push_to_hub
+    params["push_to_hub"] = resolved["push_to_hub"]  # as asked (the Trainer's own is off: the job pushes)
     hardware = run.get("hardware") or {}
     params.update(
         dataset_fingerprint=run.get("dataset_fingerprint"),

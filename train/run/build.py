@@ -265,7 +265,11 @@ def prepare(
             *([StreamPosition()] if corpus.streaming else []),
             CheckpointCompleteMarker(
                 files,
-                {**resumed_options(config), DATA_IDENTITY: raw.identity, PHASE_KEY: phase.index if phase else None},
+                {
+                    **resumed_options(config.as_dict(redact=True), config.training.world_size),
+                    DATA_IDENTITY: raw.identity,
+                    PHASE_KEY: phase.index if phase else None,
+                },
             ),
             state_bytes,
             BranchLearningRate(learning_rate_ratio(config, branch)),
@@ -330,7 +334,7 @@ def resumed_data(config: Config, checkpoint: Path, identity: dict[str, Any]) -> 
 def keep_the_global_batch(config: Config, checkpoint: Path) -> None:
     """Resumed on another world size, the run keeps the checkpoint's global batch by its gradient accumulation
     (train/outputs/checkpoints.py kept_global_batch), before the Trainer reads it; every rank alike, rank 0 says so."""
-    kept = kept_global_batch(config, checkpoint)
+    kept = kept_global_batch(config.training, config.sources, checkpoint)
     if kept is None:
         return
     accumulation, line = kept
