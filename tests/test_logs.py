@@ -8,6 +8,7 @@ import json
 import sys
 import time
 from dataclasses import replace
+from functools import partial
 from importlib import metadata
 from pathlib import Path
 from types import SimpleNamespace
@@ -95,10 +96,21 @@ def samples(count: int) -> list[dict[str, torch.Tensor]]:
     return [{"x": torch.randn(4, generator=generator), "labels": torch.tensor(float(i % 3))} for i in range(count)]
 
 
+def attach(trainer: Trainer, config, facts: RunFacts, handoff: Handoff | None = None) -> logs.TrainingLog:
+    """Our logs on ``trainer``, as train/run/job.py attaches them: the banner bound to the configuration."""
+    shown = partial(banner, config, facts, handoff)
+    return logs.attach(trainer, logs.callbacks(config.training, config.launch.log_format, facts, handoff, banner=shown))
+
+
+def banner_shown(config, facts: RunFacts, handoff: Handoff | None = None, start: TrainStart = TrainStart()) -> str:
+    """The banner as stdout shows it (its record is what logs/train.jsonl keeps)."""
+    return banner(config, facts, handoff, start)[1]
+
+
 def train_tiny(config, facts: RunFacts) -> Trainer:
     torch.manual_seed(0)
     trainer = Trainer(model=TinyRegression(), args=config.training, train_dataset=samples(32), eval_dataset=samples(8))
-    logs.attach(trainer, config, facts)
+    attach(trainer, config, facts)
     trainer.train()
     trainer.evaluate()
     return trainer
@@ -167,7 +179,7 @@ def test_tensorboard_is_the_default_and_none_turns_it_off(tmp_path):
 
     def integrations(config) -> set[type]:
         trainer = Trainer(model=TinyRegression(), args=config.training, train_dataset=samples(4))
-        logs.attach(trainer, config, FACTS)
+        attach(trainer, config, FACTS)
         return {type(cb) for cb in trainer.callback_handler.callbacks}
 
     assert TensorBoardCallback in integrations(config_for(tmp_path))
@@ -202,7 +214,7 @@ def test_banner_json_and_text(tmp_path):
         "--image_revision",
         "abc",
     )
-    record = strict_json(banner(config, FACTS, EIGHT_H100S, start))
+    record = strict_json(banner_shown(config, FACTS, EIGHT_H100S, start))
     assert record["event"] == "banner" and record["image_revision"] == "abc"
     # the precision the launcher decided, handed over; not re-derived from the flags
     assert record["global_batch_size"] == 4 * 16 * 2 and record["precision"] == "bf16 + tf32"
@@ -210,9 +222,9 @@ def test_banner_json_and_text(tmp_path):
     assert record["versions"]["torch"] == metadata.version("torch") == torch.__version__.split("+")[0]
     text_config = config_for(tmp_path, "--log_format", "text", "--image_revision", "abc")
     facts = replace(FACTS, outputs=output_location(text_config).summary())  # as train/run/job.py hands it over
-    text = banner(text_config, facts, EIGHT_H100S, start)
+    text = banner_shown(text_config, facts, EIGHT_H100S, start)
     assert "image abc" in text and "8 GPU(s) on this node (NVIDIA H100 80GB HBM3), 2 node(s)" in text
-    unlaunched = banner(config_for(tmp_path, "--log_format", "text"), facts, start=start)
+    unlaunched = banner_shown(config_for(tmp_path, "--log_format", "text"), facts, start=start)
     assert "started without the launcher" in unlaunched and "precision  fp32" in unlaunched
     assert "steps      100" in text and str(tmp_path / "out" / "report.html") in text
 
@@ -221,9 +233,9 @@ def test_the_banner_says_the_masking_and_its_realised_rate(tmp_path):
     masking = Masking(
         mlm_probability=0.3, eval_mlm_probability=0.15, whole_word_mask=True, realised=0.2712, realised_on_samples=256
     )
-    text = banner(config_for(tmp_path, "--log_format", "text"), replace(FACTS, masking=masking))
+    text = banner_shown(config_for(tmp_path, "--log_format", "text"), replace(FACTS, masking=masking))
     assert "masking    30% of words (15% for evaluation); realised 27.1% of real tokens on 256 samples" in text
-    record = strict_json(banner(config_for(tmp_path, "--log_format", "json"), replace(FACTS, masking=masking)))
+    record = strict_json(banner_shown(config_for(tmp_path, "--log_format", "json"), replace(FACTS, masking=masking)))
     assert record["masking"] == {
         "mlm_probability": 0.3,
         "eval_mlm_probability": 0.15,
@@ -233,19 +245,19 @@ def test_the_banner_says_the_masking_and_its_realised_rate(tmp_path):
         "final_mlm_probability": None,
     }
     unmeasured = replace(FACTS, masking=replace(masking, realised=None))
-    stream = banner(config_for(tmp_path, "--log_format", "text"), unmeasured)
+    stream = banner_shown(config_for(tmp_path, "--log_format", "text"), unmeasured)
     assert "masking    30% of words (15% for evaluation)\n" in stream
     scheduled = replace(FACTS, masking=replace(masking, final_mlm_probability=0.1))
-    said = banner(config_for(tmp_path, "--log_format", "text"), scheduled)
+    said = banner_shown(config_for(tmp_path, "--log_format", "text"), scheduled)
     assert "masking    30% of words, falling linearly to 10% by the end (15% for evaluation); realised 27.1%" in said
 
 
 def test_the_banner_says_a_resume_on_another_number_of_ranks(tmp_path):
     config = config_for(tmp_path, "--log_format", "text")
     resumed = replace(FACTS, resumed_from_ranks=2)
-    elsewhere = banner(config, resumed, start=TrainStart(world_size=1, start_step=20))
+    elsewhere = banner_shown(config, resumed, start=TrainStart(world_size=1, start_step=20))
     assert "resuming at step 20 (resumed from 2 ranks on 1)" in elsewhere
-    same = banner(config, resumed, start=TrainStart(world_size=2, start_step=20))
+    same = banner_shown(config, resumed, start=TrainStart(world_size=2, start_step=20))
     assert "resuming at step 20\n" in same + "\n" and "resumed from" not in same
 
 
@@ -395,20 +407,16 @@ def test_progress_bars_only_in_text_on_a_terminal(tmp_path, monkeypatch):
     hf_logging.enable_progress_bar()
     try:
         monkeypatch.setattr(sys, "stderr", Terminal())
-        assert logs.configure_console(config_for(tmp_path, "--log_format", "text")) == "text"
+        assert logs.configure_console("text") == "text"
         assert datasets.is_progress_bar_enabled()
-        assert any(
-            isinstance(c, logs.QuietProgress) for c in logs.callbacks(config_for(tmp_path, "--log_format", "text"))
-        )
-        assert logs.configure_console(config_for(tmp_path, "--log_format", "json")) == "json"
+        assert any(isinstance(c, logs.QuietProgress) for c in logs.callbacks(config_for(tmp_path).training, "text"))
+        assert logs.configure_console("json") == "json"
         assert not datasets.is_progress_bar_enabled() and not hf_logging.is_progress_bar_enabled()
         datasets.enable_progress_bars()
         monkeypatch.setattr(sys, "stderr", io.StringIO())  # text captured to a file: no Trainer bar between steps
-        assert logs.configure_console(config_for(tmp_path, "--log_format", "text")) == "text"
+        assert logs.configure_console("text") == "text"
         assert datasets.is_progress_bar_enabled()  # the data's bars end before training, on a line of their own
-        assert not any(
-            isinstance(c, logs.QuietProgress) for c in logs.callbacks(config_for(tmp_path, "--log_format", "text"))
-        )
+        assert not any(isinstance(c, logs.QuietProgress) for c in logs.callbacks(config_for(tmp_path).training, "text"))
     finally:
         datasets.enable_progress_bars()
         hf_logging.enable_progress_bar()
@@ -418,9 +426,9 @@ def test_the_banner_counts_blocks_and_the_rows_they_came_from(tmp_path):
     """MLM_MAX_EVAL_SAMPLES counts rows of text; packing cuts them into blocks: the banner says both."""
     config = config_for(tmp_path, "--log_format", "text")
     packed = replace(FACTS, train_samples=30, eval_samples=2859, train_documents=400, eval_documents=64)
-    assert "30 train / 2,859 eval blocks (from 400 / 64 rows of text), 320 real tokens" in banner(config, packed)
+    assert "30 train / 2,859 eval blocks (from 400 / 64 rows of text), 320 real tokens" in banner_shown(config, packed)
     same = replace(FACTS, train_documents=32, eval_documents=8)
-    assert "32 train / 8 eval samples, 320 real tokens" in banner(config, same)
+    assert "32 train / 8 eval samples, 320 real tokens" in banner_shown(config, same)
 
 
 def test_each_evaluation_is_a_point_of_quality_against_time(tmp_path):
@@ -429,7 +437,7 @@ def test_each_evaluation_is_a_point_of_quality_against_time(tmp_path):
     trainer = Trainer(model=TinyRegression(), args=config.training, train_dataset=samples(32), eval_dataset=samples(8))
     launched = time.time() - 100  # as if the launcher had started 100 s ago
     handoff = Handoff("fp32", 4, "batch", "1", launched_at=launched)
-    log = logs.attach(trainer, config, FACTS, handoff)
+    log = attach(trainer, config, FACTS, handoff)
     trainer.train()
     trainer.evaluate()
     (point,) = log.curve
@@ -443,7 +451,8 @@ def test_the_eta_never_passes_a_time_budgets_deadline(tmp_path, capsys):
     """Before its plan a budgeted run's steps are the options' (far more than fit): the ETA is then the deadline's."""
     config = config_for(tmp_path, "--log_format", "json", "--max_steps", "100000", "--logging_steps", "2")
     handoff = Handoff("fp32", 4, "batch", "1", deadline=time.time() + 60.0)
-    log = logs.TrainingLog(tmp_path / "out", "json", facts=FACTS, config=config, handoff=handoff)
+    shown = partial(banner, config, FACTS, handoff)
+    log = logs.TrainingLog(tmp_path / "out", "json", facts=FACTS, banner=shown, handoff=handoff)
     state = SimpleNamespace(
         is_world_process_zero=True, global_step=2, max_steps=100_000, epoch=0.0, num_input_tokens_seen=0
     )

@@ -67,11 +67,12 @@ def test_a_batch_warm_up_is_refused_where_a_batch_is_one_row_and_sized_from_the_
     flat = load_config([], {"MLM_BATCH_WARMUP_RATIO": "0.3", "MLM_PADDING": "padding_free"})
     with pytest.raises(ConfigError, match=r"^MLM_BATCH_WARMUP_RATIO=0.3: a batch warm-up trains fewer rows .* "
                        r"MLM_PADDING=padding_free lays a batch out as one row"):  # fmt: skip
-        check_batch_warmup(flat)
+        check_batch_warmup(flat.schedule, flat.data)
     config = load_config([], {"MLM_BATCH_WARMUP_RATIO": "0.3", "MLM_PER_DEVICE_TRAIN_BATCH_SIZE": "8",
                               "MLM_GRADIENT_ACCUMULATION_STEPS": "2"})  # fmt: skip
-    check_batch_warmup(config)
-    assert batch_warmup(config) == BatchWarmup(full=16, start=0.25, ratio=0.3, unit=2)
-    assert batch_warmup(load_config([], {})) is None
+    check_batch_warmup(config.schedule, config.data)
+    assert batch_warmup(config.schedule, config.training) == BatchWarmup(full=16, start=0.25, ratio=0.3, unit=2)
+    unset = load_config([], {})
+    assert batch_warmup(unset.schedule, unset.training) is None
     with pytest.raises(ConfigError, match=r"^MLM_BATCH_WARMUP_START=1(\.0)?: expected a number between 0 and 1"):
         load_config([], {"MLM_BATCH_WARMUP_START": "1"})

@@ -138,11 +138,12 @@ def test_drift_is_one_at_the_start_and_warned_of_when_the_encoder_moves(capsys: 
 def test_adapting_options_refused_from_scratch_and_under_fsdp() -> None:
     scratch = load_config([], {"MLM_MODEL_NAME_OR_PATH": "scratch:bert", "MLM_FREEZE_LAYERS": "2"})
     with pytest.raises(ConfigError, match=r"^MLM_FREEZE_LAYERS=2: adapts a pretrained model, and MLM_MODEL_NAME"):
-        check_adapting(scratch, scratch=True)
-    check_adapting(load_config([], {"MLM_HEAD_LEARNING_RATE": "1e-3"}), scratch=True)  # a rate of its own: fine
+        check_adapting(scratch.adapting, scratch.model, scratch=True)
+    rated = load_config([], {"MLM_HEAD_LEARNING_RATE": "1e-3"})
+    check_adapting(rated.adapting, rated.model, scratch=True)  # a rate of its own: fine
     sharded = load_config([], {"MLM_SHARDING": "fsdp", "MLM_HEAD_WARMUP_STEPS": "5"})
     with pytest.raises(ConfigError, match=r"^MLM_SHARDING=fsdp: MLM_HEAD_WARMUP_STEPS is not supported under fsdp"):
-        check_sharding(sharded)
+        check_sharding(sharded.launch, sharded.training, sharded.adapting)
     with pytest.raises(ConfigError, match=r"^MLM_FREEZE_LAYERS=-1: expected an integer >= 0"):
         load_config([], {"MLM_FREEZE_LAYERS": "-1"})
 
@@ -185,7 +186,7 @@ def test_a_new_head_warms_up_alone_by_default_for_the_learning_rates_warm_up(
 
     def adapted(new_head: bool, scratch: bool = False, **env: str) -> HeadTraining:
         config = load_config([], {"MLM_MODEL_NAME_OR_PATH": str(tmp_path), **env})
-        return head_training(config, tiny_bert(), scratch, new_head)
+        return head_training(config.adapting, tiny_bert(), scratch, new_head)
 
     assert adapted(new_head=True).warmup_steps == AUTO_WARMUP
     assert adapted(new_head=False).warmup_steps == 0 and adapted(new_head=False).frozen == ()
@@ -196,7 +197,7 @@ def test_a_new_head_warms_up_alone_by_default_for_the_learning_rates_warm_up(
     config = load_config([], {"MLM_MODEL_NAME_OR_PATH": str(tmp_path)})  # before the Trainer: it resets accelerate
     args = TrainingArguments(str(tmp_path), use_cpu=True, report_to=[], max_steps=40, warmup_steps=0.1)
     model = tiny_bert()
-    settings = trainer_settings(head=head_training(config, model, False, True))
+    settings = trainer_settings(head=head_training(config.adapting, model, False, True))
     trainer = MLMTrainer(model=model, args=args, settings=settings)
     trainer.current_gradient_accumulation_steps = 1
     trainer.state.max_steps, trainer.state.global_step = 40, 0

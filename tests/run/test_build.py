@@ -76,14 +76,14 @@ def test_a_resume_on_data_that_changed_since_its_checkpoint_is_refused_unless_as
     checkpoint.mkdir(parents=True)
     recorded = resumed_options(config.as_dict(), config.training.world_size)
     mark_complete(checkpoint, {**recorded, DATA_IDENTITY: data_identity(config.data, "fp")})
-    assert resumed_data(config, checkpoint, data_identity(config.data, "fp")) is None
+    assert resumed_data(config.checkpoint, checkpoint, data_identity(config.data, "fp")) is None
     corpus.write_text("".join(f"line {i}\n" for i in range(101)))  # replaced in place between a stop and its resume
     now = data_identity(config.data, "fp")
     with pytest.raises(
         ConfigError, match=r"^checkpoint-10 was saved while training on other data \(corpus.txt: 799 bytes"
     ):
-        resumed_data(config, checkpoint, now)
+        resumed_data(config.checkpoint, checkpoint, now)
     told = tiny(tmp_path, dataset=str(corpus), resume_on_changed_data="true")
-    assert resumed_data(told, checkpoint, now)[0].startswith("corpus.txt: 799 bytes")
+    assert resumed_data(told.checkpoint, checkpoint, now)[0].startswith("corpus.txt: 799 bytes")
     mark_complete(checkpoint, recorded)  # a checkpoint without the record: nothing to compare
-    assert resumed_data(config, checkpoint, now) is None
+    assert resumed_data(config.checkpoint, checkpoint, now) is None

@@ -28,20 +28,20 @@ from train.run.sharding import check_sharding, resumed_mode, written_in
 def test_fsdp_refuses(options: dict[str, str], said: str) -> None:
     config = demo_config(sharding="fsdp", **options)
     with pytest.raises(ConfigError, match=said) as refused:
-        check_sharding(config)
+        check_sharding(config.launch, config.training, config.adapting)
     assert str(refused.value).startswith("MLM_SHARDING=fsdp: ") and "\n" not in str(refused.value)
 
 
 def test_the_trainers_fsdp_under_ddp_is_refused_naming_the_option() -> None:
     config = demo_config(fsdp="full_shard auto_wrap", save_strategy="no")
     with pytest.raises(ConfigError, match="the Trainer's own FSDP is not used by this job; set MLM_SHARDING=fsdp"):
-        check_sharding(config)
+        check_sharding(config.launch, config.training, config.adapting)
 
 
 def test_ddp_is_the_default_and_checks_nothing() -> None:
     config = demo_config()
     assert config.launch.sharding == "ddp"
-    check_sharding(config)
+    check_sharding(config.launch, config.training, config.adapting)
 
 
 GIB = 2**30
@@ -87,9 +87,9 @@ def test_a_resume_trains_in_the_mode_its_checkpoint_was_written_in(tmp_path: Pat
     (fsdp / "optimizer_dcp").mkdir(parents=True)
     bare.mkdir()
     assert (written_in(ddp), written_in(fsdp), written_in(bare)) == ("ddp", "fsdp", None)
-    assert resumed_mode(demo_config(sharding="auto"), fsdp) == "fsdp"
-    assert resumed_mode(demo_config(sharding="fsdp"), bare) is None
+    assert resumed_mode(demo_config(sharding="auto").launch, fsdp) == "fsdp"
+    assert resumed_mode(demo_config(sharding="fsdp").launch, bare) is None
     with pytest.raises(ConfigError, match="MLM_SHARDING=fsdp: checkpoint-10 was written under ddp; resume it with"):
-        resumed_mode(demo_config(sharding="fsdp"), ddp)
+        resumed_mode(demo_config(sharding="fsdp").launch, ddp)
     with pytest.raises(ConfigError, match="checkpoint-20 was written under fsdp; resume it with MLM_SHARDING=fsdp"):
-        resumed_mode(demo_config(), fsdp)
+        resumed_mode(demo_config().launch, fsdp)

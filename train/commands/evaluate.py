@@ -178,7 +178,7 @@ def evaluated(config: Config) -> int:
         parts = held_out_parts(config.data, text, tokenizer)
         validation = joined(parts.values()) if parts else tokenize(config.data, text, tokenizer)["validation"]
     model, head_weights = load_model(config.model, config.data, None, tokenizer, model_config)
-    collator = masking_collator(config, tokenizer, model)
+    collator = masking_collator(config.data, config.masking, config.model, training.seed, tokenizer, model)
     scoring = Scoring(shown, model, head_weights, tokenizer, collator, text, validation, parts, config.data.dataset)
     settings = evaluation_settings(config.masking, config.schedule.decay_ratio, collator, parts)
     log_format = config.launch.log_format

@@ -35,5 +35,5 @@ def start(
     config = load_config(args)
     move_hub_token_to_env(config, os.environ)
     if console:
-        configure_console(config)
+        configure_console(config.launch.log_format)
     return body(config)

@@ -21,7 +21,7 @@ from torch.distributed.fsdp import FSDPModule
 from train.common import distributed
 from train.common.console import say, warn
 from train.common.errors import ConfigError
-from train.config import Config
+from train.config import AdaptingArguments, ModelArguments
 from train.model.adapting import (
     DRIFT_WARNING,
     encoder_parameters,
@@ -38,58 +38,58 @@ DRIFT_SAMPLE = 64  # held-out examples the drift is measured on: a forward pass 
 DRIFT_METRIC = "encoder_cosine"  # eval_encoder_cosine in the evaluation records and the final results
 
 
-def adapting_options(config: Config) -> list[str]:
+def adapting_options(adapting: AdaptingArguments) -> list[str]:
     """The adapting options this run sets (all of them off by default)."""
-    head_rate, frozen = config.adapting.head_learning_rate is not None, config.adapting.freeze_layers is not None
+    head_rate, frozen = adapting.head_learning_rate is not None, adapting.freeze_layers is not None
     used = {
-        "head_warmup_steps": bool(config.adapting.head_warmup_steps),
+        "head_warmup_steps": bool(adapting.head_warmup_steps),
         "head_learning_rate": head_rate,
         "freeze_layers": frozen,
     }
     return [name for name, on in used.items() if on]
 
 
-def check_adapting(config: Config, scratch: bool) -> None:
+def check_adapting(adapting: AdaptingArguments, model: ModelArguments, scratch: bool) -> None:
     """Before any data: freezing or warming up a head only means something for a pretrained model."""
-    for name in adapting_options(config) if scratch else []:
+    for name in adapting_options(adapting) if scratch else []:
         if name != "head_learning_rate":
             raise ConfigError(
-                f"{config.source_of(name)}={config.option(name)}: adapts a pretrained model, and "
-                f"{config.source_of('model_name_or_path')}={config.model.model_name_or_path} is trained from scratch; "
+                f"{adapting.source_of(name)}={getattr(adapting, name)}: adapts a pretrained model, and "
+                f"{model.source_of('model_name_or_path')}={model.model_name_or_path} is trained from scratch; "
                 "unset it"
             )
 
 
-def freeze_layers(config: Config, model: Any) -> list[str]:
+def freeze_layers(adapting: AdaptingArguments, model: Any) -> list[str]:
     """The embeddings and the first ``freeze_layers`` layers frozen for the whole run (before DDP wraps the model:
     it leaves parameters that do not train out); the names frozen, said once."""
-    count = config.adapting.freeze_layers
+    count = adapting.freeze_layers
     if count is None:
         return []
-    frozen = freeze_first_layers(model, count, config.source_of("freeze_layers"))
+    frozen = freeze_first_layers(model, count, adapting.source_of("freeze_layers"))
     if distributed.is_world_zero():
-        say(f"{config.source_of('freeze_layers')}={count}: the embeddings and {count} first layer(s) stay as loaded")
+        say(f"{adapting.source_of('freeze_layers')}={count}: the embeddings and {count} first layer(s) stay as loaded")
     return frozen
 
 
-def head_training(config: Config, model: Any, scratch: bool, new_head: bool) -> HeadTraining:
+def head_training(adapting: AdaptingArguments, model: Any, scratch: bool, new_head: bool) -> HeadTraining:
     """How ``model``'s head trains (the Trainer's settings, train/run/trainer_settings.py): its parameters and
     rate, and the warm-up's frozen encoder (by default for a pretrained model's ``new_head``: the learning rate's
     warm-up, :data:`AUTO_WARMUP`)."""
     head = head_parameters(model)
-    warmup = config.adapting.head_warmup_steps
+    warmup = adapting.head_warmup_steps
     if warmup is None:  # fsdp refuses a set warm-up; its default stays off there (not tried on shards)
         warmup = AUTO_WARMUP if new_head and head and not scratch and not isinstance(model, FSDPModule) else 0
     for name, used in (
-        ("head_warmup_steps", bool(config.adapting.head_warmup_steps)),
-        ("head_learning_rate", config.adapting.head_learning_rate is not None),
+        ("head_warmup_steps", bool(adapting.head_warmup_steps)),
+        ("head_learning_rate", adapting.head_learning_rate is not None),
     ):
         if used and not head:
             raise ConfigError(
-                f"{config.source_of(name)}: {type(model).__name__} has no MLM head apart from its encoder"
+                f"{adapting.source_of(name)}: {type(model).__name__} has no MLM head apart from its encoder"
             )
     frozen = tuple(encoder_parameters(model)) if warmup else ()
-    return HeadTraining(tuple(head), config.adapting.head_learning_rate, warmup, frozen)
+    return HeadTraining(tuple(head), adapting.head_learning_rate, warmup, frozen)
 
 
 def drift_batch(model: Any, validation: Any, pad_id: int | None, scratch: bool) -> dict[str, torch.Tensor] | None:

@@ -32,7 +32,8 @@ def banner_record(
     config: Config, facts: RunFacts, handoff: Handoff | None = None, start: TrainStart = TrainStart()
 ) -> dict[str, Any]:
     """The launch facts as one record: the launcher's decisions (``handoff``; None when the job was started
-    without the launcher) and what only the running job knows (``facts``: data size; ``start``: steps)."""
+    without the launcher) and what only the running job knows (``facts``: data size; ``start``: steps). It takes
+    the whole Config because the banner says the configuration across its sections (``config.as_dict()``)."""
     training, model = config.training, facts.model
     world_size = int(start.world_size or training.world_size or 1)
     files = RunFiles(training.output_dir)
@@ -149,16 +150,24 @@ def _packing_text(packing: Packing | None) -> str:
     return f"; padding {packing.padding}{apart}: {packing.efficiency:.1%} of positions are real tokens"
 
 
-def banner(config: Config, facts: RunFacts, handoff: Handoff | None = None, start: TrainStart = TrainStart()) -> str:
-    """The launch banner: one JSON line in json format, a short block of aligned lines in text format."""
-    return banner_text(config, facts, banner_record(config, facts, handoff, start))
+def banner(
+    config: Config, facts: RunFacts, handoff: Handoff | None = None, start: TrainStart = TrainStart()
+) -> tuple[dict[str, Any], str]:
+    """The launch banner: its record (:func:`banner_record`, for logs/train.jsonl) and that record as stdout shows
+    it, one JSON line in json format, a short block of aligned lines in text format. It takes the whole Config
+    because it assembles the banner from it."""
+    record = banner_record(config, facts, handoff, start)
+    text = banner_text(
+        record, facts, config.launch.log_format, config.training.max_steps, config.data.mixture_exhausted
+    )
+    return record, text
 
 
-def banner_text(config: Config, facts: RunFacts, record: dict[str, Any]) -> str:
+def banner_text(record: dict[str, Any], facts: RunFacts, log_format: str, max_steps: int, exhausted: str) -> str:
     """``record`` (from banner_record) as the banner: the same record, with its one time stamp, that the log
-    file keeps, so stdout and logs/train.jsonl never differ by a second."""
-    files = RunFiles(config.training.output_dir)
-    if resolve_format(config.launch.log_format) == "json":
+    file keeps, so stdout and logs/train.jsonl never differ by a second. ``max_steps``: the option (steps, or
+    epochs when not above 0); ``exhausted``: a mixture's mixture_exhausted."""
+    if resolve_format(log_format) == "json":
         return json.dumps(jsonable(record))
     versions = record["versions"]
     shown = [name for name in ("torch", "transformers", "python") if name in versions]
@@ -174,7 +183,7 @@ def banner_text(config: Config, facts: RunFacts, record: dict[str, Any]) -> str:
     if record["nodes"]:
         hardware += f", {record['nodes']} node(s)"
     steps = record["max_steps"]
-    span = "max_steps" if config.training.max_steps > 0 else f"{record['num_train_epochs']:g} epoch(s)"
+    span = "max_steps" if max_steps > 0 else f"{record['num_train_epochs']:g} epoch(s)"
     resumed = f", resuming at step {record['start_step']}" if record["start_step"] else ""
     if resumed and record["resumed_from_ranks"] not in (None, record["world_size"]):
         resumed += f" (resumed from {record['resumed_from_ranks']} ranks on {record['world_size']})"
@@ -206,8 +215,8 @@ def banner_text(config: Config, facts: RunFacts, record: dict[str, Any]) -> str:
             else f"  data       {record['dataset']}: streamed (size unknown until read) / "
             f"{_count(facts.eval_samples)} eval samples"
         ),
-        *([f"  mixture    {mixture_text(facts.mixture, config.data.mixture_exhausted)}"] if facts.mixture else []),
+        *([f"  mixture    {mixture_text(facts.mixture, exhausted)}"] if facts.mixture else []),
         f"  steps      {_count(steps)} ({span}){resumed}",
-        f"  outputs    {facts.outputs or files.root}",  # the output location's summary, from the job
+        f"  outputs    {facts.outputs or record['output_dir']}",  # the output location's summary, from the job
     ]
     return "\n".join(lines)

@@ -11,11 +11,12 @@ from typing import Any
 
 import numpy as np
 import torch
+from transformers import TrainingArguments
 
 from train.borrowed.transformers_models import attn_implementation
 from train.common.errors import ConfigError
 from train.common.schedules import BatchWarmup
-from train.config import Config
+from train.config import DataArguments, MaskingArguments, ModelArguments, ScheduleArguments
 from train.data import Corpus, Padding
 from train.model import packing
 from train.model.collator import MaskingCollator
@@ -36,58 +37,58 @@ def argmax_logits(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
     return logits.argmax(dim=-1)
 
 
-def masking_collator(config: Config, tokenizer: Any, model: Any) -> MaskingCollator:
+def masking_collator(
+    data: DataArguments, masking: MaskingArguments, model: ModelArguments, seed: int, tokenizer: Any, module: Any
+) -> MaskingCollator:
     """The batches' masking and layout (train/model/collator.py), as the padding mode has them: for documents kept
-    apart, the model is prepared to take their boundaries (train/model/packing.py). Training and evaluate-only
-    (train/commands/evaluate.py) build it here, so an evaluation masks as training's does."""
-    padding = Padding(config.data.padding)
+    apart, the model (``module``) is prepared to take their boundaries (train/model/packing.py). ``model``'s options
+    name the tokenizer in whole-word masking's errors. Training and evaluate-only (train/commands/evaluate.py) build
+    it here, so an evaluation masks as training's does."""
+    padding = Padding(data.padding)
     isolate = None
     if padding.isolates:
-        check_isolation(config, model.config, attn_implementation(model.config))
-        packing.prepare_model(model)
+        check_isolation(data, module.config, attn_implementation(module.config))
+        packing.prepare_model(module)
         isolate = functools.partial(
             packing.isolated_inputs,
-            config=model.config,
-            attn_implementation=attn_implementation(model.config),
-            dtype=model.dtype,
+            config=module.config,
+            attn_implementation=attn_implementation(module.config),
+            dtype=module.dtype,
         )
     return MaskingCollator(
         pad_token_id=tokenizer.pad_token_id,
         mask_token_id=tokenizer.mask_token_id,
         vocab_size=len(tokenizer),
         # With a rate schedule, masked at its highest rate; the Trainer keeps each step's share (thin_masks).
-        mlm_probability=max(config.masking.mlm_probability, config.masking.final_mlm_probability or 0.0),
-        mask_draws=config.masking.final_mlm_probability is not None,
-        mask_replace_prob=config.masking.mask_replace_prob,
-        random_replace_prob=config.masking.random_replace_prob,
-        seed=config.training.seed,
-        pad_to_multiple_of=padding.pad_multiple(config.data.pad_to_multiple_of),
-        word_start=word_starts(tokenizer, tokenizer_label(config.model)) if config.masking.whole_word_mask else None,
+        mlm_probability=max(masking.mlm_probability, masking.final_mlm_probability or 0.0),
+        mask_draws=masking.final_mlm_probability is not None,
+        mask_replace_prob=masking.mask_replace_prob,
+        random_replace_prob=masking.random_replace_prob,
+        seed=seed,
+        pad_to_multiple_of=padding.pad_multiple(data.pad_to_multiple_of),
+        word_start=word_starts(tokenizer, tokenizer_label(model)) if masking.whole_word_mask else None,
         isolate=isolate,
         flatten=padding.flattens,
     )
 
 
-def batch_warmup(config: Config) -> BatchWarmup | None:
+def batch_warmup(schedule: ScheduleArguments, training: TrainingArguments) -> BatchWarmup | None:
     """The run's batch warm-up (train/common/schedules.py), in global rows: per-device batch x accumulation x
     ranks at full size, each rank training a row of each micro-batch at least; None without one."""
-    training = config.training
-    if config.schedule.batch_warmup_ratio <= 0:
+    if schedule.batch_warmup_ratio <= 0:
         return None
     unit = max(training.world_size, 1) * training.gradient_accumulation_steps
     full = training.per_device_train_batch_size * unit
-    return BatchWarmup(
-        full=full, start=config.schedule.batch_warmup_start, ratio=config.schedule.batch_warmup_ratio, unit=unit
-    )
+    return BatchWarmup(full=full, start=schedule.batch_warmup_start, ratio=schedule.batch_warmup_ratio, unit=unit)
 
 
-def check_batch_warmup(config: Config) -> None:
+def check_batch_warmup(schedule: ScheduleArguments, data: DataArguments) -> None:
     """ConfigError, naming MLM_BATCH_WARMUP_RATIO, where a batch warm-up has no rows to leave out: a padding-free
     batch is one row of all its examples."""
-    if config.schedule.batch_warmup_ratio > 0 and Padding(config.data.padding).flattens:
+    if schedule.batch_warmup_ratio > 0 and Padding(data.padding).flattens:
         raise ConfigError(
-            f"{config.source_of('batch_warmup_ratio')}={config.schedule.batch_warmup_ratio:g}: a batch warm-up trains "
-            f"fewer rows of each batch, and {config.source_of('padding')}={config.data.padding} lays a batch out as "
+            f"{schedule.source_of('batch_warmup_ratio')}={schedule.batch_warmup_ratio:g}: a batch warm-up trains "
+            f"fewer rows of each batch, and {data.source_of('padding')}={data.padding} lays a batch out as "
             "one row; use padding packed or dynamic, or no batch warm-up (0)"
         )
 
@@ -95,16 +96,22 @@ def check_batch_warmup(config: Config) -> None:
 MEASURED_SAMPLES = 256  # samples collated to measure the masking rate and the efficiency: a few milliseconds
 
 
-def check_isolation(config: Config, model_config: Any, attn_implementation: str | None) -> None:
+def check_isolation(data: DataArguments, model_config: Any, attn_implementation: str | None) -> None:
     """ConfigError, naming MLM_PADDING, when this model cannot keep a row's documents apart."""
     reason = packing.unsupported_reason(model_config, attn_implementation)
     if reason is not None:
         raise ConfigError(
-            f"{config.source_of('padding')}={config.data.padding}: {reason}; use padding packed_crossing or dynamic"
+            f"{data.source_of('padding')}={data.padding}: {reason}; use padding packed_crossing or dynamic"
         )
 
 
-def batch_facts(config: Config, collator: MaskingCollator, corpus: Corpus) -> tuple[Masking, Packing]:
+def batch_facts(
+    masking: MaskingArguments,
+    data: DataArguments,
+    training: TrainingArguments,
+    collator: MaskingCollator,
+    corpus: Corpus,
+) -> tuple[Masking, Packing]:
     """How the training data is masked and laid out, measured on samples drawn at random (seeded) in training-size
     batches, as the Trainer's shuffled sampler draws them: neighbouring lines of a file tend to be alike in length,
     so the first ones would overstate a padded layout's efficiency (a stream's are not read twice: its evaluation
@@ -112,29 +119,27 @@ def batch_facts(config: Config, collator: MaskingCollator, corpus: Corpus) -> tu
     realised share of real tokens masked (special tokens are never masked, and whole words mask as many tokens as
     the chosen words have, so it is what the loss really averages over); the padding mode and its efficiency,
     real tokens per position computed."""
-    size = config.training.per_device_train_batch_size
+    size = training.per_device_train_batch_size
     dataset = corpus.train if not corpus.streaming else corpus.validation
     count = min(MEASURED_SAMPLES, len(dataset)) if dataset is not None else 0
-    drawn = random.Random(config.training.seed).sample(range(len(dataset)), count) if dataset is not None else []
+    drawn = random.Random(training.seed).sample(range(len(dataset)), count) if dataset is not None else []
     sample = [dataset[i] for i in drawn]
-    at_first = collator.for_evaluation(
-        config.masking.mlm_probability
-    )  # the first step's rate (a schedule masks at its highest)
+    at_first = collator.for_evaluation(masking.mlm_probability)  # the first step's rate (a schedule: its highest)
     measured = at_first.measure([sample[i : i + size] for i in range(0, len(sample), size)])
-    masking = Masking(
-        mlm_probability=config.masking.mlm_probability,
-        final_mlm_probability=config.masking.final_mlm_probability,
-        eval_mlm_probability=config.masking.eval_mlm_probability or config.masking.mlm_probability,
-        whole_word_mask=config.masking.whole_word_mask,
+    rates = Masking(
+        mlm_probability=masking.mlm_probability,
+        final_mlm_probability=masking.final_mlm_probability,
+        eval_mlm_probability=masking.eval_mlm_probability or masking.mlm_probability,
+        whole_word_mask=masking.whole_word_mask,
         realised=_rounded(measured["realised"]),
         realised_on_samples=len(sample),
     )
     layout = Packing(
-        padding=config.data.padding,
-        documents_apart=Padding(config.data.padding).isolates,
+        padding=data.padding,
+        documents_apart=Padding(data.padding).isolates,
         efficiency=_rounded(measured["efficiency"]),
     )
-    return masking, layout
+    return rates, layout
 
 
 def _rounded(value: float | None) -> float | None:

@@ -23,7 +23,6 @@ from train.common import distributed
 from train.common.console import warn
 from train.common.handoff import Handoff
 from train.common.phase import PhaseFacts
-from train.config import Config
 from train.data.identity import changes
 from train.outputs.branch import BranchPoint
 from train.outputs.checkpoints import DATA_IDENTITY, saved_options
@@ -57,12 +56,12 @@ class BranchLearningRate(TrainerCallback):
         self.ratio = 1.0  # once: a second train() call in the same process must not scale them again
 
 
-def learning_rate_ratio(config: Config, branch: BranchPoint | None) -> float:
-    """The branch's learning rate over its parent's (1.0 when not a branch point or the parent's is unknown)."""
+def learning_rate_ratio(learning_rate: float, branch: BranchPoint | None) -> float:
+    """The branch's ``learning_rate`` over its parent's (1.0 when not a branch point or the parent's is unknown)."""
     parent = branch.learning_rate if branch is not None else None
     if not parent:
         return 1.0
-    return config.training.learning_rate / parent
+    return learning_rate / parent
 
 
 def phase_of_launch() -> PhaseFacts | None:

@@ -8,7 +8,7 @@ import contextlib
 import copy
 import os
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -23,7 +23,7 @@ from train.common.errors import ConfigError
 from train.common.handoff import Handoff
 from train.common.hf import cache_root
 from train.common.phase import PhaseFacts
-from train.config import Config, env_name
+from train.config import CheckpointArguments, Config, env_name
 from train.data import (
     Corpus,
     Padding,
@@ -71,7 +71,7 @@ from train.run.branching import (
 from train.run.budget import TimeBudget
 from train.run.budget_evaluation import EvaluationSizer
 from train.run.callbacks import CheckpointCompleteMarker, DivergenceGuard, EpochForCollator
-from train.run.model_setup import set_up_model, shard_for_training
+from train.run.model_setup import Blueprint, set_up_model, shard_for_training
 from train.run.preemption import StopOnSignal
 from train.run.sharding import ShardedTrainer, StateBytes, check_sharding, resumed_mode, sharding_facts
 from train.run.startup import Startup
@@ -173,20 +173,20 @@ def prepare(
     the nodes share the cache, where world rank 0 does it for all. A trained tokenizer is world rank 0's on every
     node (and a resumed run's is its checkpoint's): train/model/tokenizer_training.py says why.
 
-    ``startup`` gets each phase's end (train/run/startup.py)."""
+    ``startup`` gets each phase's end (train/run/startup.py). It takes the whole Config: it assembles the rank."""
     training = config.training
     mark = startup.mark if startup is not None else lambda phase, note=None: None
     padding = Padding(config.data.padding)
     stopper = StopOnSignal()  # first: a stop while the data is prepared (or a checkpoint downloads) is exit 75
-    check_sharding(config)
-    check_batch_warmup(config)
+    check_sharding(config.launch, training, config.adapting)
+    check_batch_warmup(config.schedule, config.data)
     arch = scratch_config(config.model)
-    check_adapting(config, scratch=arch is not None)
+    check_adapting(config.adapting, config.model, scratch=arch is not None)
     model_config = check_before_data(config.model, config.data, arch)
     companions = None if arch is not None else companion_directory(config.model.model_name_or_path)
     check_companions(companions)  # a handed-over model's files final/ will keep: checked before the data
     if model_config is not None and padding.isolates:  # refused before the data, where the config is known
-        check_isolation(config, model_config, attention_implementation(config.model, model_config))
+        check_isolation(config.data, model_config, attention_implementation(config.model, model_config))
     shared = cache_shared_with_rank_0(training)
     trained = trains_its_tokenizer(config.model, arch)
     mark("checks")
@@ -214,9 +214,9 @@ def prepare(
         if by_design:
             say_other_data(resume, raw.identity, by_design)
         else:
-            data_changed = resumed_data(config, Path(resume), raw.identity)  # other data: refused unless asked for
-            keep_the_global_batch(config, Path(resume))
-        resumed_mode(config, Path(resume))  # a mode set against the checkpoint's own: refused before tokenizing
+            data_changed = resumed_data(config.checkpoint, Path(resume), raw.identity)  # refused unless asked for
+            keep_the_global_batch(training, config.sources, Path(resume))
+        resumed_mode(config.launch, Path(resume))  # a mode set against the checkpoint's own: refused before tokenizing
     mark("resume")
     if tokenizer is None:  # trained: the checkpoint's when resuming, world rank 0's on every node
         with training.main_process_first(local=not shared, desc="training the tokenizer"):
@@ -227,12 +227,16 @@ def prepare(
         corpus = build_corpus(config.data, raw, tokenizer, training.process_index, training.world_size, training.seed)
     check_stream_parts(config.data, corpus)  # a collective: after main_process_first, where every rank has its part
     mark("tokenizing", {None: "streamed", True: "cached", False: "not cached"}[corpus.cached])
-    built = set_up_model(config, arch, tokenizer, model_config, Path(resume) if resume else None)
-    collator = masking_collator(config, tokenizer, built.model)  # prepares the model when documents are kept apart
+    blueprint = Blueprint(arch, tokenizer, model_config, Path(resume) if resume else None)
+    built = set_up_model(config.model, config.data, config.adapting, config.launch, training, blueprint)
+    # the collator prepares the model when documents are kept apart
+    collator = masking_collator(config.data, config.masking, config.model, training.seed, tokenizer, built.model)
     evaluating = corpus.validation is not None and training.eval_strategy != "no"
     guard = DivergenceGuard()
     held_out, scratch = corpus.validation if evaluating else None, arch is not None
-    budget = time_budget(config, built.model, held_out, stopper)
+    budget = time_budget(
+        built.model, held_out, stopper, training, config.schedule.decay_ratio, config.launch.stop_timeout
+    )
     model = shard_for_training(built, training)
     mark("model")
     trainer_class = ShardedTrainer if built.sharding == "fsdp" else MLMTrainer
@@ -243,9 +247,9 @@ def prepare(
         eval_parts=corpus.validation_parts,
         decay_ratio=config.schedule.decay_ratio,
         mask_rates=mask_rates(config.masking),
-        batch_warmup=batch_warmup(config),
+        batch_warmup=batch_warmup(config.schedule, training),
         phase=phase,
-        head=head_training(config, model, scratch, built.head_weights is not None),
+        head=head_training(config.adapting, model, scratch, built.head_weights is not None),
         drift_batch=drift_batch(model, held_out, tokenizer.pad_token_id, scratch),
         stream_position=position,
         stream_part=stream_part,
@@ -272,7 +276,7 @@ def prepare(
                 },
             ),
             state_bytes,
-            BranchLearningRate(learning_rate_ratio(config, branch)),
+            BranchLearningRate(learning_rate_ratio(training.learning_rate, branch)),
             *([PhaseEnd(phase)] if phase else []),
         ],
         settings=settings,
@@ -281,7 +285,7 @@ def prepare(
         budget.size_evaluation = EvaluationSizer(trainer)
         budget.batch_warmup = settings.batch_warmup
     losses_are_batch_means(trainer)
-    masking, packing_facts = batch_facts(config, collator, corpus)
+    masking, packing_facts = batch_facts(config.masking, config.data, training, collator, corpus)
     warmup = settings.batch_warmup  # in tokens too where every row is a packed block of max_seq_length
     warmup_facts = warmup.record(config.data.max_seq_length if padding.packs else None) if warmup else None
     mark("trainer")
@@ -294,22 +298,21 @@ def prepare(
     )  # fmt: skip
 
 
-def time_budget(config: Config, model: Any, validation: Any, stopper: StopOnSignal) -> TimeBudget | None:
+def time_budget(
+    model: Any, held_out: Any, stopper: StopOnSignal, training: TrainingArguments, decay_ratio: float, stop_timeout: int
+) -> TimeBudget | None:
     """The budget's planner, when the launcher handed over a deadline: with the evaluation's batches per rank and
     a checkpoint's size (weights and AdamW's two moments), its estimates until an evaluation and a save are timed."""
     handoff = Handoff.from_environ()
     if handoff is None or handoff.deadline is None:
         return None
-    training = config.training
     per_pass = training.per_device_eval_batch_size * max(training.world_size, 1)
-    batches = -(-len(validation) // per_pass) if validation is not None else 0
+    batches = -(-len(held_out) // per_pass) if held_out is not None else 0
     weights_mb = sum(p.numel() * p.element_size() for p in model.parameters()) / 1e6
-    return TimeBudget(
-        handoff, batches, 3 * weights_mb, config.schedule.decay_ratio, stopper, config.launch.stop_timeout
-    )
+    return TimeBudget(handoff, batches, 3 * weights_mb, decay_ratio, stopper, stop_timeout)
 
 
-def resumed_data(config: Config, checkpoint: Path, identity: dict[str, Any]) -> list[str] | None:
+def resumed_data(options: CheckpointArguments, checkpoint: Path, identity: dict[str, Any]) -> list[str] | None:
     """What changed in the data since ``checkpoint`` was saved (train/data/identity.py): refused (ConfigError) unless
     MLM_RESUME_ON_CHANGED_DATA, then said and returned for run.json and the card; None when nothing changed."""
     changed, notes = changes(saved_options(checkpoint).get(DATA_IDENTITY), identity)
@@ -318,9 +321,9 @@ def resumed_data(config: Config, checkpoint: Path, identity: dict[str, Any]) -> 
             warn(f"resuming from {checkpoint.name}: {note}")
     if not changed:
         return None
-    option = config.source_of("resume_on_changed_data")
+    option = options.source_of("resume_on_changed_data")
     said = "; ".join(changed[:5]) + (f"; and {len(changed) - 5} more" if len(changed) > 5 else "")
-    if not config.checkpoint.resume_on_changed_data:
+    if not options.resume_on_changed_data:
         raise ConfigError(
             f"{checkpoint.name} was saved while training on other data ({said}); the resume is refused: restore the "
             f"data, start over in another output_dir, or set {env_name('resume_on_changed_data')}=true to resume "
@@ -331,15 +334,16 @@ def resumed_data(config: Config, checkpoint: Path, identity: dict[str, Any]) -> 
     return changed
 
 
-def keep_the_global_batch(config: Config, checkpoint: Path) -> None:
+def keep_the_global_batch(training: TrainingArguments, sources: Mapping[str, str], checkpoint: Path) -> None:
     """Resumed on another world size, the run keeps the checkpoint's global batch by its gradient accumulation
-    (train/outputs/checkpoints.py kept_global_batch), before the Trainer reads it; every rank alike, rank 0 says so."""
-    kept = kept_global_batch(config.training, config.sources, checkpoint)
+    (train/outputs/checkpoints.py kept_global_batch), before the Trainer reads it; every rank alike, rank 0 says so.
+    ``sources``: where the options were set (an accumulation the user set is kept, and said)."""
+    kept = kept_global_batch(training, sources, checkpoint)
     if kept is None:
         return
     accumulation, line = kept
     if accumulation is not None:
-        config.training.gradient_accumulation_steps = accumulation
+        training.gradient_accumulation_steps = accumulation
     if distributed.is_world_zero():
         (say if accumulation is not None else warn)(line)
 

@@ -11,12 +11,12 @@ from __future__ import annotations
 import functools
 import os
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
 import torch.distributed as dist
-from transformers import set_seed
+from transformers import TrainingArguments, set_seed
 
 from train.common import distributed
 from train.common.console import now, say, warn
@@ -33,7 +33,7 @@ from train.common.errors import (
 from train.common.handoff import Handoff
 from train.common.lifetime import end_children
 from train.common.writable import check_cache_dir, disk_full
-from train.config import Config, load_config, move_hub_token_to_env
+from train.config import Config, DataArguments, load_config, move_hub_token_to_env
 from train.data import no_training_example
 from train.outputs.base import OutputLocation
 from train.outputs.checkpoints import newest_resumable, planned_steps
@@ -42,6 +42,7 @@ from train.outputs.record import RecordHooks, RunRecord, write_json_atomic
 from train.outputs.runfiles import CUT_SHORT, step_of
 from train.publish import CARD, publish_run
 from train.run import crash, logs
+from train.run.banner import banner
 from train.run.budget_stop import CutShort
 from train.run.build import Prepared, prepare
 from train.run.callbacks import CheckpointSaved, finite_weights
@@ -62,7 +63,7 @@ def main(argv: list[str] | None = None) -> int:
     except dist.DistBackendError as exc:
         # Another rank died (a node lost, killed or preempted without a checkpoint) or stopped answering: say so in
         # one line, and exit 1 (a crash, worth retrying) rather than the 2/3 that tell Kubernetes not to retry.
-        raise timed_out(config, exc) or UserError(
+        raise timed_out(exc, config.training, config.sources) or UserError(
             f"lost contact with another rank ({first_line(exc)}): a node or process failed; check its logs",
             exit_code=EXIT_CRASH,
         ) from exc
@@ -75,7 +76,7 @@ def main(argv: list[str] | None = None) -> int:
                 f"{config.source_of('output_dir')}={str(files.root)!r}: no space left on the device while writing; "
                 "earlier checkpoints are intact: free space or use a larger volume, then run again to resume"
             ) from None
-        found = timed_out(config, exc) or crash.worker_death(exc)
+        found = timed_out(exc, config.training, config.sources) or crash.worker_death(exc)
         if found is None:
             found = crash.unexpected(exc, files, distributed.world_rank())
             # In a bucket: the pod, and its staging directory, may be gone before anyone reads it.
@@ -85,8 +86,9 @@ def main(argv: list[str] | None = None) -> int:
         end_children()  # workers that ignore SIGTERM must not hold the rank's exit (train/common/lifetime.py)
 
 
-def timed_out(config: Config, exc: BaseException) -> UserError | None:
-    return crash.collective_timeout(exc, config.source_of("ddp_timeout"), config.training.ddp_timeout)
+def timed_out(exc: BaseException, training: TrainingArguments, sources: Mapping[str, str]) -> UserError | None:
+    """A collective another rank never joined within ddp_timeout (named as it was set), or None."""
+    return crash.collective_timeout(exc, sources.get("ddp_timeout", "ddp_timeout"), training.ddp_timeout)
 
 
 PHASE_ENDED = "phase ended"  # run.json's status between two phases of a phased run
@@ -94,8 +96,10 @@ PHASE_ENDED = "phase ended"  # run.json's status between two phases of a phased 
 
 def run(config: Config, location: OutputLocation, startup: Startup | None = None) -> int:
     """Check the outputs (unless this node's launcher did), hold the lease (world rank 0), train, and write what
-    the run amounts to. ``startup``: where the start-up goes (train/run/startup.py), from ``main``'s start."""
-    logs.configure_console(config)
+    the run amounts to. ``startup``: where the start-up goes (train/run/startup.py), from ``main``'s start. It takes
+    the whole Config because it assembles the run: the rank's preparation, the banner, the run's record and its
+    end."""
+    log_format = logs.configure_console(config.launch.log_format)
     started = now()
     handoff = Handoff.from_environ()
     startup = startup or Startup.begin()
@@ -113,7 +117,8 @@ def run(config: Config, location: OutputLocation, startup: Startup | None = None
         prepared = prepare(config, files, lambda: agreed_resume(location), startup)
         resume = prepared.resume
         facts = prepared.facts(outputs=location.summary())
-        log = logs.attach(prepared.trainer, config, facts, handoff, startup)
+        shown = functools.partial(banner, config, facts, handoff)  # the banner, once the Trainer says where it starts
+        log = logs.attach(prepared.trainer, logs.callbacks(config.training, log_format, facts, handoff, startup, shown))
         prepared.trainer.add_callback(prepared.stopper)
         prepared.trainer.add_callback(prepared.guard)
         prepared.trainer.add_callback(CheckpointSaved(location))  # after every callback that writes into one
@@ -126,12 +131,14 @@ def run(config: Config, location: OutputLocation, startup: Startup | None = None
         if budget is not None:
             live.append(lambda: {"time_budget": budget.plan.record()})
         record = RunRecord(config, files, facts, handoff, started, RecordHooks(after, live))
-        metrics = train(config, prepared, resume)
-        end_if_diverged(config, prepared, record)
-        end_if_nothing_trained(config, prepared, record, resume)
+        metrics = train(config.training, prepared, resume)
+        end_if_diverged(prepared, record, config.training.learning_rate)
+        end_if_nothing_trained(config.data, prepared, record, resume)
         cut = budget.cut if budget is not None else None  # a budgeted run's stop, and the steps after its checkpoint
         if prepared.stopper.stopped and not (cut and cut.whole_plan):
-            end_stopped(config, prepared, record, metrics, location, cut)
+            if cut is not None:  # a budgeted run went on to a decayed model: published first, as a stopped run's
+                finish(config, prepared, record, metrics, location, cut)
+            end_stopped(prepared, record, metrics, location, cut)
         if prepared.phase is not None and not prepared.phase.last:
             end_phase(prepared, record, location)
             # Its checkpoint is saved and the next phase starts from it. A stop signal landing from here to the exit
@@ -166,14 +173,14 @@ def agreed_resume(location: OutputLocation) -> str | None:
     return resume
 
 
-def train(config: Config, prepared: Prepared, resume: str | None) -> dict[str, Any]:
+def train(training: TrainingArguments, prepared: Prepared, resume: str | None) -> dict[str, Any]:
     """Train (from ``resume``), then evaluate the final weights unless the run stopped or diverged; a stop during
     an evaluation saves the step it came at."""
     trainer, stopper, guard = prepared.trainer, prepared.stopper, prepared.guard
     metrics: dict[str, Any] = {}
     try:
         metrics.update(trainer.train(resume_from_checkpoint=resume).metrics)
-        evaluating = trainer.eval_dataset is not None and config.training.eval_strategy != "no"  # no means none
+        evaluating = trainer.eval_dataset is not None and training.eval_strategy != "no"  # no means none
         # a stop ends without it, unless the budget let the run go on to a final model (train/run/budget.py)
         if evaluating and guard.step is None and (not stopper.stopped or stopper.finishing):
             step = trainer.state.global_step
@@ -188,18 +195,18 @@ def train(config: Config, prepared: Prepared, resume: str | None) -> dict[str, A
     return metrics
 
 
-def end_if_diverged(config: Config, prepared: Prepared, record: RunRecord) -> None:
-    """A diverged run publishes nothing (exit 2)."""
+def end_if_diverged(prepared: Prepared, record: RunRecord, learning_rate: float) -> None:
+    """A diverged run publishes nothing (exit 2); its words suggest a lower rate than ``learning_rate``."""
     trainer, guard = prepared.trainer, prepared.guard
     if guard.step is not None or not finite_weights(trainer.model):
         record.write("diverged")
         good, _ = newest_resumable(record.files)
         step = guard.step if guard.step is not None else trainer.state.global_step
         what = guard.what or "the weights are not finite"
-        raise ConfigError(divergence_message(step, what, good.name if good else None, config.training.learning_rate))
+        raise ConfigError(divergence_message(step, what, good.name if good else None, learning_rate))
 
 
-def end_if_nothing_trained(config: Config, prepared: Prepared, record: RunRecord, resume: str | None) -> None:
+def end_if_nothing_trained(data: DataArguments, prepared: Prepared, record: RunRecord, resume: str | None) -> None:
     """A stream that gave no training example is exit 2, not an untrained model published as finished: the
     Trainer only warns and ends the epoch (transformers 5.25). check_stream_parts refuses a stream that has
     nothing for some rank before training, reading each part from its start; this stays for a resumed run, which
@@ -208,25 +215,19 @@ def end_if_nothing_trained(config: Config, prepared: Prepared, record: RunRecord
     if not prepared.corpus.streaming or prepared.stopper.stopped or trainer.state.global_step > start:
         return
     record.write("failed")
-    raise no_training_example(config.data, [0], 1)
+    raise no_training_example(data, [0], 1)
 
 
 def end_stopped(
-    config: Config,
-    prepared: Prepared,
-    record: RunRecord,
-    metrics: dict[str, Any],
-    location: OutputLocation,
-    cut: CutShort | None,
+    prepared: Prepared, record: RunRecord, metrics: dict[str, Any], location: OutputLocation, cut: CutShort | None
 ) -> None:
-    """A stopped run has saved its checkpoint (exit 75); a budgeted one that went on to a decayed model publishes
-    it first, marked as a stopped run's (a rerun resumes the checkpoint and replaces it)."""
+    """A stopped run has saved its checkpoint (exit 75); a budgeted one that went on to a decayed model (``cut``)
+    has published it before, marked as a stopped run's (a rerun resumes the checkpoint and replaces it)."""
     step = cut.at_step if cut else prepared.trainer.state.global_step
     saved = f"checkpoint saved as {record.files.checkpoint(step).name} in {location.shown}"
     if cut is None:
         record.write("preempted")
     else:
-        finish(config, prepared, record, metrics, location, cut)
         loss = metrics.get("eval_loss")
         judged = f", eval_loss {loss:.4f}" if isinstance(loss, float) else ""
         saved += (
@@ -260,7 +261,8 @@ def finish(
 ) -> None:
     """World rank 0 publishes final/, then writes all_results.json and run.json, then pushes and logs to the
     trackers; a stopped run's model (``cut``) is marked as such in final/, and is neither pushed nor logged: the
-    stop's window is short, and a rerun finishes the run."""
+    stop's window is short, and a rerun finishes the run. It takes the whole Config because it hands it on to the
+    push and the trackers (train/publish)."""
     files = record.files
     record.measured_sharding = prepared.sharding_facts()  # collectives: every rank, before rank 0 goes on alone
     prepared.trainer.gather_for_save()

@@ -26,16 +26,15 @@ from transformers.trainer_callback import PrinterCallback, ProgressCallback, Tra
 from train.common.console import jsonable, now, resolve_format
 from train.common.handoff import Handoff, global_batch
 from train.common.schedules import full_steps_between
-from train.config import Config
 from train.machine.sampler import Sampler
 from train.outputs.facts import RunFacts
 from train.outputs.runfiles import RunFiles
-from train.run.banner import TrainStart, banner_record, banner_text
+from train.run.banner import TrainStart
 from train.run.outcome import perplexity, real_tokens_per_second
 from train.run.startup import FIRST_STEP, STARTUP_EVENT, Startup, startup_text
 
 if TYPE_CHECKING:
-    from transformers import Trainer
+    from transformers import Trainer, TrainingArguments
 
 MIB = 1024 * 1024
 
@@ -138,8 +137,9 @@ class TrainingLog(TrainerCallback):
     Throughput is measured between consecutive step ends, leaving out the time spent evaluating and saving, so it
     shows training speed (data loading included). Real tokens per second come from the Trainer's exact count when
     ``include_num_input_tokens_seen`` is on, otherwise from the dataset's average real tokens per sample (the
-    ``facts``' ``tokens_per_sample``, which the job knows from tokenization). The banner needs ``config`` and the
-    ``facts``.
+    ``facts``' ``tokens_per_sample``, which the job knows from tokenization). ``banner``: the launch banner's record
+    and text once the Trainer says where training starts (train/run/banner.py ``banner``, the configuration, facts
+    and handoff bound); None: no banner.
     """
 
     startup: Startup | None = None  # the start-up's phases, said and recorded once, at the session's first step
@@ -152,7 +152,7 @@ class TrainingLog(TrainerCallback):
         output_dir: str | Path,
         log_format: str,
         facts: RunFacts | None = None,
-        config: Config | None = None,
+        banner: Callable[[TrainStart], tuple[dict[str, Any], str]] | None = None,
         stream: TextIO | None = None,
         handoff: Handoff | None = None,
     ) -> None:
@@ -160,7 +160,7 @@ class TrainingLog(TrainerCallback):
         self.log_format = log_format
         self.tokens_per_sample = facts.tokens_per_sample if facts is not None else None
         self.facts = facts
-        self.config = config
+        self.banner = banner
         self.stream = stream
         self.handoff = handoff
         self.gpus = Sampler(handoff.gpu_uuids if handoff else [])
@@ -192,11 +192,10 @@ class TrainingLog(TrainerCallback):
         if not state.is_world_process_zero:
             return
         self.gpus.start()
-        if self.config is not None and self.facts is not None:
+        if self.banner is not None:
             start = TrainStart(max_steps=state.max_steps, world_size=args.world_size, start_step=state.global_step)
-            record = banner_record(self.config, self.facts, self.handoff, start)
+            record, text = self.banner(start)
             append_record(self.output_dir, record)
-            text = banner_text(self.config, self.facts, record)
             print(text, file=self.stream or sys.stdout, flush=True)
 
     def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
@@ -328,13 +327,13 @@ def bars_drawn(log_format: str) -> bool:
         return False
 
 
-def configure_console(config: Config) -> str:
+def configure_console(log_format: str) -> str:
     """Resolve the console format; for JSON, silence the progress bars datasets, transformers and the hub draw on
     stderr (tokenizing, downloading, saving), so the output is JSON lines and real warnings. In text they stay, on
     a terminal or not: they end before training with a line of their own (what a captured log shows of a node's
     tokenizing); only the Trainer's bar, redrawn between the step lines, needs a terminal (:func:`bars_drawn`).
     Call once, early."""
-    log_format = resolve_format(config.launch.log_format)
+    log_format = resolve_format(log_format)
     if log_format == "json":
         import datasets
         import huggingface_hub.utils
@@ -347,36 +346,36 @@ def configure_console(config: Config) -> str:
 
 
 def callbacks(
-    config: Config, facts: RunFacts | None = None, handoff: Handoff | None = None, startup: Startup | None = None
+    training: TrainingArguments,
+    log_format: str,
+    facts: RunFacts | None = None,
+    handoff: Handoff | None = None,
+    startup: Startup | None = None,
+    banner: Callable[[TrainStart], tuple[dict[str, Any], str]] | None = None,
 ) -> list[TrainerCallback]:
-    """Our logging callbacks for this rank. ``facts``: what the job's data preparation counted (train_samples,
-    eval_samples, train_real_tokens, ...); without them the banner is skipped and tokens/s needs the Trainer's
-    count. ``startup``: the start-up's phases, recorded at the first step."""
-    log_format = resolve_format(config.launch.log_format)
-    log = TrainingLog(config.training.output_dir, log_format, facts=facts, config=config, handoff=handoff)
+    """Our logging callbacks for this rank, its log first. ``facts``: what the job's data preparation counted
+    (train_samples, eval_samples, train_real_tokens, ...); without them tokens/s needs the Trainer's count.
+    ``startup``: the start-up's phases, recorded at the first step; ``banner``: :class:`TrainingLog`'s."""
+    log_format = resolve_format(log_format)
+    log = TrainingLog(training.output_dir, log_format, facts=facts, banner=banner, handoff=handoff)
     log.startup = startup
     found: list[TrainerCallback] = [log]
-    if bars_drawn(log_format) and not config.training.disable_tqdm:
+    if bars_drawn(log_format) and not training.disable_tqdm:
         found.append(QuietProgress())
     return found
 
 
-def attach(
-    trainer: Trainer,
-    config: Config,
-    facts: RunFacts | None = None,
-    handoff: Handoff | None = None,
-    startup: Startup | None = None,
-) -> TrainingLog:
-    """Replace the Trainer's console output with ours and route TensorBoard events to ``output_dir/logs``; the
-    log it adds (whose evaluations run.json keeps as the quality curve).
+def attach(trainer: Trainer, added: list[TrainerCallback]) -> TrainingLog:
+    """Replace the Trainer's console output with ours (``added``: :func:`callbacks`) and route TensorBoard events
+    to the log's ``output_dir/logs``; the log (whose evaluations run.json keeps as the quality curve).
 
     The Trainer always installs either a progress bar that also prints each log dict to stdout, or (with
     ``disable_tqdm``) a printer of those dicts; both would interleave with our JSON lines, so both go.
     """
+    log = added[0]
+    assert isinstance(log, TrainingLog)
     trainer.remove_callback(ProgressCallback)
     trainer.remove_callback(PrinterCallback)
-    added = callbacks(config, facts, handoff, startup)
     for callback in added:
         trainer.add_callback(callback)
     from transformers.integrations import TensorBoardCallback
@@ -384,8 +383,6 @@ def attach(
     for callback in trainer.callback_handler.callbacks:
         # TENSORBOARD_LOGGING_DIR, when set, already chose the directory; otherwise the Trainer would pick runs/<date>
         if isinstance(callback, TensorBoardCallback) and callback.logging_dir is None:
-            callback.logging_dir = str(RunFiles(config.training.output_dir).logs)
-    log = added[0]
-    assert isinstance(log, TrainingLog)
+            callback.logging_dir = str(RunFiles(log.output_dir).logs)
     log.steps_cost = getattr(trainer, "steps_cost", None)
     return log

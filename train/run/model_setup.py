@@ -42,7 +42,7 @@ from train.common import distributed
 from train.common.console import first_few, warn
 from train.common.errors import ConfigError
 from train.common.handoff import Handoff
-from train.config import Config
+from train.config import AdaptingArguments, DataArguments, LaunchArguments, ModelArguments
 from train.model.head import freeze, freeze_what_the_loss_never_reaches, use_masked_only_head
 from train.model.load import check_positions, load_model
 from train.model.memory import choose_sharding, ddp_estimate
@@ -67,16 +67,31 @@ class RankModel:
     setup_bytes: int | None = None  # this rank's growth in resident memory while the model was set up
 
 
+@dataclass(frozen=True)
+class Blueprint:
+    """What every rank builds its model from beside the options, found before the model (train/run/build.py)."""
+
+    arch: Any | None  # the architecture trained from scratch (train/model/load.py scratch_config), or None
+    tokenizer: Any
+    model_config: Any | None  # a pretrained model's config, checked before the data (check_before_data), or None
+    resume: Path | None  # the checkpoint this rank resumes from: a mode it was written in is kept
+
+
 def set_up_model(
-    config: Config, arch: Any | None, tokenizer: Any, model_config: Any | None, resume: Path | None
+    model: ModelArguments,
+    data: DataArguments,
+    adapting: AdaptingArguments,
+    launch: LaunchArguments,
+    training: TrainingArguments,
+    blueprint: Blueprint,
 ) -> RankModel:
     """This rank's model, unsharded (:func:`shard_for_training` shards it once the collator and the budget have seen
     it): the module docstring's rule when it may be sharded, else every rank builds its own and decides alike."""
     with _growth() as measured:
-        if not _rank_zero_first(config):
-            built = _built_here(config, arch, tokenizer, model_config, resume)
+        if not _rank_zero_first(launch, model):
+            built = _built_here(model, data, adapting, launch, training, blueprint)
         else:
-            built = _from_rank_zero(config, arch, tokenizer, model_config, resume)
+            built = _from_rank_zero(model, data, adapting, launch, training, blueprint)
     built.setup_bytes = measured[0]
     return built
 
@@ -102,39 +117,40 @@ def shard_for_training(built: RankModel, training: TrainingArguments) -> Any:
     return sharded
 
 
-def _rank_zero_first(config: Config) -> bool:
+def _rank_zero_first(launch: LaunchArguments, model: ModelArguments) -> bool:
     """Whether rank 0 builds first and the others may build on meta: more than one rank, a mode that may be fsdp,
     and a config class every rank can unpickle."""
-    return (
-        distributed.several_ranks()
-        and config.launch.sharding in ("fsdp", "auto")
-        and not config.model.trust_remote_code
-    )
+    return distributed.several_ranks() and launch.sharding in ("fsdp", "auto") and not model.trust_remote_code
 
 
 def _built_here(
-    config: Config, arch: Any | None, tokenizer: Any, model_config: Any | None, resume: Path | None
+    model: ModelArguments,
+    data: DataArguments,
+    adapting: AdaptingArguments,
+    launch: LaunchArguments,
+    training: TrainingArguments,
+    blueprint: Blueprint,
 ) -> RankModel:
     """Rank 0's build (and every rank's when :func:`_rank_zero_first` is false): loaded, the head probed and
     applied, what the loss never reaches frozen, the mode decided."""
-    model, head_weights = load_model(config.model, config.data, arch, tokenizer, model_config)
-    head = _with_head(config, model)
-    unreached = freeze_what_the_loss_never_reaches(model)
+    module, head_weights = load_model(model, data, blueprint.arch, blueprint.tokenizer, blueprint.model_config)
+    head = _with_head(model, module)
+    unreached = freeze_what_the_loss_never_reaches(module)
     _say_frozen(unreached)
-    freeze_layers(config, model)  # before DDP wraps it: DDP leaves out what does not train
-    mode, choice, estimate = decide_sharding(config, model, resume)
-    return RankModel(model, head, head_weights, mode, choice, estimate)
+    freeze_layers(adapting, module)  # before DDP wraps it: DDP leaves out what does not train
+    mode, choice, estimate = decide_sharding(module, blueprint.resume, launch, training, adapting, data.max_seq_length)
+    return RankModel(module, head, head_weights, mode, choice, estimate)
 
 
-def _with_head(config: Config, model: Any) -> str:
-    """The masked-only head when it is asked for and this model takes it (an explicit ask that cannot be kept is a
-    ConfigError; the default falls back to the dense head with a warning)."""
-    if not config.model.masked_only_head:
+def _with_head(model: ModelArguments, module: Any) -> str:
+    """The masked-only head when it is asked for and this model (``module``) takes it (an explicit ask that cannot be
+    kept is a ConfigError; the default falls back to the dense head with a warning)."""
+    if not model.masked_only_head:
         return "dense"
     try:
-        use_masked_only_head(model)
+        use_masked_only_head(module)
     except ConfigError as exc:
-        if "masked_only_head" in config.sources:  # asked for explicitly: say it cannot be done
+        if "masked_only_head" in model.sources:  # asked for explicitly: say it cannot be done
             raise
         warn(f"{exc}; training with the dense head")
         return "dense"
@@ -148,13 +164,18 @@ def _say_frozen(unreached: list[str]) -> None:
 
 
 def _from_rank_zero(
-    config: Config, arch: Any | None, tokenizer: Any, model_config: Any | None, resume: Path | None
+    model: ModelArguments,
+    data: DataArguments,
+    adapting: AdaptingArguments,
+    launch: LaunchArguments,
+    training: TrainingArguments,
+    blueprint: Blueprint,
 ) -> RankModel:
     """The module docstring's steps 1-3."""
     sent: list[Any] = [None]
     if distributed.is_world_zero():
         try:
-            built = _built_here(config, arch, tokenizer, model_config, resume)
+            built = _built_here(model, data, adapting, launch, training, blueprint)
         except ConfigError as exc:
             sent[0] = {"error": str(exc)}
             dist.broadcast_object_list(sent, src=0)
@@ -170,17 +191,17 @@ def _from_rank_zero(
         raise ConfigError(received["error"])
     facts = {name: received[name] for name in _FACTS}
     if received["sharding"] != "fsdp":  # every rank keeps its own replica: built as a DDP run builds it
-        built = _built_here(config, arch, tokenizer, model_config, resume)
+        built = _built_here(model, data, adapting, launch, training, blueprint)
         return dataclasses.replace(built, **facts)  # rank 0's words: the same decision
-    model = _on_meta(received["config"])
-    check_positions(config.data, model.config)
+    module = _on_meta(received["config"])
+    check_positions(data, module.config)
     if received["head"] == "masked-only":
-        use_masked_only_head(model, probe=False)  # rank 0 probed the same architecture
-    freeze(model, received["frozen"])
+        use_masked_only_head(module, probe=False)  # rank 0 probed the same architecture
+    freeze(module, received["frozen"])
     _say_frozen(received["frozen"])
-    if _tensors(model) != received["tensors"]:
-        raise RuntimeError("the model built on the meta device differs from rank 0's: " + _difference(model, received))
-    return RankModel(model, on_meta=True, **facts)
+    if _tensors(module) != received["tensors"]:
+        raise RuntimeError("the model built on the meta device differs from rank 0's: " + _difference(module, received))
+    return RankModel(module, on_meta=True, **facts)
 
 
 def _on_meta(model_config: Any) -> Any:
@@ -206,19 +227,24 @@ def _difference(model: Any, received: dict[str, Any]) -> str:
     return f"{len(mine)} tensors here, {len(theirs)} on rank 0"
 
 
-def decide_sharding(config: Config, model: Any, resume: Path | None) -> tuple[str, str, dict[str, int]]:
-    """The mode this run trains with (MLM_SHARDING; ``auto`` from DDP's estimate for the built model against the
+def decide_sharding(
+    model: Any,
+    resume: Path | None,
+    launch: LaunchArguments,
+    training: TrainingArguments,
+    adapting: AdaptingArguments,
+    max_seq_length: int,
+) -> tuple[str, str, dict[str, int]]:
+    """The mode this run trains with (MLM_SHARDING; ``auto`` from DDP's estimate for the built ``model`` against the
     smallest GPU the launcher handed over, or a resumed checkpoint's own mode), checked for what fsdp refuses, the
     words that say why, and DDP's estimate."""
     handoff = Handoff.from_environ()
     gpu_memory = handoff.gpu_memory_bytes if handoff is not None else None
-    estimate = ddp_estimate(model, config.training, config.data.max_seq_length)
-    requested = config.launch.sharding
-    mode, words = choose_sharding(
-        requested, estimate, gpu_memory, config.training.world_size, resumed_mode(config, resume)
-    )
+    estimate = ddp_estimate(model, training, max_seq_length)
+    requested = launch.sharding
+    mode, words = choose_sharding(requested, estimate, gpu_memory, training.world_size, resumed_mode(launch, resume))
     if requested == "auto":
-        check_sharding(config, mode)
+        check_sharding(launch, training, adapting, mode)
     return mode, words, estimate
 
 

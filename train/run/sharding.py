@@ -35,7 +35,7 @@ from torch.distributed.checkpoint.state_dict import (
 from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.fsdp import FSDPModule, MixedPrecisionPolicy, fully_shard
 from torch.distributed.tensor import DTensor
-from transformers import TrainerCallback
+from transformers import TrainerCallback, TrainingArguments
 from transformers.modeling_layers import GradientCheckpointingLayer
 from transformers.trainer import OPTIMIZER_NAME, SCHEDULER_NAME
 
@@ -43,7 +43,7 @@ from train.borrowed.accelerate import give_no_sync, leave_unwrapped
 from train.common import distributed
 from train.common.errors import ConfigError
 from train.common.safe_dcp import SafeFileSystemReader, SafeFileSystemWriter, SafeLoadPlanner
-from train.config import Config
+from train.config import AdaptingArguments, LaunchArguments
 from train.config.model_source import SHARDED_WEIGHTS
 from train.run.adapting import adapting_options
 from train.run.trainer import MLMTrainer
@@ -53,18 +53,20 @@ OPTIMIZER_DIR = "optimizer_dcp"  # in a checkpoint: .metadata, .metadata.pt and 
 MODEL_DIR = SHARDED_WEIGHTS  # the same for the weights: an fsdp checkpoint's only copy of them
 
 
-def check_sharding(config: Config, mode: str | None = None) -> None:
+def check_sharding(
+    launch: LaunchArguments, training: TrainingArguments, adapting: AdaptingArguments, mode: str | None = None
+) -> None:
     """ConfigError, naming MLM_SHARDING, for what fsdp cannot run with (yet): before any data is read when it is set,
     once the model is built when ``auto`` chose it (``mode``)."""
-    training = config.training
-    if (mode or config.launch.sharding) != "fsdp":
+    if (mode or launch.sharding) != "fsdp":
         if training.fsdp:  # accelerate gives CPU ranks DDP under it without a word; GPU ranks another FSDP than ours
             raise ConfigError(
-                f"{config.source_of('fsdp')}: the Trainer's own FSDP is not used by this job; "
+                # every section knows where each option was set, the Trainer's own fsdp too
+                f"{launch.source_of('fsdp')}: the Trainer's own FSDP is not used by this job; "
                 "set MLM_SHARDING=fsdp to shard the model (and leave fsdp/fsdp_config unset)"
             )
         return
-    option = f"{config.source_of('sharding')}={config.launch.sharding}"
+    option = f"{launch.source_of('sharding')}={launch.sharding}"
     if training.fp16:
         # accelerate's GradScaler would look for inf/NaN in each rank's shard alone and the ranks could disagree
         raise ConfigError(f"{option}: fp16 is not supported under fsdp; use bf16 or fp32")
@@ -73,8 +75,8 @@ def check_sharding(config: Config, mode: str | None = None) -> None:
         raise ConfigError(f"{option}: leave the Trainer's fsdp/fsdp_config unset; MLM_SHARDING shards the model")
     if training.load_best_model_at_end:
         raise ConfigError(f"{option}: load_best_model_at_end is not supported under fsdp yet")
-    for name in adapting_options(config):  # frozen parameters and a head's own group are untried on shards
-        raise ConfigError(f"{option}: {config.source_of(name)} is not supported under fsdp yet; use ddp")
+    for name in adapting_options(adapting):  # frozen parameters and a head's own group are untried on shards
+        raise ConfigError(f"{option}: {adapting.source_of(name)} is not supported under fsdp yet; use ddp")
 
 
 def written_in(checkpoint: Path) -> str | None:
@@ -84,17 +86,17 @@ def written_in(checkpoint: Path) -> str | None:
     return "ddp" if (checkpoint / OPTIMIZER_NAME).exists() else None
 
 
-def resumed_mode(config: Config, checkpoint: Path | None) -> str | None:
+def resumed_mode(launch: LaunchArguments, checkpoint: Path | None) -> str | None:
     """The mode a resume of ``checkpoint`` must train in (its own), or None when any will do; ConfigError naming
     MLM_SHARDING when it is set to the other one: a ddp checkpoint holds no sharded optimizer, an fsdp one no
     optimizer.pt (the Trainer would go on without its optimizer state, silently)."""
     written = written_in(checkpoint) if checkpoint is not None else None
-    requested = config.launch.sharding
+    requested = launch.sharding
     if written is None or requested in ("auto", written):
         return written
     assert checkpoint is not None
     raise ConfigError(
-        f"{config.source_of('sharding')}={requested}: {checkpoint.name} was written under {written}; resume it with "
+        f"{launch.source_of('sharding')}={requested}: {checkpoint.name} was written under {written}; resume it with "
         f"MLM_SHARDING={written} (or auto), or start over with MLM_RESUME=never"
     )
 
