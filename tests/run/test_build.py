@@ -13,8 +13,9 @@ from train.data.identity import data_identity
 from train.outputs.checkpoints import DATA_IDENTITY, resumed_options
 from train.outputs.marker import mark_complete
 from train.outputs.runfiles import RunFiles
-from train.run.build import prepare, resumed_data
+from train.run.build import prepare
 from train.run.callbacks import CheckpointCompleteMarker
+from train.run.resuming import resumed_data
 
 TINY = "n_layers=1,n_heads=2,dim=16,hidden_dim=32"
 

@@ -8,7 +8,7 @@ import contextlib
 import copy
 import os
 import uuid
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -18,23 +18,23 @@ from transformers import TrainingArguments
 
 from train.borrowed.transformers_models import attn_implementation
 from train.common import distributed
-from train.common.console import say, warn
-from train.common.errors import ConfigError
+from train.common.console import say
 from train.common.handoff import Handoff
 from train.common.hf import cache_root
 from train.common.phase import PhaseFacts
-from train.config import CheckpointArguments, Config, env_name
+from train.config import Config, DataArguments, ModelArguments
 from train.data import (
     Corpus,
     Padding,
+    RawData,
     StreamPosition,
     build_corpus,
     check_stream_parts,
     load_raw,
     stream_training_overrides,
 )
-from train.data.identity import changes
 from train.data.mixture import as_record
+from train.model.collator import MaskingCollator
 from train.model.companions import check_companions, companion_directory, keep_sentence_transformers
 from train.model.load import (
     attention_implementation,
@@ -45,10 +45,10 @@ from train.model.load import (
     trains_its_tokenizer,
 )
 from train.model.tokenizer_training import agree_on_tokenizer
-from train.outputs.branch import BranchPoint, is_branch_point
-from train.outputs.checkpoints import DATA_IDENTITY, kept_global_batch, resumed_options, saved_options, saved_world_size
+from train.outputs.branch import BranchPoint
+from train.outputs.checkpoints import DATA_IDENTITY, resumed_options, saved_world_size
 from train.outputs.facts import Masking, ModelFacts, Packing, RunFacts, Sharding
-from train.outputs.runfiles import RunFiles, step_of
+from train.outputs.runfiles import RunFiles
 from train.run.adapting import check_adapting, drift_batch, head_training
 from train.run.batches import (
     argmax_logits,
@@ -64,19 +64,17 @@ from train.run.branching import (
     BranchLearningRate,
     PhaseEnd,
     learning_rate_ratio,
-    phase_of_launch,
-    phase_starts,
-    say_other_data,
 )
 from train.run.budget import TimeBudget
 from train.run.budget_evaluation import EvaluationSizer
 from train.run.callbacks import CheckpointCompleteMarker, DivergenceGuard, EpochForCollator
 from train.run.model_setup import Blueprint, set_up_model, shard_for_training
 from train.run.preemption import StopOnSignal
-from train.run.sharding import ShardedTrainer, StateBytes, check_sharding, resumed_mode, sharding_facts
+from train.run.resuming import ResumePoint, resume_point
+from train.run.sharding import ShardedTrainer, StateBytes, check_sharding, sharding_facts
 from train.run.startup import Startup
 from train.run.trainer import MLMTrainer, losses_are_batch_means
-from train.run.trainer_settings import TrainerSettings, evaluation_collator, mask_rates, resumed_stream
+from train.run.trainer_settings import HeadTraining, TrainerSettings, evaluation_collator, mask_rates, resumed_stream
 
 
 @dataclass(frozen=True)
@@ -176,109 +174,52 @@ def prepare(
     ``startup`` gets each phase's end (train/run/startup.py). It takes the whole Config: it assembles the rank."""
     training = config.training
     mark = startup.mark if startup is not None else lambda phase, note=None: None
-    padding = Padding(config.data.padding)
     stopper = StopOnSignal()  # first: a stop while the data is prepared (or a checkpoint downloads) is exit 75
-    check_sharding(config.launch, training, config.adapting)
-    check_batch_warmup(config.schedule, config.data)
-    arch = scratch_config(config.model)
-    check_adapting(config.adapting, config.model, scratch=arch is not None)
-    model_config = check_before_data(config.model, config.data, arch)
-    companions = None if arch is not None else companion_directory(config.model.model_name_or_path)
-    check_companions(companions)  # a handed-over model's files final/ will keep: checked before the data
-    if model_config is not None and padding.isolates:  # refused before the data, where the config is known
-        check_isolation(config.data, model_config, attention_implementation(config.model, model_config))
+    checked = check_before_reading(config)
     shared = cache_shared_with_rank_0(training)
-    trained = trains_its_tokenizer(config.model, arch)
     mark("checks")
     with training.main_process_first(local=not shared, desc="preparing data"):
         raw = load_raw(config.data, training)
         mark("reading data")
-        # A named one: checked before resume.
-        tokenizer = None if trained else load_tokenizer(config.model, config.data, raw, arch)
+        tokenizer = named_tokenizer(config.model, config.data, raw, checked.arch)  # a named one: checked before resume
     mark("tokenizer")
-    resume = choose_resume()
-    data_changed = None
-    recorded_branch = BranchPoint.read(files)
-    branch, phase = is_branch_point(recorded_branch, resume), phase_of_launch()
-    # A branch's or a phase's first start: other data and batch options than the checkpoint's, by design.
-    by_design = branch.line() if branch else phase.line() if phase and phase_starts(resume, phase) else None
-    resumed_step = step_of(Path(resume)) if resume else 0
-    if phase is not None and resumed_step < phase.start:
-        # The newest checkpoint, which the launcher started this phase by, was set aside as unusable: the one left
-        # is an earlier phase's, whose options are not this launch's.
-        raise ConfigError(
-            f"{phase.line()}: the checkpoint to resume from is at step {resumed_step}, before this phase (a newer "
-            "one was set aside as unusable); run the same command again: the phase it belongs to resumes from it"
-        )
-    if resume:
-        if by_design:
-            say_other_data(resume, raw.identity, by_design)
-        else:
-            data_changed = resumed_data(config.checkpoint, Path(resume), raw.identity)  # refused unless asked for
-            keep_the_global_batch(training, config.sources, Path(resume))
-        resumed_mode(config.launch, Path(resume))  # a mode set against the checkpoint's own: refused before tokenizing
+    point = resume_point(config, files, choose_resume(), raw.identity)
     mark("resume")
     if tokenizer is None:  # trained: the checkpoint's when resuming, world rank 0's on every node
         with training.main_process_first(local=not shared, desc="training the tokenizer"):
-            tokenizer = load_tokenizer(config.model, config.data, raw, arch, resume)
+            tokenizer = load_tokenizer(config.model, config.data, raw, checked.arch, point.resume)
         tokenizer = agree_on_tokenizer(tokenizer)
         mark("tokenizer")
     with training.main_process_first(local=not shared, desc="tokenizing"):
         corpus = build_corpus(config.data, raw, tokenizer, training.process_index, training.world_size, training.seed)
     check_stream_parts(config.data, corpus)  # a collective: after main_process_first, where every rank has its part
     mark("tokenizing", {None: "streamed", True: "cached", False: "not cached"}[corpus.cached])
-    blueprint = Blueprint(arch, tokenizer, model_config, Path(resume) if resume else None)
+    resume = Path(point.resume) if point.resume else None
+    blueprint = Blueprint(checked.arch, tokenizer, checked.model_config, resume)
     built = set_up_model(config.model, config.data, config.adapting, config.launch, training, blueprint)
     # the collator prepares the model when documents are kept apart
     collator = masking_collator(config.data, config.masking, config.model, training.seed, tokenizer, built.model)
-    evaluating = corpus.validation is not None and training.eval_strategy != "no"
-    guard = DivergenceGuard()
-    held_out, scratch = corpus.validation if evaluating else None, arch is not None
+    held_out = corpus.validation if corpus.validation is not None and training.eval_strategy != "no" else None
     budget = time_budget(
         built.model, held_out, stopper, training, config.schedule.decay_ratio, config.launch.stop_timeout
     )
     model = shard_for_training(built, training)
     mark("model")
-    trainer_class = ShardedTrainer if built.sharding == "fsdp" else MLMTrainer
+    scratch = checked.arch is not None
+    head = head_training(config.adapting, model, scratch, built.head_weights is not None)
+    drift = drift_batch(model, held_out, tokenizer.pad_token_id, scratch)
+    settings = settings_for(config, corpus, collator, point, head, drift)
     state_bytes = StateBytes()
-    position, stream_part = resumed_stream(training, config.data, corpus, resume)
-    settings = TrainerSettings(
-        eval_collator=evaluation_collator(config.masking, collator),
-        eval_parts=corpus.validation_parts,
-        decay_ratio=config.schedule.decay_ratio,
-        mask_rates=mask_rates(config.masking),
-        batch_warmup=batch_warmup(config.schedule, training),
-        phase=phase,
-        head=head_training(config.adapting, model, scratch, built.head_weights is not None),
-        drift_batch=drift_batch(model, held_out, tokenizer.pad_token_id, scratch),
-        stream_position=position,
-        stream_part=stream_part,
-    )
-    trainer = trainer_class(
+    trainer = (ShardedTrainer if built.sharding == "fsdp" else MLMTrainer)(
         model=model,
         args=trainer_arguments(training, corpus),
         train_dataset=corpus.train,
         eval_dataset=corpus.validation,
         data_collator=collator,
         processing_class=tokenizer,
-        compute_metrics=masked_accuracy if evaluating else None,
-        preprocess_logits_for_metrics=argmax_logits if evaluating else None,
-        # StreamPosition before the marker: a checkpoint is complete once the streams' positions are in it.
-        callbacks=[
-            EpochForCollator(collator),
-            *([StreamPosition()] if corpus.streaming else []),
-            CheckpointCompleteMarker(
-                files,
-                {
-                    **resumed_options(config.as_dict(redact=True), config.training.world_size),
-                    DATA_IDENTITY: raw.identity,
-                    PHASE_KEY: phase.index if phase else None,
-                },
-            ),
-            state_bytes,
-            BranchLearningRate(learning_rate_ratio(training.learning_rate, branch)),
-            *([PhaseEnd(phase)] if phase else []),
-        ],
+        compute_metrics=masked_accuracy if held_out is not None else None,
+        preprocess_logits_for_metrics=argmax_logits if held_out is not None else None,
+        callbacks=[*trainer_callbacks(config, files, collator, corpus, raw.identity, point), state_bytes],
         settings=settings,
     )
     if budget is not None:
@@ -287,15 +228,97 @@ def prepare(
     losses_are_batch_means(trainer)
     masking, packing_facts = batch_facts(config.masking, config.data, training, collator, corpus)
     warmup = settings.batch_warmup  # in tokens too where every row is a packed block of max_seq_length
-    warmup_facts = warmup.record(config.data.max_seq_length if padding.packs else None) if warmup else None
+    packs = Padding(config.data.padding).packs
+    warmup_facts = warmup.record(config.data.max_seq_length if packs else None) if warmup else None
     mark("trainer")
     return Prepared(
-        trainer=trainer, tokenizer=tokenizer, corpus=corpus, stopper=stopper, guard=guard, head=built.head,
-        head_weights=built.head_weights, masking=masking, packing=packing_facts, resume=resume, budget=budget,
-        sharding=built.sharding, sharding_choice=built.choice, ddp_estimate=built.estimate, state_bytes=state_bytes,
-        setup_bytes=built.setup_bytes, data_identity=raw.identity, data_changed=data_changed,
-        companions=companions, branch=recorded_branch, phase=phase, batch_warmup=warmup_facts,
+        trainer=trainer, tokenizer=tokenizer, corpus=corpus, stopper=stopper, guard=DivergenceGuard(),
+        head=built.head, head_weights=built.head_weights, masking=masking, packing=packing_facts,
+        resume=point.resume, budget=budget, sharding=built.sharding, sharding_choice=built.choice,
+        ddp_estimate=built.estimate, state_bytes=state_bytes, setup_bytes=built.setup_bytes,
+        data_identity=raw.identity, data_changed=point.data_changed, companions=checked.companions,
+        branch=point.recorded_branch, phase=point.phase, batch_warmup=warmup_facts,
     )  # fmt: skip
+
+
+@dataclass(frozen=True)
+class Checked:
+    """What the checks before any data found (:func:`check_before_reading`)."""
+
+    arch: Any | None  # the architecture trained from scratch (train/model/load.py scratch_config), or None
+    model_config: Any | None  # a pretrained model's config, checked before the data, or None
+    companions: Path | None  # a pretrained model's files beside its encoder (train/model/companions.py), or None
+
+
+def check_before_reading(config: Config) -> Checked:
+    """Every check that needs no data, before any is read, so that bad input costs seconds and leaves output_dir
+    as it was: the sharding, batch warm-up and adapting options, the model's config and weights, a handed-over
+    model's companion files, and documents kept apart where the config says the attention cannot."""
+    check_sharding(config.launch, config.training, config.adapting)
+    check_batch_warmup(config.schedule, config.data)
+    arch = scratch_config(config.model)
+    check_adapting(config.adapting, config.model, scratch=arch is not None)
+    model_config = check_before_data(config.model, config.data, arch)
+    companions = None if arch is not None else companion_directory(config.model.model_name_or_path)
+    check_companions(companions)  # a handed-over model's files final/ will keep: checked before the data
+    if model_config is not None and Padding(config.data.padding).isolates:  # where the config is known
+        check_isolation(config.data, model_config, attention_implementation(config.model, model_config))
+    return Checked(arch, model_config, companions)
+
+
+def named_tokenizer(model: ModelArguments, data: DataArguments, raw: RawData, arch: Any | None) -> Any | None:
+    """The tokenizer the options name (or the pretrained model's), loaded; None where the run trains its own,
+    which waits for the resume point (a resumed run's is its checkpoint's)."""
+    if trains_its_tokenizer(model, arch):
+        return None
+    return load_tokenizer(model, data, raw, arch)
+
+
+def settings_for(
+    config: Config,
+    corpus: Corpus,
+    collator: MaskingCollator,
+    point: ResumePoint,
+    head: HeadTraining,
+    drift: dict[str, Any] | None,
+) -> TrainerSettings:
+    """The Trainer's settings (train/run/trainer_settings.py) for this rank's corpus, collator and resume point;
+    ``head``: how the MLM head trains, ``drift``: the held-out rows the encoder's drift is measured on."""
+    training = config.training
+    position, stream_part = resumed_stream(training, config.data, corpus, point.resume)
+    return TrainerSettings(
+        eval_collator=evaluation_collator(config.masking, collator),
+        eval_parts=corpus.validation_parts,
+        decay_ratio=config.schedule.decay_ratio,
+        mask_rates=mask_rates(config.masking),
+        batch_warmup=batch_warmup(config.schedule, training),
+        phase=point.phase,
+        head=head,
+        drift_batch=drift,
+        stream_position=position,
+        stream_part=stream_part,
+    )
+
+
+def trainer_callbacks(
+    config: Config, files: RunFiles, collator: MaskingCollator, corpus: Corpus, identity: Any, point: ResumePoint
+) -> list[Any]:
+    """The job's own callbacks on the Trainer: the collator's epoch, a stream's positions, the checkpoint's
+    completeness marker (with the options, the data's ``identity`` and the phase it records), a branch's learning
+    rate and a phase's end. StreamPosition before the marker: a checkpoint is complete once the streams' positions
+    are in it."""
+    recorded = {
+        **resumed_options(config.as_dict(redact=True), config.training.world_size),
+        DATA_IDENTITY: identity,
+        PHASE_KEY: point.phase.index if point.phase else None,
+    }
+    return [
+        EpochForCollator(collator),
+        *([StreamPosition()] if corpus.streaming else []),
+        CheckpointCompleteMarker(files, recorded),
+        BranchLearningRate(learning_rate_ratio(config.training.learning_rate, point.branch)),
+        *([PhaseEnd(point.phase)] if point.phase else []),
+    ]
 
 
 def time_budget(
@@ -310,42 +333,6 @@ def time_budget(
     batches = -(-len(held_out) // per_pass) if held_out is not None else 0
     weights_mb = sum(p.numel() * p.element_size() for p in model.parameters()) / 1e6
     return TimeBudget(handoff, batches, 3 * weights_mb, decay_ratio, stopper, stop_timeout)
-
-
-def resumed_data(options: CheckpointArguments, checkpoint: Path, identity: dict[str, Any]) -> list[str] | None:
-    """What changed in the data since ``checkpoint`` was saved (train/data/identity.py): refused (ConfigError) unless
-    MLM_RESUME_ON_CHANGED_DATA, then said and returned for run.json and the card; None when nothing changed."""
-    changed, notes = changes(saved_options(checkpoint).get(DATA_IDENTITY), identity)
-    if distributed.is_world_zero():
-        for note in notes:
-            warn(f"resuming from {checkpoint.name}: {note}")
-    if not changed:
-        return None
-    option = options.source_of("resume_on_changed_data")
-    said = "; ".join(changed[:5]) + (f"; and {len(changed) - 5} more" if len(changed) > 5 else "")
-    if not options.resume_on_changed_data:
-        raise ConfigError(
-            f"{checkpoint.name} was saved while training on other data ({said}); the resume is refused: restore the "
-            f"data, start over in another output_dir, or set {env_name('resume_on_changed_data')}=true to resume "
-            "on the data as it is now"
-        )
-    if distributed.is_world_zero():
-        warn(f"{option}=true: resuming from {checkpoint.name} on changed data ({said}); run.json and the card say so")
-    return changed
-
-
-def keep_the_global_batch(training: TrainingArguments, sources: Mapping[str, str], checkpoint: Path) -> None:
-    """Resumed on another world size, the run keeps the checkpoint's global batch by its gradient accumulation
-    (train/outputs/checkpoints.py kept_global_batch), before the Trainer reads it; every rank alike, rank 0 says so.
-    ``sources``: where the options were set (an accumulation the user set is kept, and said)."""
-    kept = kept_global_batch(training, sources, checkpoint)
-    if kept is None:
-        return
-    accumulation, line = kept
-    if accumulation is not None:
-        training.gradient_accumulation_steps = accumulation
-    if distributed.is_world_zero():
-        (say if accumulation is not None else warn)(line)
 
 
 def trainer_arguments(training: TrainingArguments, corpus: Corpus) -> TrainingArguments:
