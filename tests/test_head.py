@@ -1,5 +1,6 @@
 """The masked-only head (train/model/head.py), one rule for every architecture: the same loss and gradients as the
-model's dense head, no [batch, length, vocab] logits while training, and the saved model a standard masked LM.
+model's dense head, no [batch, length, vocab] logits while training or evaluating, the same predictions at the
+masked positions, and the saved model a standard masked LM.
 Tiny models built from configs (two layers, width 32): no hub, no files, about a second each."""
 
 from __future__ import annotations
@@ -73,12 +74,32 @@ def test_the_loss_is_not_just_any_number() -> None:
     assert not torch.isclose(loss_and_grads(model, inputs)[0], loss_and_grads(model, shifted)[0])
 
 
-def test_evaluation_keeps_the_full_logits() -> None:
+@pytest.mark.parametrize("kind", ARCHITECTURES)
+def test_evaluation_at_masked_positions_gives_the_dense_heads_loss_and_predictions(kind: str) -> None:
+    """Evaluating, the head projects the masked positions alone: the dense head's loss, and its argmax at exactly
+    the masked positions (what the masked-token accuracy reads), IGNORE_INDEX elsewhere."""
+    dense = tiny(kind)
+    sparse = copy.deepcopy(dense)
+    use_masked_only_head(sparse)
+    dense.eval()
+    sparse.eval()
+    inputs = batch()
+    masked = inputs["labels"] != -100
+    with torch.no_grad():
+        expected, got = dense(**inputs), sparse(**inputs)
+    torch.testing.assert_close(got.loss, expected.loss, rtol=1e-5, atol=1e-6)
+    assert got.logits.shape == inputs["labels"].shape and not got.logits.is_floating_point()
+    assert torch.equal(got.logits[masked], expected.logits.argmax(dim=-1)[masked])
+    assert (got.logits[~masked] == -100).all()
+
+
+def test_without_labels_the_model_gives_every_positions_logits() -> None:
     model = tiny("distilbert")
     use_masked_only_head(model)
     model.eval()
+    unlabelled = {k: v for k, v in batch().items() if k != "labels"}
     with torch.no_grad():
-        assert model(**batch()).logits.shape == (4, 12, VOCAB)
+        assert model(**unlabelled).logits.shape == (4, 12, VOCAB)
 
 
 def test_a_batch_without_masked_tokens_gives_zero_loss_not_nan() -> None:

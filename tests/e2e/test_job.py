@@ -84,6 +84,7 @@ def test_evaluate_scores_a_final_model_as_training_evaluated_it(finished_run: Pa
     trained = json.loads((finished_run / "all_results.json").read_text())
     assert results["world_size"] == int(ranks) and results["eval_samples"] == trained["eval_samples"]
     assert results["eval_loss"] == pytest.approx(trained["eval_loss"], rel=1e-6 if ranks == "1" else 1e-2)
+    assert results["head"] == "masked-only" and results["eval_samples_per_second"] > 0  # masked positions alone
     assert not (tmp_path / "scores" / "final").exists() and not list((tmp_path / "scores").glob("checkpoint-*"))
 
 

@@ -39,6 +39,7 @@ from train.outputs.location import output_location
 from train.outputs.verify import fetch
 from train.run.batches import argmax_logits, masked_accuracy, masking_collator
 from train.run.logs import bars_drawn
+from train.run.model_setup import with_head
 from train.run.trainer import MLMTrainer, losses_are_batch_means
 from train.run.trainer_settings import TrainerSettings, evaluation_settings
 
@@ -91,12 +92,14 @@ def refuse_architecture(model: ModelArguments) -> None:
 
 @dataclass(frozen=True)
 class Scoring:
-    """What evaluate scores, on what: the model as the user named it (``shown``) and as loaded, what its weights
-    lacked of the MLM head, its tokenizer and collator; the held-out text, tokenized (a mixture's also per source,
+    """What evaluate scores, on what: the model as the user named it (``shown``) and as loaded, the head its scores
+    went through (``head``: masked-only or dense, train/run/model_setup.py with_head), what its weights lacked of
+    the MLM head, its tokenizer and collator; the held-out text, tokenized (a mixture's also per source,
     as training tokenized it), and the dataset option it was held out of."""
 
     shown: str
     model: Any
+    head: str
     head_weights: str | None
     tokenizer: Any
     collator: MaskingCollator
@@ -142,7 +145,9 @@ def evaluate(
         "world_size": training.world_size,
         "dataset": scoring.dataset,
         "dataset_fingerprint": scoring.text.fingerprint,
+        "head": scoring.head,
         "head_weights": scoring.head_weights,
+        "eval_samples_per_second": metrics.get("eval_samples_per_second"),
         "eval_runtime": metrics.get("eval_runtime"),
         **({"eval_loss_by_source": {key: metrics[f"eval_{key}_loss"] for key in parts}} if parts else {}),
     }
@@ -178,8 +183,11 @@ def evaluated(config: Config) -> int:
         parts = held_out_parts(config.data, text, tokenizer)
         validation = joined(parts.values()) if parts else tokenize(config.data, text, tokenizer)["validation"]
     model, head_weights = load_model(config.model, config.data, None, tokenizer, model_config)
+    head = with_head(config.model, model, "evaluating")  # the masked positions alone, as training projects them
     collator = masking_collator(config.data, config.masking, config.model, training.seed, tokenizer, model)
-    scoring = Scoring(shown, model, head_weights, tokenizer, collator, text, validation, parts, config.data.dataset)
+    scoring = Scoring(
+        shown, model, head, head_weights, tokenizer, collator, text, validation, parts, config.data.dataset
+    )
     settings = evaluation_settings(config.masking, config.schedule.decay_ratio, collator, parts)
     log_format = config.launch.log_format
     results = evaluate(scoring, training, settings, log_format)

@@ -69,9 +69,9 @@ class ModelArguments(Section):
     )
     masked_only_head: bool = option(
         True,
-        "Compute the vocabulary projection only at masked positions while training (same loss, less compute; "
-        "every masked-LM whose head works position by position, checked before training); the saved model is "
-        "unchanged.",
+        "Compute the vocabulary projection only at masked positions while training and evaluating (same loss and "
+        "accuracy, less compute; every masked-LM whose head works position by position, checked before training); "
+        "the saved model is unchanged.",
     )
     attn_implementation: Literal["auto", "eager", "sdpa", "flash_attention_2", "flex_attention"] = option(
         "auto",

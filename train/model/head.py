@@ -1,4 +1,4 @@
-"""The masked-only head: while training, the vocabulary projection is computed at masked positions alone.
+"""The masked-only head: the vocabulary projection is computed at masked positions alone, training and evaluating.
 
 A masked-LM's loss only counts the masked positions (15 % of them by default), yet its head projects every
 position onto the whole vocabulary: for a BERT-base model the largest matrix product of a step. The rule here is
@@ -9,7 +9,11 @@ model's own forward does the rest (BERT's ``cls``, RoBERTa's and ESM's ``lm_head
 ALBERT's ``predictions``, DeBERTa's ``lm_predictions``, ModernBERT's ``head`` + ``decoder``...).
 
 The loss is the dense head's exactly: cross-entropy averaged over the masked positions, which are the only
-positions whose labels are not ignored. Evaluation (and anything without labels) uses the model's own forward.
+positions whose labels are not ignored. Evaluating (labels given, the model in eval mode), the output's ``logits``
+are the predicted ids instead, in the labels' shape, IGNORE_INDEX off the masked positions: what the masked-token
+accuracy reads (train/run/batches.py), without a [batch, length, vocabulary] tensor that evaluation would
+otherwise project every position into and keep. Anything without labels gets the model's own forward and its
+logits.
 The forward is replaced on this instance only, before DDP wraps it, so gradients still synchronise; the saved
 model is the unchanged architecture. What transformers lacks: only ModernBERT has it (``sparse_prediction``).
 """
@@ -51,8 +55,8 @@ def use_masked_only_head(model: Any, probe: bool = True) -> None:
     dense_forward = model.forward
 
     def forward(self: Any, input_ids: Any = None, attention_mask: Any = None, labels: Any = None, **kwargs: Any) -> Any:
-        if labels is None or not self.training:
-            return dense_forward(input_ids=input_ids, attention_mask=attention_mask, labels=labels, **kwargs)
+        if labels is None:
+            return dense_forward(input_ids=input_ids, attention_mask=attention_mask, **kwargs)
         selected = labels != IGNORE_INDEX
         handle = encoder.register_forward_hook(_cut_to(selected))
         try:
@@ -63,7 +67,11 @@ def use_masked_only_head(model: Any, probe: bool = True) -> None:
         if logits.shape[0] != int(selected.sum()):  # the head did not take the encoder's output as it came
             raise ConfigError(f"masked_only_head: not supported for {type(self).__name__}; set it false")
         loss = F.cross_entropy(logits.float(), labels[selected], reduction="sum") / selected.sum().clamp(min=1)
-        return MaskedLMOutput(loss=loss, logits=None)
+        if self.training:
+            return MaskedLMOutput(loss=loss, logits=None)
+        predicted = torch.full_like(labels, IGNORE_INDEX)  # evaluating: the ids the accuracy reads, where they count
+        predicted[selected] = logits.argmax(dim=-1)
+        return MaskedLMOutput(loss=loss, logits=predicted)
 
     model.forward = types.MethodType(forward, model)
     if probe:

@@ -33,8 +33,9 @@ def masked_accuracy(eval_pred: Any) -> dict[str, float]:
 
 
 def argmax_logits(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
-    """Keep predicted ids, not [batch, length, vocab] logits, across evaluation batches."""
-    return logits.argmax(dim=-1)
+    """Keep predicted ids, not [batch, length, vocab] logits, across evaluation batches; the masked-only head
+    (train/model/head.py) hands over the ids already."""
+    return logits if not logits.is_floating_point() else logits.argmax(dim=-1)
 
 
 def masking_collator(

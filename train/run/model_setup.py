@@ -134,7 +134,7 @@ def _built_here(
     """Rank 0's build (and every rank's when :func:`_rank_zero_first` is false): loaded, the head probed and
     applied, what the loss never reaches frozen, the mode decided."""
     module, head_weights = load_model(model, data, blueprint.arch, blueprint.tokenizer, blueprint.model_config)
-    head = _with_head(model, module)
+    head = with_head(model, module)
     unreached = freeze_what_the_loss_never_reaches(module)
     _say_frozen(unreached)
     freeze_layers(adapting, module)  # before DDP wraps it: DDP leaves out what does not train
@@ -142,9 +142,10 @@ def _built_here(
     return RankModel(module, head, head_weights, mode, choice, estimate)
 
 
-def _with_head(model: ModelArguments, module: Any) -> str:
+def with_head(model: ModelArguments, module: Any, doing: str = "training") -> str:
     """The masked-only head when it is asked for and this model (``module``) takes it (an explicit ask that cannot be
-    kept is a ConfigError; the default falls back to the dense head with a warning)."""
+    kept is a ConfigError; the default falls back to the dense head with a warning): "masked-only" or "dense".
+    Training and evaluate alike (``doing`` says which, in the warning)."""
     if not model.masked_only_head:
         return "dense"
     try:
@@ -152,7 +153,7 @@ def _with_head(model: ModelArguments, module: Any) -> str:
     except ConfigError as exc:
         if "masked_only_head" in model.sources:  # asked for explicitly: say it cannot be done
             raise
-        warn(f"{exc}; training with the dense head")
+        warn(f"{exc}; {doing} with the dense head")
         return "dense"
     return "masked-only"
 
