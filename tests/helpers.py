@@ -12,7 +12,7 @@ from typing import Any
 import torch
 from safetensors.torch import save_file
 
-from train.config import Config, load_config
+from train.config import Config, ScheduleArguments, load_config
 from train.outputs.marker import mark_complete
 from train.run.trainer_settings import HEAD_WITH_ENCODER, TrainerSettings
 
@@ -74,7 +74,7 @@ def trainer_settings(**given: Any) -> TrainerSettings:
     plain = TrainerSettings(
         eval_collator=None,
         eval_parts=None,
-        decay_ratio=0.2,
+        decay_ratio=ScheduleArguments.decay_ratio,
         mask_rates=None,
         batch_warmup=None,
         phase=None,
