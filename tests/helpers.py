@@ -70,7 +70,7 @@ def demo_config(**env: str) -> Config:
 
 def trainer_settings(**given: Any) -> TrainerSettings:
     """MLMTrainer's settings with nothing on - training's collator for evaluation, one held-out set, no rate or
-    batch schedule, no phase, no head apart, no drift, no resumed stream, the schema's decay ratio - but ``given``."""
+    batch schedule, no phase, no head apart, no drift, no resumed stream, no MFU, the schema's decay ratio - but ``given``."""
     plain = TrainerSettings(
         eval_collator=None,
         eval_parts=None,
@@ -82,5 +82,7 @@ def trainer_settings(**given: Any) -> TrainerSettings:
         drift_batch=None,
         stream_position=None,
         stream_part=None,
+        token_flops=None,
+        peak=None,
     )
     return dataclasses.replace(plain, **given)

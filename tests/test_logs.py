@@ -358,6 +358,8 @@ def test_text_line_format():
             "mlm_probability": 0.225,
             "tokens_per_second": 12345.6,
             "samples_per_second": 96.4,
+            "mfu": 0.4123,
+            "data_wait_share": 0.031,
             "gpus": [{"index": 0, "util_pct": 97, "mem_used_mib": 30720, "mem_total_mib": 81920}],
             "elapsed_s": 65,
             "eta_s": 3725,
@@ -365,7 +367,7 @@ def test_text_line_format():
     )
     assert line == (
         "[10:00:00] step 50/100 | epoch 0.50 | loss 2.5000 | lr 1.00e-04 | grad 1.25 | masking 22.5% | 12,346 tok/s | "
-        "96.4 samples/s | gpu0 97% 30.0/80 GiB | elapsed 1m05s eta 1h02m"
+        "96.4 samples/s | mfu 41.2% | data wait 3% | gpu0 97% 30.0/80 GiB | elapsed 1m05s eta 1h02m"
     )
 
 

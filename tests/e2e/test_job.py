@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import time
 from pathlib import Path
 from typing import Any
 
@@ -43,7 +44,9 @@ RUN_KEYS = {
 def finished_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
     output = tmp_path_factory.mktemp("run") / "out"
     # 2,000 samples (25 steps) are enough for the tiny model to learn the one demo sentence.
-    env = tiny_env(output, image_revision="abc123", hub_token="hf_canary_job_456", demo_samples="2000")
+    env = tiny_env(
+        output, image_revision="abc123", hub_token="hf_canary_job_456", demo_samples="2000", logging_steps="10"
+    )
     result = run_torchrun(env)
     assert result.returncode == 0, result.stderr[-3000:]
     return output
@@ -108,6 +111,35 @@ def test_results_and_run_facts(finished_run: Path) -> None:
     assert (banner["attention"], banner["head"]) == ("sdpa", "masked-only")
     text = (finished_run / "run.json").read_text()
     assert "hf_canary_job_456" not in text and facts["config"]["hub_token"] == "***"
+
+
+def test_training_records_say_where_the_time_went(finished_run: Path) -> None:
+    """MFU against the CPU's measured peak, the share spent waiting for batches, and how full the dynamically
+    padded batches were (train/run/diagnostics.py)."""
+    records = [json.loads(line) for line in (finished_run / "logs" / "train.jsonl").read_text().splitlines()]
+    steps = [r for r in records if r["event"] == "train"]
+    assert steps and all(0 < r["mfu"] <= 1 and 0 <= r["data_wait_share"] <= 1 for r in steps)
+    assert all(0 < r["packing_efficiency"] < 1 and r["tokens_per_second_per_rank"] > 0 for r in steps)
+
+
+def test_a_run_starved_of_data_says_so_in_one_line(
+    tmp_path: Path, job_in_process: Any, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A collator slower than the step (as a slow streamed source or a loader without workers is): one warning,
+    naming what to change."""
+    from train.model.collator import MaskingCollator
+
+    collate = MaskingCollator.__call__
+
+    def slowly(self: MaskingCollator, features: list[dict[str, Any]]) -> dict[str, torch.Tensor]:
+        time.sleep(0.05)
+        return collate(self, features)
+
+    monkeypatch.setattr(MaskingCollator, "__call__", slowly)
+    env = tiny_env(tmp_path / "out", max_steps="8", logging_steps="1", eval_strategy="no", dataloader_num_workers="0")
+    assert job_in_process(env) == 0
+    said = [line for line in capsys.readouterr().err.splitlines() if "waited for their next batch" in line]
+    assert len(said) == 1 and "MLM_DATALOADER_NUM_WORKERS" in said[0]
 
 
 def real_tokens_counted(output: Path) -> tuple[int, int]:

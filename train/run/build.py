@@ -68,6 +68,7 @@ from train.run.branching import (
 from train.run.budget import TimeBudget
 from train.run.budget_evaluation import EvaluationSizer
 from train.run.callbacks import CheckpointCompleteMarker, DivergenceGuard, EpochForCollator
+from train.run.diagnostics import TokenFlops, device_peak
 from train.run.model_setup import Blueprint, set_up_model, shard_for_training
 from train.run.preemption import StopOnSignal
 from train.run.resuming import ResumePoint, resume_point
@@ -206,9 +207,12 @@ def prepare(
     model = shard_for_training(built, training)
     mark("model")
     scratch = checked.arch is not None
-    head = head_training(config.adapting, model, scratch, built.head_weights is not None)
-    drift = drift_batch(model, held_out, tokenizer.pad_token_id, scratch)
-    settings = settings_for(config, corpus, collator, point, head, drift)
+    model_settings = ModelSettings(
+        head=head_training(config.adapting, model, scratch, built.head_weights is not None),
+        drift=drift_batch(model, held_out, tokenizer.pad_token_id, scratch),
+        flops=TokenFlops.of(built.model, built.head == "masked-only"),
+    )
+    settings = settings_for(config, corpus, collator, point, model_settings)
     state_bytes = StateBytes()
     trainer = (ShardedTrainer if built.sharding == "fsdp" else MLMTrainer)(
         model=model,
@@ -274,16 +278,22 @@ def named_tokenizer(model: ModelArguments, data: DataArguments, raw: RawData, ar
     return load_tokenizer(model, data, raw, arch)
 
 
+@dataclass(frozen=True)
+class ModelSettings:
+    """What the Trainer's settings take from the model: how its head trains (train/run/adapting.py), the held-out
+    rows its encoder's drift is measured on (None: not measured), the sizes its steps' FLOPs are counted from
+    (train/run/diagnostics.py; None: no MFU)."""
+
+    head: HeadTraining
+    drift: dict[str, Any] | None
+    flops: TokenFlops | None
+
+
 def settings_for(
-    config: Config,
-    corpus: Corpus,
-    collator: MaskingCollator,
-    point: ResumePoint,
-    head: HeadTraining,
-    drift: dict[str, Any] | None,
+    config: Config, corpus: Corpus, collator: MaskingCollator, point: ResumePoint, model: ModelSettings
 ) -> TrainerSettings:
-    """The Trainer's settings (train/run/trainer_settings.py) for this rank's corpus, collator and resume point;
-    ``head``: how the MLM head trains, ``drift``: the held-out rows the encoder's drift is measured on."""
+    """The Trainer's settings (train/run/trainer_settings.py) for this rank's corpus, collator, resume point and
+    model; the MFU against this rank's device's peak."""
     training = config.training
     position, stream_part = resumed_stream(training, config.data, corpus, point.resume)
     return TrainerSettings(
@@ -293,10 +303,12 @@ def settings_for(
         mask_rates=mask_rates(config.masking),
         batch_warmup=batch_warmup(config.schedule, training),
         phase=point.phase,
-        head=head,
-        drift_batch=drift,
+        head=model.head,
+        drift_batch=model.drift,
         stream_position=position,
         stream_part=stream_part,
+        token_flops=model.flops,
+        peak=device_peak(training, Handoff.from_environ()),
     )
 
 

@@ -30,6 +30,7 @@ from train.machine.sampler import Sampler
 from train.outputs.facts import RunFacts
 from train.outputs.runfiles import RunFiles
 from train.run.banner import TrainStart
+from train.run.diagnostics import StepClock
 from train.run.outcome import perplexity, real_tokens_per_second
 from train.run.startup import FIRST_STEP, STARTUP_EVENT, Startup, startup_text
 
@@ -83,6 +84,10 @@ def _text_line(record: dict[str, Any]) -> str:
             parts.append(f"{record['tokens_per_second']:,.0f} tok/s")
         if record.get("samples_per_second") is not None:
             parts.append(f"{record['samples_per_second']:,.1f} samples/s")
+        if record.get("mfu") is not None:  # where the time went (train/run/diagnostics.py)
+            parts.append(f"mfu {record['mfu']:.1%}")
+        if record.get("data_wait_share") is not None:
+            parts.append(f"data wait {record['data_wait_share']:.0%}")
         for gpu in record.get("gpus", []):
             parts.append(
                 f"gpu{gpu['index']} {gpu['util_pct']}% {gpu['mem_used_mib'] / 1024:.1f}/"
@@ -131,7 +136,7 @@ def _float(value: Any, spec: str) -> str:
     return str(value)
 
 
-class TrainingLog(TrainerCallback):
+class TrainingLog(StepClock):
     """On rank 0: a record per log step, evaluation and summary, to ``train.jsonl`` and the console.
 
     Throughput is measured between consecutive step ends, leaving out the time spent evaluating and saving, so it
@@ -164,9 +169,9 @@ class TrainingLog(TrainerCallback):
         self.stream = stream
         self.handoff = handoff
         self.gpus = Sampler(handoff.gpu_uuids if handoff else [])
+        super().__init__()
         self._started: float | None = None
         self._start_step = 0
-        self._mark: float | None = None
         self._busy = 0.0
         self._trained_s = 0.0  # training time of this session, evaluations and saves left out
         self._steps_timed = 0
@@ -186,7 +191,8 @@ class TrainingLog(TrainerCallback):
     def on_train_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
         if self.startup is not None:
             self.startup.mark("to training")  # the run's record and callbacks, the Trainer's own set-up
-        self._started = self._mark = time.monotonic()
+        super().on_train_begin(args, state, control, **kwargs)
+        self._started = time.monotonic()
         self._start_step = state.global_step
         self._tokens_at_mark = state.num_input_tokens_seen or 0
         if not state.is_world_process_zero:
@@ -204,22 +210,12 @@ class TrainingLog(TrainerCallback):
             if state.is_world_process_zero:
                 self._emit({**self.startup.record(), "time": now()})
             self.startup = None
-        ended = time.monotonic()
-        if self._mark is not None:
-            self._busy += ended - self._mark
-            self._trained_s += ended - self._mark
-            self._steps_timed += 1
-        self._mark = ended
+        super().on_step_end(args, state, control, **kwargs)
 
-    def _pause(self) -> None:
-        """Evaluation and checkpointing are not training time: restart the step clock after them."""
-        self._mark = time.monotonic()
-
-    def on_evaluate(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
-        self._pause()
-
-    def on_save(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
-        self._pause()
+    def step_took(self, seconds: float) -> None:
+        self._busy += seconds
+        self._trained_s += seconds
+        self._steps_timed += 1
 
     def on_log(self, args: Any, state: Any, control: Any, logs: dict[str, Any] | None = None, **kwargs: Any) -> None:
         if not state.is_world_process_zero or not logs:
@@ -230,7 +226,7 @@ class TrainingLog(TrainerCallback):
             point = self._quality_point(state, logs)
             self.curve.append(point)
             self._emit({"event": "eval", **base, **logs, **point})
-            self._pause()
+            self._restart()
         elif "train_loss" in logs:  # the Trainer's summary when train() ends
             self._emit({"event": "train_end", **base, **logs})
         else:

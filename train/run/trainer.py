@@ -39,6 +39,7 @@ from train.data import ResumedStream, own_loader_state, stream_loader
 from train.data.tokenization import joined
 from train.model.collator import first_rows, thin_masks
 from train.run.adapting import EncoderDrift, drop_encoder_gradients, with_head_rate
+from train.run.diagnostics import StepDiagnostics
 from train.run.preemption import leave_signals_to_rank
 from train.run.trainer_settings import TrainerSettings
 
@@ -57,6 +58,8 @@ class MLMTrainer(TrainerOverrides):
         self.head_warmup_steps = settings.head.warmup_steps  # adapting.py's AUTO_WARMUP: derived at the first step
         self.eval_parts = settings.eval_parts  # as they stand: a time budget may cut them (limit_evaluation)
         super().__init__(*args, **kwargs)
+        self.diagnostics = StepDiagnostics(settings.token_flops, settings.peak)  # the records' MFU, data wait, ...
+        self.add_callback(self.diagnostics)
         if settings.drift_batch is not None and self.compute_metrics is not None:
             # After the Trainer's __init__, which puts the model on its device: the starting embeddings are its own.
             drift = EncoderDrift(self.model, settings.drift_batch)
@@ -67,7 +70,8 @@ class MLMTrainer(TrainerOverrides):
         the step's rows (train/model/collator.py first_rows), under a mask rate schedule each thinned to the step's
         rate (thin_masks), before the Trainer counts their tokens and masked tokens. Both follow the planned steps
         as they stand (``state.max_steps``, which a time budget re-plans; a phased run's plan); a resumed run has
-        its step, so its batch and rate, from the checkpoint."""
+        its step, so its batch and rate, from the checkpoint. Their coming is timed and they are counted for the
+        records' diagnostics (train/run/diagnostics.py)."""
         batches = epoch_iterator
         done, total = self.state.global_step, self.planned_steps
         warmup, rates, phase = self.settings.batch_warmup, self.settings.mask_rates, self.settings.phase
@@ -83,7 +87,9 @@ class MLMTrainer(TrainerOverrides):
             rate = mask_rate(first, final, done - start, self.state.max_steps - start)
             self.mask_rate_now = rate
             batches = (thin_masks(batch, rate) for batch in batches)
-        return super().get_batch_samples(batches, num_batches, device)
+        samples, items = super().get_batch_samples(self.diagnostics.timed(batches), num_batches, device)
+        self.diagnostics.fetched(samples)
+        return samples, items
 
     @property
     def planned_steps(self) -> int:
@@ -125,12 +131,15 @@ class MLMTrainer(TrainerOverrides):
         return optimizer
 
     def log(self, logs: dict[str, float], start_time: float | None = None) -> None:
-        """The Trainer's log, a training record under a mask rate schedule with the rate of its step, under a batch
-        warm-up with its step's global rows."""
+        """The Trainer's log, a training record with where its steps' time went (train/run/diagnostics.py: MFU,
+        data wait, packing efficiency), under a mask rate schedule with the rate of its step, under a batch warm-up
+        with its step's global rows."""
         if self.mask_rate_now is not None and "loss" in logs:
             logs = {**logs, "mlm_probability": round(self.mask_rate_now, 6)}
         if self.batch_rows_now is not None and "loss" in logs:
             logs = {**logs, "batch_rows": self.batch_rows_now}
+        if "loss" in logs:
+            logs = {**logs, **self.diagnostics.window()}
         super().log(logs, start_time)
 
     def create_scheduler(self, num_training_steps: int, optimizer: Any = None) -> Any:

@@ -18,7 +18,9 @@ from train.common.phase import PhaseFacts
 from train.common.schedules import BatchWarmup
 from train.config import DataArguments, MaskingArguments
 from train.data import Corpus, StreamPosition
+from train.machine.peaks import Peak
 from train.model.collator import MaskingCollator, evaluation_rate
+from train.run.diagnostics import TokenFlops
 
 
 @dataclass(frozen=True)
@@ -49,6 +51,8 @@ class TrainerSettings:
     drift_batch: dict[str, Any] | None  # held-out rows the encoder's drift is measured on (adapting.py); None: not
     stream_position: dict[str, Any] | None  # a resumed stream's saved position for this rank; None: from its start
     stream_part: Callable[[int, int], Any] | None  # (rank, world size) -> that rank's part of the resumed stream
+    token_flops: TokenFlops | None  # the model's sizes a step's FLOPs are counted from (train/run/diagnostics.py)
+    peak: Peak | None  # the device's peak the records' MFU is a share of (train/machine/peaks.py); None: no MFU
 
 
 def evaluation_collator(masking: MaskingArguments, collator: MaskingCollator) -> MaskingCollator:
@@ -94,4 +98,6 @@ def evaluation_settings(
         drift_batch=None,
         stream_position=None,
         stream_part=None,
+        token_flops=None,
+        peak=None,
     )
