@@ -28,29 +28,21 @@ count. It does not hold for ALBERT: one layer's weights run ``L`` times, so ``6 
 projects from a narrower embedding; the heads series gives no MFU for it.
 
 MFU = flops_per_token x real tokens per second / (peak FLOP/s of the devices used). Peaks are the vendors' dense
-bf16/fp16 tensor-core figures (no sparsity), per GPU.
+bf16/fp16 tensor-core figures (no sparsity), per GPU: the job's table (train/machine/peaks.py). The job's own
+records count MFU from each batch's real tokens, spans and masked positions (train/run/diagnostics.py); this
+estimate from rates and averages stays for the bench's summaries of runs from before those records.
 """
 
 from __future__ import annotations
 
-# Dense bf16 (= fp16) tensor-core peak per GPU, FLOP/s, from the vendors' datasheets (without 2:4 sparsity).
-# Matched against torch.cuda.get_device_name() in order: the first key contained in the name wins.
-PEAK_BF16_DENSE: dict[str, float] = {
-    "H200 NVL": 835e12,
-    "H200": 989e12,  # SXM; the same chip and clocks as the H100 SXM, more memory
-    "H100 NVL": 835e12,
-    "H100 PCIe": 756e12,
-    "H100": 989e12,  # SXM (named e.g. "NVIDIA H100 80GB HBM3")
-    "A100": 312e12,  # SXM and PCIe, 40 and 80 GB
-}
+from train.machine.peaks import gpu_peak
 
 
 def peak_flops(device_name: str) -> float | None:
-    """The dense bf16 peak of a GPU by its name, or None when it is not in the table."""
-    for key, peak in PEAK_BF16_DENSE.items():
-        if key.lower() in device_name.lower():
-            return peak
-    return None
+    """The dense bf16 peak of a GPU by its name, or None when it is not in the table: the job's own table
+    (train/machine/peaks.py, what the training records' MFU is a share of), so the bench and the job agree."""
+    peak = gpu_peak(device_name, "bf16")
+    return None if peak is None else peak.flops
 
 
 def flops_per_token(

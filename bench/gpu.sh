@@ -7,6 +7,7 @@
 #   bash bench/gpu.sh heads   # the same for the heads series (below)
 #   bash bench/gpu.sh packing # the same for the packing series (below)
 #   bash bench/gpu.sh fsdp    # the memory series, ddp against fsdp, one rank a GPU (below)
+#   bash bench/gpu.sh mfu     # one BERT-base run; its records' MFU against the GPU's peak, pass or fail (below)
 #
 # On this workplace's device tool: run(command="bash bench/gpu.sh", carry=[".whl"], timeout_s=540), and the
 # same with "bash bench/gpu.sh heads" or "bash bench/gpu.sh packing".
@@ -40,6 +41,11 @@
 # MLM_SHARDING=ddp then fsdp on every visible GPU (bf16 as the launcher picks it: FSDP2's mixed precision under
 # fsdp); each rank's measured training state and the CUDA allocator's peak. On one GPU fsdp shards nothing and the
 # figures check its code path; 2 or more GPUs give the saving. Not yet run on a GPU.
+#
+# mfu (bench/mfu.py): BERT-base from its config, 300 steps of 256 packed 128-token blocks, bf16 + tf32 as the
+# launcher picks them, through ./entrypoint.sh; the training records' median MFU (train/run/diagnostics.py) against
+# the GPU's dense bf16 peak (train/machine/peaks.py): PASS at 25 % or more with the steps waiting for data 5 % of the
+# time or less. Not yet run on a GPU.
 set -Eeuo pipefail
 
 readonly BUDGET_S=${BENCH_BUDGET_S:-450}   # bench.run's share of the 8 minutes (start-up and copying aside)
@@ -84,6 +90,18 @@ print("versions:", versions, "| device:", torch.cuda.get_device_name(), "|", fla
 EOF
 }
 
+# One BERT-base run through the entrypoint; bench.mfu reads its records and says PASS or FAIL.
+mfu_run() {
+  local output=$WORKDIR/mfu
+  rm -rf "$output"
+  MLM_PYTHON=$PYTHON MLM_CONFIG=configs/demo.yaml MLM_MODEL_NAME_OR_PATH=scratch:bert MLM_DEMO_SAMPLES=80000 \
+    MLM_PADDING=packed MLM_MAX_SEQ_LENGTH=128 MLM_PER_DEVICE_TRAIN_BATCH_SIZE=256 MLM_MAX_STEPS=300 \
+    MLM_LOGGING_STEPS=25 MLM_EVAL_STRATEGY=no MLM_SAVE_STRATEGY=no MLM_LOG_FORMAT=json MLM_OUTPUT_DIR="$output" \
+    timeout --signal=TERM --kill-after=15 "$BUDGET_S" ./entrypoint.sh >"$WORKDIR/mfu.log" 2>&1 ||
+    { log "the run failed; its log:"; tail -40 "$WORKDIR/mfu.log"; return 1; }
+  "$PYTHON" -m bench.mfu "$output"
+}
+
 main() {
   local series=${1:-demo} latest
   case $series in
@@ -95,8 +113,14 @@ main() {
     heads) latest="latest-heads.md" ;;
     packing) latest="latest-packing.md" ;;
     fsdp) latest="latest-memory.md" ;;
+    mfu)
+      install_wheels
+      preflight
+      mfu_run
+      return
+      ;;
     *)
-      log "unknown argument '$series': expected fetch, demo, heads, packing or fsdp"
+      log "unknown argument '$series': expected fetch, demo, heads, packing, fsdp or mfu"
       return 2
       ;;
   esac

@@ -14,7 +14,7 @@ MIB = 1024 * 1024
 STAGES = ("process", "imports", "setup", "first_step")
 
 FLOPS_NOTE = (
-    "MFU = model FLOPs per token x real tokens/s / the GPU's dense bf16 peak (H100/H200 SXM 989, H100 PCIe 756, "
+    "MFU = model FLOPs per token x real tokens/s / the GPU's dense bf16 peak (H100/H200 SXM 989.4, H100 PCIe 756, "
     "H100/H200 NVL 835, A100 312 TFLOP/s). FLOPs per token = 6 x parameters + 12 x layers x hidden x T "
     "(T: the block length when packed, else the real tokens per sample), less 6 x (hidden^2 + hidden x vocab) x "
     "(1 - masking probability) with the masked-only head; see bench/flops.py."

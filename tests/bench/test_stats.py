@@ -51,7 +51,7 @@ def test_run_metrics_on_a_gpu_report_cuda_memory_and_mfu():
     record = probe(cuda_peak_bytes=5 * 2**30, device_name="NVIDIA H200", padding="packed", masked_only_head=False)
     metrics = run_metrics(record, started=0.0, ended=42.0)
     assert metrics["peak_memory_bytes"] == 5 * 2**30
-    expected = flops_per_token(4_416_442, 2, 128, 128) * metrics["real_tokens_per_s"] / 989e12
+    expected = flops_per_token(4_416_442, 2, 128, 128) * metrics["real_tokens_per_s"] / 989.4e12
     assert metrics["mfu"] == pytest.approx(expected)
 
 

@@ -28,6 +28,19 @@ def test_healthy_gpus(env, monkeypatch):
     assert [c for c in found.values() if c.status not in ("OK", "SKIP")] == []
 
 
+def test_the_peak_row_gives_what_mfu_is_a_share_of(env, monkeypatch):
+    install(monkeypatch, h100s(2))
+    fast_nccl(monkeypatch)
+    found = checks(monkeypatch, cuda="12.4", count=2)["peak (MFU)"]
+    assert found.status == "OK" and found.data["flops"] == 989.4e12 and "H100's datasheet, dense bf16" in found.detail
+
+
+def test_the_peak_row_of_a_cpu_is_measured(env, monkeypatch):
+    no_driver(monkeypatch)
+    found = checks(monkeypatch)["peak (MFU)"]  # a CPU: measured, then cached in HF_HOME
+    assert found.status == "OK" and found.data["flops"] > 0 and "measured" in found.data["source"]
+
+
 def test_driver_for_an_older_cuda_major_fails(env, monkeypatch):
     install(monkeypatch, FakeNvml(h100s(1).devices, driver="520.61.05", cuda=11080))
     found = checks(monkeypatch, cuda="12.4", count=0)

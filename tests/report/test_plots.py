@@ -81,6 +81,14 @@ def test_throughput_falls_back_to_samples_per_second(tmp_path: Path):
     assert "samples/s" in plots.throughput_figure(log).axes[0].get_title()
 
 
+def test_where_the_time_goes_draws_the_shares_the_records_carry(tmp_path: Path):
+    records = [train_record(s, 2.0, mfu=0.3, data_wait_share=0.1) for s in (1, 2)]  # packing efficiency unlogged
+    view = drawn(plots.step_shares_figure(logged(tmp_path, records)))
+    assert element(view, "mfu") is not None and element(view, "data-wait-share") is not None
+    assert element(view, "packing-efficiency") is None
+    assert plots.step_shares_figure(logged(tmp_path / "old", [train_record(1, 2.0)])) is None
+
+
 def test_gpu_memory_per_gpu(tmp_path: Path):
     gpus = [{"index": i, "mem_used_mib": 1024 * (i + 1)} for i in (0, 1)] + [{"index": "x", "mem_used_mib": 1}]
     log = logged(tmp_path, [train_record(s, 2.0, gpus=gpus, gpu_util_pct=90) for s in (1, 2)])

@@ -43,6 +43,7 @@ def run_checks(config: Config, environ: Mapping[str, str], argv: Sequence[str] =
                 lambda: planned_estimate(config.model, config.training, config.data.max_seq_length),
             ),
         ),
+        ("peak (MFU)", lambda: machine.check_peak(outcome, inventory, environ)),
         ("output_dir", lambda: storage.check_output(output_location(config))),
         ("cache (HF_HOME)", lambda: storage.check_cache(environ)),
         ("model", lambda: sources.check_model(config.model, environ)),

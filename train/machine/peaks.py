@@ -25,6 +25,7 @@ TERA = 1e12
 # order on the NVML name: the more specific names first ("H100 PCIe" before "H100"). "tf32": float32 matmuls on
 # tensor cores (the precision's "+ tf32"); "fp32": without them.
 GPU_PEAKS: tuple[tuple[str, dict[str, float]], ...] = (
+    ("H200 NVL", {"bf16": 835.0, "fp16": 835.0, "tf32": 417.5, "fp32": 60.0}),
     ("H200", {"bf16": 989.4, "fp16": 989.4, "tf32": 494.7, "fp32": 66.9}),
     ("H100 PCIe", {"bf16": 756.0, "fp16": 756.0, "tf32": 378.0, "fp32": 51.2}),
     ("H100 NVL", {"bf16": 835.0, "fp16": 835.0, "tf32": 417.5, "fp32": 60.0}),

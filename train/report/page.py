@@ -25,6 +25,7 @@ from train.report.plots import (
     loss_figure,
     lr_figure,
     quality_figure,
+    step_shares_figure,
     svg,
     throughput_figure,
 )
@@ -216,6 +217,10 @@ DRIFT_NOTE = (
     "The adapted encoder's mean-pooled held-out embeddings against the model handed over's (1: unchanged); below "
     "0.8 the run warns: docs/models.md, adapting an encoder without breaking it."
 )
+STEP_SHARES_NOTE = (
+    "MFU: the model's FLOPs of real tokens over the device's peak (docs/monitoring.md); a data wait that stays "
+    "high means the device waits for its batches: more loader workers, prepare, or streaming."
+)
 QUALITY_NOTE = (
     "Wall time from the launch: start-up, evaluations and saves included; a resumed run's sessions end to end."
 )
@@ -242,6 +247,7 @@ def write_report(output_dir: str | Path) -> Path:
         ("downstream-tokens", lambda: downstream_figure(log, "tokens_seen", *DOWNSTREAM_TOKENS), ""),
         ("learning-rate", lambda: lr_figure(log, schedule), caption),
         ("throughput", lambda: throughput_figure(log), ""),
+        ("step-shares", lambda: step_shares_figure(log), STEP_SHARES_NOTE),
         ("grad-norm", lambda: line_figure(log, "grad_norm", "Gradient norm", "grad norm", "tab:brown"), ""),
         ("gpu-memory", lambda: gpu_figure(log), ""),
         ("encoder-drift", lambda: line_figure(log, "eval_encoder_cosine", *DRIFT, True), DRIFT_NOTE),

@@ -293,6 +293,31 @@ def throughput_figure(log: RunLog) -> Any | None:
     return fig
 
 
+# Where a step's time went (train/run/diagnostics.py), each a share of 0 to 1: (record key, legend, colour).
+STEP_SHARES = (
+    ("mfu", "MFU (of the device's peak)", "tab:purple"),
+    ("data_wait_share", "waiting for data", "tab:red"),
+    ("packing_efficiency", "packing efficiency (real tokens)", "tab:blue"),
+)
+
+
+def step_shares_figure(log: RunLog) -> Any | None:
+    """MFU, the share of the time spent waiting for batches and the packing efficiency over the steps, on one
+    axis of shares; None when the log holds none of them (a run from before they were recorded)."""
+    series = [(key, label, color, *_series(log.train, key)) for key, label, color in STEP_SHARES]
+    series = [entry for entry in series if entry[3]]
+    if not series:
+        return None
+    fig, ax = _figure("Where the time goes (rank 0, evaluation and saving left out)", "share")
+    for key, label, color, xs, ys in series:
+        _plot(ax, xs, ys, color, label=label, gid=key.replace("_", "-"))
+    ax.set_ylim(0, 1.05)
+    _mark_resumes(ax, log)
+    _legend(ax)
+    fig.tight_layout()
+    return fig
+
+
 def gpu_figure(log: RunLog) -> Any | None:
     """Memory used per GPU of rank 0's node, with the mean utilization on a second axis; None without GPU samples."""
     per_gpu: dict[int, tuple[list[float], list[float]]] = {}
