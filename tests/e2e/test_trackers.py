@@ -41,7 +41,7 @@ def tracked(mlflow_server: str, tmp_path_factory: pytest.TempPathFactory) -> Tra
     root = tmp_path_factory.mktemp("trackers")
     output, wandb_dir = root / "out", root / "wandb"
     wandb_dir.mkdir()
-    env = tiny_env(output, report_to="mlflow,wandb", image_revision="rev-trackers")
+    env = tiny_env(output, report_to="mlflow,wandb", image_revision="rev-trackers", logging_steps="5")
     env.update(
         MLFLOW_TRACKING_URI=mlflow_server,
         MLFLOW_EXPERIMENT_NAME=EXPERIMENT,
@@ -77,6 +77,7 @@ def test_mlflow_holds_the_options_facts_metrics_and_final_model(tracked: Tracked
     assert metrics["eval_loss"] == pytest.approx(results["eval_loss"])
     assert metrics["perplexity"] == pytest.approx(results["perplexity"])
     assert metrics["train_tokens_per_second"] > 0
+    assert 0 < metrics["mfu"] <= 1 and 0 <= metrics["data_wait_share"] <= 1 and metrics["packing_efficiency"] > 0
 
     logged = {a.path for a in client.list_artifacts(run.info.run_id, "final")}
     local = {f"final/{p.name}" for p in (tracked.output / "final").iterdir()}
