@@ -27,7 +27,7 @@ def kubeflow_check_answered_by(answer: Callable[[], bool]) -> Iterator[None]:
         return
     import transformers.integrations as integrations  # the library's own import, paid only when used
 
-    integrations.is_kubeflow_available = answer  # type: ignore[attr-defined]
+    integrations.is_kubeflow_available = answer
     try:
         yield
     finally:

@@ -25,7 +25,7 @@ def seconds(text: str) -> float | None:
     if not value:
         return None
     try:
-        found = float(value)
+        found: float | None = float(value)
     except ValueError:
         found = _spelled(value)
     return found if found is not None and 0 < found < math.inf else None  # float() reads "inf" and "nan"
@@ -57,7 +57,8 @@ def _spelled(value: str) -> float | None:
 
 def shown(secs: float) -> str:
     """``5400`` -> ``1h30m``, ``95`` -> ``1m35s``, ``42.5`` -> ``42s``: whole seconds, the largest units first."""
-    left, parts = round(secs), []
+    left = round(secs)
+    parts: list[str] = []
     for unit, size in UNITS.items():
         if left >= size or (unit == "s" and not parts):
             parts.append(f"{left // size}{unit}")

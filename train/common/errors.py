@@ -21,7 +21,7 @@ import glob
 import os
 import signal
 import sys
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import NoReturn
 
 from train.borrowed.triton import triton_bindings_loaded
@@ -124,7 +124,7 @@ def documented_exit(codes: list[int], fallback: int) -> int:
     return fallback
 
 
-def run_main(main, argv: list[str] | None = None) -> int:  # noqa: ANN001 - any callable taking argv
+def run_main(main: Callable[[list[str] | None], int], argv: list[str] | None = None) -> int:
     """Call ``main(argv)``; a UserError becomes one line on stderr and its exit code (MLM_DEBUG=1: traceback)."""
     try:
         return int(main(argv) or 0)

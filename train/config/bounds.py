@@ -122,7 +122,9 @@ def _overrides(value: str) -> bool:
 
 
 DURATION = Bound(
-    lambda v: v.strip().lower() == durations.SCHEDULER or durations.seconds(v) is not None or durations.until(v),
+    lambda v: (
+        v.strip().lower() == durations.SCHEDULER or durations.seconds(v) is not None or durations.until(v) is not None
+    ),
     durations.EXPECTED,
 )
 PROCESSES = Bound(_processes, f"a positive integer up to {MAX_PROCESSES}, auto, gpu or cpu")

@@ -70,7 +70,7 @@ def _recipe_layer(given: Sequence[Setting], actions: Mapping[str, argparse.Actio
     last = {setting.name: setting.values for setting in given if setting.values}
     choice = (last.get("recipe") or [str(actions["recipe"].default)])[0]
     model = (last.get("model_name_or_path") or [str(actions["model_name_or_path"].default)])[0]
-    if choice not in actions["recipe"].choices:
+    if choice not in (actions["recipe"].choices or ()):
         return  # refused with its source by the loop's check of the recipe's own setting
     name = recipe_for(choice, model)
     for option, value in RECIPES[name].items():
@@ -161,7 +161,7 @@ def _check_value(action: argparse.Action, source: str, values: list[str]) -> Non
         raise ConfigError(f"{source}={shown(' '.join(values))}: expected one value, {expected_type(action)}")
     for raw in values:
         try:
-            converted = action.type(raw) if action.type else raw
+            converted = action.type(raw) if callable(action.type) else raw
         except (TypeError, ValueError, argparse.ArgumentTypeError):
             raise ConfigError(f"{source}={shown(raw)}: expected {expected_type(action)}") from None
         if action.choices and converted not in action.choices:

@@ -28,7 +28,7 @@ TOKENS_SEEN_MODES = ("all", "non_padding", "no")
 class _SchemaParser(FieldHookParser):
     """HfArgumentParser that raises instead of exiting, and reads our fields' bounds out of their metadata."""
 
-    def error(self, message: str) -> None:  # type: ignore[override]
+    def error(self, message: str) -> None:
         # argparse exits on errors; we raise so the message can name its source and main() decides.
         raise ConfigError(message if len(message) <= 4 * SHOWN_CHARS else message[: 4 * SHOWN_CHARS] + "…")
 
@@ -69,7 +69,7 @@ def build_parser() -> HfArgumentParser:
 
 def option_actions(parser: argparse.ArgumentParser) -> dict[str, argparse.Action]:
     """Every option by field name (the ``--no_*`` negations argparse adds for bools are left out)."""
-    actions = {}
+    actions: dict[str, argparse.Action] = {}
     for action in argparse_actions(parser):
         if action.dest == "help" or not action.option_strings:
             continue

@@ -82,7 +82,7 @@ def demo_dataset(column: str, samples: int) -> Dataset:
 def is_remote(name: str) -> bool:
     """A URL that fsspec reads (s3://, gs://, hf://, https://, ...): files, not a hub dataset id."""
     match = URL.match(name)  # the one URL grammar (train/common/urls.py)
-    return bool(match) and match["protocol"].lower() != "file"
+    return match is not None and match["protocol"].lower() != "file"
 
 
 def shown_url(name: str) -> str:

@@ -150,7 +150,7 @@ def check_master(environ: Mapping[str, str]) -> Check:
     data["host"], data["source"] = host, source
     named = f"{source}={host}, port {port}"
     try:
-        resolved = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0][4][0]
+        resolved = str(socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0][4][0])
     except socket.gaierror as exc:
         return Check("master", FAIL, f"{named}: does not resolve ({exc.strerror})", resolve_hint(source, environ), data)
     try:

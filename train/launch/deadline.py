@@ -96,8 +96,8 @@ def run_deadline(
     if moment is not None:  # an end time, set where the job was submitted: the same for every node and restart
         found.append(Deadline(moment, label, moment - started))
     elif asked.strip().lower() != durations.SCHEDULER:
-        budget = durations.seconds(asked) or 0.0
-        found.append(Deadline(started + budget, label, budget))
+        length = durations.seconds(asked) or 0.0
+        found.append(Deadline(started + length, label, length))
     end = slurm_end_time(environ, squeue)
     if end is not None:
         job = environ["SLURM_JOB_ID"]

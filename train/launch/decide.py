@@ -191,13 +191,13 @@ def decide_batch(options: BatchOptions, processes: int, topology: Topology, unit
     step = per_device * world
     if global_batch_size % step:
         lower, higher = (global_batch_size // step) * step, (global_batch_size // step + 1) * step
-        options = " or ".join(str(n) for n in (lower, higher) if n > 0)
+        either = " or ".join(str(n) for n in (lower, higher) if n > 0)
         hint = (
             f"; or per_device_train_batch_size={global_batch_size // world}" if global_batch_size % world == 0 else ""
         )
         raise ConfigError(
             f"{global_source}={global_batch_size}: not a multiple of {per_device} per device x "
-            f"{plural(processes, unit)} x {plural(topology.max_nodes, 'node')} = {step}; use {options}{hint}"
+            f"{plural(processes, unit)} x {plural(topology.max_nodes, 'node')} = {step}; use {either}{hint}"
         )
     derived = global_batch_size // step
     if accumulation_source and accumulation != derived:

@@ -11,6 +11,7 @@ said in one line what went wrong (held back and dropped, unless MLM_DEBUG=1).
 from __future__ import annotations
 
 import contextlib
+import io
 import os
 import re
 import shutil
@@ -23,7 +24,7 @@ import traceback
 import warnings
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import IO, Any, NoReturn
+from typing import Any, NoReturn
 
 from train.borrowed.stdlib import forget_exit_handlers, run_exit_handlers
 from train.borrowed.torchrun import agent_reports_a_failure, is_agent_signal_exception, rank_killed_by_signal
@@ -94,14 +95,14 @@ class ForkedTorchrun:
             signal.pthread_sigmask(signal.SIG_SETMASK, previous_mask)
         self.pid = pid
         self.returncode: int | None = None
-        self.stderr: IO[bytes] = open(read_fd, "rb")  # noqa: SIM115 (closed in wait)
+        self.stderr: io.BufferedReader = open(read_fd, "rb")  # noqa: SIM115 (closed in wait)
 
     @staticmethod
     def _agent(
         arguments: list[str],
         env: Mapping[str, str],
         pipe: tuple[int, int],
-        mask: set[signal.Signals],
+        mask: set[int | signal.Signals],
         launcher: int,
     ) -> NoReturn:
         """The child: everything inside one try, which ends in os._exit whatever happens."""
@@ -348,7 +349,7 @@ def run_torchrun(
         child = start_torchrun(command, env)
         for signum in pending:  # arrived before torchrun existed
             child.send_signal(signum)
-        assert child.stderr is not None
+        assert isinstance(child.stderr, io.BufferedReader)  # both ways opened unbuffered bytes: "rb", PIPE
         while chunk := child.stderr.read1(65536):
             relay.feed(chunk)
         status = child.wait()

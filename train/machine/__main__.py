@@ -21,7 +21,7 @@ def format_table(inventory: Inventory) -> str:
     """The inventory as a table a person reads (``entrypoint.sh gpus``)."""
     lines = []
     if inventory.gpus:
-        rows = [("cuda", "nvml", "name", "memory", "cc", "mig", "uuid")]
+        rows: list[tuple[str, ...]] = [("cuda", "nvml", "name", "memory", "cc", "mig", "uuid")]
         rows += [_row(position, gpu) for position, gpu in enumerate(inventory.gpus)]
         widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
         lines += [

@@ -73,7 +73,7 @@ class MaskingCollator:
     def _masks(self, index: int, tokens: np.ndarray, special: np.ndarray) -> tuple[np.ndarray, ...]:
         """The sample's tokens as masked, its labels, and each position's draw (1.0 where not masked)."""
         rng = np.random.default_rng([self.seed, self.epoch, index])
-        draws = rng.random(tokens.shape[0])
+        draws = rng.random((tokens.shape[0],))
         if self.word_start is not None:
             draws = self._whole_words(draws, tokens, special)
         chosen = (draws < self.mlm_probability) & ~special

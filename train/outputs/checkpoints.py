@@ -269,7 +269,7 @@ def resume_choice(checkpoint: CheckpointArguments, files: RunFiles) -> tuple[Pat
 
 def newest_resumable(files: RunFiles) -> tuple[Path | None, list[tuple[Path, str]]]:
     """(the newest checkpoint in output_dir that can be resumed from, the newer ones that cannot and why)."""
-    skipped = []
+    skipped: list[tuple[Path, str]] = []
     for candidate in reversed(files.checkpoints()):
         reason = problem(candidate)
         if reason is None:

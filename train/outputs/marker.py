@@ -64,9 +64,10 @@ def write_marker(directory: Path, files: dict[str, dict[str, Any]] | None = None
     (``files``; None: every file of ``directory``, digested here)."""
     if files is None:
         files = {p.relative_to(directory).as_posix(): digest(p) for p in sorted(directory.rglob("*")) if listed(p)}
-    marker = {"completed": now(), "files": dict(sorted(files.items()))}
+    listed_files = dict(sorted(files.items()))
+    marker = {"completed": now(), "files": listed_files}
     (directory / COMPLETE_MARKER).write_text(json.dumps(marker, indent=1) + "\n", encoding="utf-8")
-    return marker["files"]
+    return listed_files
 
 
 def listed(path: Path) -> bool:

@@ -120,16 +120,16 @@ class Mirror(OutputLocation):
         if resume != "auto":
             return self.explicit_resume()
         chosen, skipped = store.newest_resumable(self.files.root)
-        vanished = {NAMES.checkpoint(step) for step, reason in skipped if reason == VANISHED}
+        vanished = {str(NAMES.checkpoint(step)) for step, reason in skipped if reason == VANISHED}
 
         def move(name: str) -> str | None:
             if name in vanished:
                 return None
             aside = NAMES.aside(Path(name), os.getpid())
             store.move(name, aside)
-            return aside
+            return str(aside)
 
-        named = [(NAMES.checkpoint(step), reason) for step, reason in skipped]
+        named = [(str(NAMES.checkpoint(step)), reason) for step, reason in skipped]
         set_aside(named, chosen.name if chosen else None, move, lambda line: warn(f"{self.where}: {line}"))
         self.tidy_asides()
         return str(chosen) if chosen else None

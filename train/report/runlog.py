@@ -153,7 +153,7 @@ def _replay(log: RunLog, records: list[Record]) -> None:
                 for kept in (by_step, evals):
                     for later in [s for s in kept if s > start]:
                         del kept[later]
-                phase = record.get("phase") if isinstance(record.get("phase"), dict) else {}
+                phase = record["phase"] if isinstance(record.get("phase"), dict) else {}
                 if start == 0:
                     log.banners, log.resumed_at, log.phase_starts = [], [], []
                 elif phase.get("start") == start:  # a phase's first start (train/launch/phases.py), no resume

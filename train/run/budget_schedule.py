@@ -7,6 +7,7 @@ transformers builds a schedule for a number of steps fixed before training; noth
 from __future__ import annotations
 
 import functools
+from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -20,6 +21,15 @@ from train.run.trainer import lr_scheduler_for, step_schedule
 
 WARMUP_SHARE = 10  # a warm-up longer than half the plan becomes a tenth of it
 CONSTANT = ("constant", "constant_with_warmup", "inverse_sqrt", "reduce_lr_on_plateau")  # schedules with no decay
+
+
+def step_functions(scheduler: Any) -> list[Callable[[int], float]]:
+    """The learning-rate functions of a step schedule: every scheduler here is a LambdaLR (``step_schedule``'s
+    check, transformers' ``get_wsd_schedule`` and the Trainer's own), so one without them is a broken promise."""
+    functions = lr_functions(scheduler)
+    if functions is None:
+        raise TypeError(f"{type(scheduler).__name__} is not a step schedule: it has no learning-rate functions")
+    return functions
 
 
 def warmup_for(total: int, args: Any) -> int:
@@ -44,7 +54,7 @@ def schedule_for(total: int, args: Any, scheduler: Any, optimizer: Any, decay_ra
     stand_in = torch.optim.SGD([{"params": [torch.zeros(1, requires_grad=True)]} for _ in range(groups)], lr=1.0)
     warmup = warmup_for(total, args)
     rebuilt = lr_scheduler_for(args, total, warmup, stand_in, decay_ratio)
-    replace_lr_functions(inner, lr_functions(rebuilt))
+    replace_lr_functions(inner, step_functions(rebuilt))
     return warmup
 
 
@@ -70,7 +80,7 @@ def decay_after(scheduler: Any, at: int, stable: int, decay: int, kind: str, kwa
     floor = float(kwargs.get("min_lr_ratio", 0.0)) if wsd else 0.0
     shape_kwargs = {"decay_type": kwargs.get("decay_type", "cosine"), "num_cycles": kwargs.get("num_cycles", 0.5)}
     stand_in = torch.optim.SGD([torch.zeros(1, requires_grad=True)], lr=1.0)
-    shape = lr_functions(
+    shape = step_functions(
         get_wsd_schedule(
             stand_in, 0, decay, num_stable_steps=stable, **(shape_kwargs if wsd else {"decay_type": "linear"})
         )
@@ -79,7 +89,7 @@ def decay_after(scheduler: Any, at: int, stable: int, decay: int, kind: str, kwa
         scheduler,
         [
             functools.partial(_from_stop, at=at, level=old(at), floor=floor, shape=shape)
-            for old in lr_functions(scheduler)
+            for old in step_functions(scheduler)
         ],
     )
 

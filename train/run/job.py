@@ -127,7 +127,7 @@ def run(config: Config, location: OutputLocation, startup: Startup | None = None
             budget.resumed_total = planned_steps(resume)
             prepared.trainer.add_callback(budget)
         after = [lambda: write_report_safely(files), lambda: location.sync(*files.record_files())]
-        live = [lambda: {"quality_curve": log.curve}]
+        live: list[Callable[[], dict[str, Any]]] = [lambda: {"quality_curve": log.curve}]
         if budget is not None:
             live.append(lambda: {"time_budget": budget.plan.record()})
         record = RunRecord(config, files, facts, handoff, started, RecordHooks(after, live))

@@ -113,7 +113,8 @@ def shard_for_training(built: RankModel, training: TrainingArguments) -> Any:
             del full
             for buffer in sharded.buffers():
                 dist.broadcast(buffer, src=0)
-    built.setup_bytes = (built.setup_bytes or 0) + measured[0]
+    if measured[0] is not None:  # the kernel said (Linux's /proc): what the shards added to the set-up
+        built.setup_bytes = (built.setup_bytes or 0) + measured[0]
     return sharded
 
 

@@ -51,6 +51,12 @@ class MLMTrainer(TrainerOverrides):
     train/run/trainer_settings.py); with held-out rows to measure it on, every evaluation adds how far the encoder
     moved (train/run/adapting.py EncoderDrift)."""
 
+    # The Trainer's own attributes this class reads and sets again (the type checker reads transformers as Any).
+    compute_metrics: Any
+    lr_scheduler: Any
+    control: Any
+    data_collator: Any
+
     def __init__(self, *args: Any, settings: TrainerSettings, **kwargs: Any) -> None:
         self.settings = settings
         self.mask_rate_now: float | None = None  # the rate of the step being trained, under a schedule
@@ -228,7 +234,10 @@ class MLMTrainer(TrainerOverrides):
         def remainder_loader(dataset: Any, batch_size: int, workers: int) -> Any:
             return loader_of(dataset, batch_size, workers, collate=list)  # examples, collated by ResumedStream
 
-        return ResumedStream(position, self.settings.stream_part, remainder_loader, own, batch, collate)
+        part = self.settings.stream_part
+        if part is None:  # trainer_settings.resumed_stream gives both or neither
+            raise ValueError("a resumed stream's position came without the stream's parts")
+        return ResumedStream(position, part, remainder_loader, own, batch, collate)
 
     def get_eval_dataloader(self, eval_dataset: Any = None) -> Any:
         # The Trainer builds both loaders with self.data_collator: evaluation's rate is swapped in for its loader.

@@ -187,7 +187,7 @@ def prepare(task: Task, model: ModelArguments, options: TaskArguments, recipe: R
     or with ``options``' task_all_checkpoints each of the run's), the splits tokenized; every ConfigError after the
     task's comes from here, before anything is trained."""
     option, tokenizer_option = model.source_of("model_name_or_path"), model.source_of("tokenizer_name")
-    located = None
+    located, run_dir = None, None
     if options.task_all_checkpoints:
         files = series.run_directory(model, options)
         models = series.verified_models(model, files, lambda text: warned(machine.log_format, text))
@@ -272,7 +272,8 @@ def scored(
 ) -> tuple[dict, list[str]]:
     """Every seed of the recipe on one model, each said in a line; the seeds' scores with their mean and spread,
     and the tensors that started random."""
-    runs, new = [], []
+    runs: list[dict] = []
+    new: list[str] = []
     for seed in subject.recipe.seeds:
         run, new = fine_tune(model, machine, subject, seed, pretrained)
         runs.append(run)
