@@ -6,13 +6,15 @@ import json
 import pickle
 from pathlib import Path
 from types import SimpleNamespace
+from typing import Any
 
+import datasets
 import pytest
 from torchdata.stateful_dataloader import StatefulDataLoader
 
 from tests.data.helpers import config_for, write_shards
 from tests.helpers import Payload
-from train.common.errors import ConfigError
+from train.common.errors import ConfigError, EnvironmentProblem
 from train.data import (
     SAMPLE_INDEX,
     StreamPosition,
@@ -21,6 +23,7 @@ from train.data import (
     stream_training_overrides,
     tokenized_stream,
 )
+from train.data.stream import StreamLoader
 from train.model.tokenizer_training import train_tokenizer
 from train.outputs.runfiles import STREAM_STATE, RunFiles
 
@@ -95,6 +98,23 @@ def test_a_stream_examples_index_is_its_content() -> None:
     assert 0 <= content_index(list(range(512))) < 2**63
 
 
+NUMBERS = datasets.Dataset.from_dict({"n": list(range(30))}).to_iterable_dataset(num_shards=2)
+
+
+def number_loader(workers: int) -> StreamLoader:
+    """A rank's loader over 30 numbers in two files, in batches of 3."""
+    return StreamLoader(NUMBERS, batch_size=3, num_workers=workers, collate_fn=lambda rows: [r["n"] for r in rows])
+
+
+def three_batches_in(workers: int) -> tuple[StreamLoader, list[list[int]]]:
+    """A loader that has yielded three batches, and the batches an uninterrupted one yields after them."""
+    straight, loader = list(number_loader(workers)), number_loader(workers)
+    batches = iter(loader)
+    for _ in range(3):
+        next(batches)
+    return loader, straight[3:]
+
+
 class Positioned:
     """A data loader that says where it stands, as StatefulDataLoader does."""
 
@@ -135,6 +155,24 @@ def test_the_position_is_saved_into_the_checkpoint_and_read_back(tmp_path: Path)
     (files.checkpoint(30) / STREAM_STATE).write_text(json.dumps({"world_size": 2, "ranks": [position]}))
     with pytest.raises(ConfigError, match=r"as many as its world_size"):
         StreamPosition.load(str(files.checkpoint(30)), 0, 1, "MLM_STREAMING")
+
+
+def test_a_torchdata_that_gives_another_layout_is_exit_3_at_the_save(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Another torchdata under a run, whose state the layout no longer fits (a count renamed): refused where the
+    position would be saved, naming what changed, rather than saved or mended by guesswork."""
+    given = StatefulDataLoader.state_dict
+
+    def renamed(loader: StatefulDataLoader) -> dict[str, Any]:
+        state = given(loader)
+        state["_yielded"] = state.pop("_num_yielded")
+        return state
+
+    loader, _ = three_batches_in(workers=0)
+    monkeypatch.setattr(StatefulDataLoader, "state_dict", renamed)
+    with pytest.raises(EnvironmentProblem) as raised:
+        loader.state_dict()
+    assert raised.value.exit_code == 3
+    assert "(torchdata 0.11: loader._num_yielded: missing (torchdata 0.11 writes it))" in str(raised.value)
 
 
 def test_a_planted_pickle_never_runs_and_a_damaged_position_is_named(tmp_path: Path) -> None:
