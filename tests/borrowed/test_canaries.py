@@ -549,7 +549,7 @@ def _hub_offline_lifted(tmp_path: Path) -> None:
         config.HF_HUB_OFFLINE = was
 
 
-# --- torchdata, fsspec ------------------------------------------------------------------------------------------
+# --- torchdata, a datasets stream's state, fsspec ----------------------------------------------------------------
 
 
 def stream_loader(workers: int, state: dict[str, Any] | None = None) -> Any:
@@ -588,7 +588,7 @@ def _loader_state_problem(tmp_path: Path) -> None:
         next(iter(resumed))
         states.append(as_saved(resumed.state_dict()))
         for n, state in enumerate(states):
-            problem = torchdata.loader_state_problem(state, workers, 3)
+            problem = torchdata.loader_state_problem(state, workers, 3, dataset_problem=datasets.stream_state_problem)
             assert problem is None, f"{workers} worker(s), state {n}: torchdata writes another layout: {problem}"
         counts = states[2] if not workers else states[2][torchdata.SNAPSHOT]
         counted = counts[torchdata.NUM_YIELDED if not workers else torchdata.SNAPSHOT_STEP]
@@ -617,6 +617,32 @@ def _workers_as_loaded(tmp_path: Path) -> None:
     assert numbers(next(iter(stream_loader(2, mended)))) == straight[3], "the mended state reads on elsewhere"
     next(batches)
     assert torchdata.workers_as_loaded(as_saved(resumed.state_dict()), saved, 2) is None, "both have yielded"
+
+
+@canary("datasets.stream_state_problem")
+def _stream_state_problem(tmp_path: Path) -> None:
+    """The streams the job reads (train/data/stream.py): text files through select_columns, split by file or by
+    example, mapped in batches; an in-memory dataset (the demo, save_to_disk) as an iterable one."""
+    import datasets as hf_datasets
+    from datasets.distributed import split_dataset_by_node
+
+    for name in ("a", "b"):
+        (tmp_path / f"{name}.txt").write_text("".join(f"{name} line {i}\n" for i in range(20)))
+    files = [str(tmp_path / "a.txt"), str(tmp_path / "b.txt")]
+    text = hf_datasets.load_dataset("text", data_files=files, split="train", streaming=True).select_columns(["text"])
+    memory = hf_datasets.Dataset.from_dict({"text": ["x"] * 20}).to_iterable_dataset(num_shards=4)
+    for stream, world_size in ((text, 2), (text, 3), (memory, 2)):
+        part = split_dataset_by_node(stream, rank=1, world_size=world_size)
+        mapped = part.map(lambda rows: {"length": [len(t) for t in rows]}, batched=True, input_columns=["text"])
+        rows = iter(mapped)
+        next(rows), next(rows), next(rows)
+        state = as_saved(mapped.state_dict())
+        assert datasets.stream_state_problem(state, "state") is None, f"datasets writes another state: {state}"
+        assert re.search(r'": [1-9]', json.dumps(state)), f"no position counted: {state}"
+        negative = json.loads(re.sub(r'": ([0-9]+)', r'": -\1', json.dumps(state)))
+        assert datasets.stream_state_problem(negative, "state"), "a negative count passed"
+        said = datasets.stream_state_problem({**state, "epoch": "0"}, "state")
+        assert said is not None and said.startswith("state.epoch: '0' is not a whole number from 0"), said
 
 
 @canary("fsspec.s3_ignores_http_client_options")

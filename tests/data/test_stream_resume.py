@@ -129,7 +129,7 @@ def test_every_saved_position_a_resume_reads_is_in_range_and_a_wrong_one_is_name
         "ranks[0].batch_size: '4' is not a whole number from 1": {**rank, "batch_size": "4"},
         "ranks[0].workers: True is not a whole number from 0": {**rank, "workers": True},
         "ranks[0].loader: not a data loader's state": {**rank, "loader": [1]},
-        "ranks[0].loader._snapshot._snapshot_step: a count below zero": {
+        "ranks[0].loader._snapshot._snapshot_step: -2 is not a whole number from 0": {
             **rank, "loader": {**rank["loader"], "_snapshot": {**rank["loader"]["_snapshot"], "_snapshot_step": -2}}
         },
         "ranks[0].kind: 'other' is not one of": {**rank, "kind": "other"},
