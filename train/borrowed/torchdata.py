@@ -186,8 +186,11 @@ def workers_as_loaded(state: dict[str, Any], loaded: dict[str, Any], workers: in
     None once every worker has, when ``state`` is right as it is. torchdata 0.11 (``stateful_dataloader.py``,
     ``_StatefulMultiProcessingDataLoaderIter``: a worker's snapshot is its ``_AckStartup`` state until its first
     batch arrives) gives such a worker's fresh start, not the position loaded, so a checkpoint saved then would read
-    its examples a second time. Workers yield in turn after the last one the loaded state names. torchdata has no
-    public way to mend it, nor a fix upstream in 0.11."""
+    its examples a second time. Workers yield in turn after the last one the loaded state names. A state loaded at
+    its pass's end (``_iterator_finished``) has nothing to mend: torchdata starts the next pass afresh. torchdata
+    has no public way to mend it, nor a fix upstream in 0.11."""
+    if loaded[ITERATOR_FINISHED]:
+        return None
     now, was = state[SNAPSHOT], loaded[SNAPSHOT]
     since = now[MAIN_SNAPSHOT][SAMPLER_ITER_YIELDED] - was[MAIN_SNAPSHOT][SAMPLER_ITER_YIELDED]
     if since >= workers:

@@ -168,7 +168,7 @@ class StreamLoader(StatefulDataLoader):
     until a worker has yielded a batch since ``load_state_dict``, ``state_dict`` gives that worker's fresh start,
     not the position loaded, so a checkpoint saved then would read its examples a second time. The loaded snapshot
     is given for such a worker instead (train/borrowed/torchdata.py ``workers_as_loaded``), until every worker has
-    yielded.
+    yielded or the pass ends.
 
     Every state it gives is first checked against the layout that mend and the checkpoints read (the check the
     canaries hold torchdata to): a torchdata that writes another is an environment error (exit 3) at the first
@@ -177,10 +177,17 @@ class StreamLoader(StatefulDataLoader):
     resume refuses as damaged."""
 
     _loaded: dict[str, Any] | None = None  # the state loaded, while a worker may not have yielded since
+    _passes_after_load = 0
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         super().load_state_dict(state_dict)
-        self._loaded = state_dict
+        self._loaded, self._passes_after_load = state_dict, 0
+
+    def __iter__(self) -> Any:
+        self._passes_after_load += 1
+        if self._passes_after_load > 1:
+            self._loaded = None  # a new pass: the position loaded is behind it
+        return super().__iter__()
 
     def state_dict(self) -> dict[str, Any]:
         state = super().state_dict()
