@@ -26,10 +26,12 @@ from tests.conftest import REPO
 from train.borrowed import (
     accelerate,
     datasets,
+    fsspec,
     stdlib,
     torch_distributed,
     torch_dynamo,
     torch_optim,
+    torchdata,
     torchrun,
     transformers_args,
     transformers_models,
@@ -545,6 +547,128 @@ def _hub_offline_lifted(tmp_path: Path) -> None:
             file_utils._raise_if_offline_mode_is_enabled("s3://bucket/x")
     finally:
         config.HF_HUB_OFFLINE = was
+
+
+# --- torchdata, a datasets stream's state, fsspec ----------------------------------------------------------------
+
+
+def stream_loader(workers: int, state: dict[str, Any] | None = None) -> Any:
+    """torchdata's own StatefulDataLoader over a datasets stream of 24 numbers in two files, in batches of 3, with
+    ``workers`` and resumed from ``state``."""
+    from datasets import Dataset
+    from torchdata.stateful_dataloader import StatefulDataLoader
+
+    stream = Dataset.from_dict({"n": list(range(24))}).to_iterable_dataset(num_shards=2)
+    loader = StatefulDataLoader(stream, batch_size=3, num_workers=workers, collate_fn=list)
+    if state is not None:
+        loader.load_state_dict(state)
+    return loader
+
+
+def as_saved(state: dict[str, Any]) -> dict[str, Any]:
+    """``state`` as a checkpoint's JSON gives it back."""
+    return json.loads(json.dumps(state))
+
+
+def numbers(batch: list[dict[str, int]]) -> list[int]:
+    return [row["n"] for row in batch]
+
+
+@canary("torchdata.loader_state_problem")
+def _loader_state_problem(tmp_path: Path) -> None:
+    from torchdata.stateful_dataloader import StatefulDataLoader
+
+    every = inspect.signature(StatefulDataLoader).parameters["snapshot_every_n_steps"].default
+    assert every == 1, f"a StatefulDataLoader no longer snapshots every step by default ({every})"
+    for workers in (0, 2):
+        loader = stream_loader(workers)
+        states = [as_saved(loader.state_dict())]  # before a batch, after each, and once the pass has ended
+        states += [as_saved(loader.state_dict()) for _ in loader]
+        resumed = stream_loader(workers, states[2])
+        next(iter(resumed))
+        states.append(as_saved(resumed.state_dict()))
+        for n, state in enumerate(states):
+            problem = torchdata.loader_state_problem(state, workers, 3, dataset_problem=datasets.stream_state_problem)
+            assert problem is None, f"{workers} worker(s), state {n}: torchdata writes another layout: {problem}"
+        counts = states[2] if not workers else states[2][torchdata.SNAPSHOT]
+        counted = counts[torchdata.NUM_YIELDED if not workers else torchdata.SNAPSHOT_STEP]
+        assert counted == 2, f"{workers} worker(s): two batches counted as {counted}"
+        wrong = as_saved(states[2])
+        sampler = wrong if not workers else wrong[torchdata.SNAPSHOT][torchdata.MAIN_SNAPSHOT]
+        sampler[torchdata.SAMPLER_ITER_STATE]["samples_yielded"] = 7
+        assert torchdata.loader_state_problem(wrong, workers, 3), "a count that disagrees passed"
+
+
+@canary("torchdata.workers_as_loaded")
+def _workers_as_loaded(tmp_path: Path) -> None:
+    straight = [numbers(batch) for batch in stream_loader(2)]
+    first = stream_loader(2)
+    batches = iter(first)
+    next(batches), next(batches)
+    saved = as_saved(first.state_dict())
+    resumed = stream_loader(2, saved)
+    batches = iter(resumed)
+    assert numbers(next(batches)) == straight[2], "a loaded state does not resume where it was saved"
+    given = as_saved(resumed.state_dict())  # worker 1 has not yielded since the load
+    again = numbers(next(iter(stream_loader(2, given))))
+    assert again != straight[3], "torchdata now saves a worker's loaded position before it yields: drop the mend"
+    mended = torchdata.workers_as_loaded(given, saved, 2)
+    assert mended is not None, "a worker that has not yielded since the load was left as torchdata gave it"
+    assert numbers(next(iter(stream_loader(2, mended)))) == straight[3], "the mended state reads on elsewhere"
+    next(batches)
+    assert torchdata.workers_as_loaded(as_saved(resumed.state_dict()), saved, 2) is None, "both have yielded"
+
+
+@canary("datasets.stream_state_problem")
+def _stream_state_problem(tmp_path: Path) -> None:
+    """The streams the job reads (train/data/stream.py): text files through select_columns, split by file or by
+    example, mapped in batches; an in-memory dataset (the demo, save_to_disk) as an iterable one."""
+    import datasets as hf_datasets
+    from datasets.distributed import split_dataset_by_node
+
+    for name in ("a", "b"):
+        (tmp_path / f"{name}.txt").write_text("".join(f"{name} line {i}\n" for i in range(20)))
+    files = [str(tmp_path / "a.txt"), str(tmp_path / "b.txt")]
+    text = hf_datasets.load_dataset("text", data_files=files, split="train", streaming=True).select_columns(["text"])
+    memory = hf_datasets.Dataset.from_dict({"text": ["x"] * 20}).to_iterable_dataset(num_shards=4)
+    for stream, world_size in ((text, 2), (text, 3), (memory, 2)):
+        part = split_dataset_by_node(stream, rank=1, world_size=world_size)
+        mapped = part.map(lambda rows: {"length": [len(t) for t in rows]}, batched=True, input_columns=["text"])
+        rows = iter(mapped)
+        next(rows), next(rows), next(rows)
+        state = as_saved(mapped.state_dict())
+        assert datasets.stream_state_problem(state, "state") is None, f"datasets writes another state: {state}"
+        assert re.search(r'": [1-9]', json.dumps(state)), f"no position counted: {state}"
+        negative = json.loads(re.sub(r'": ([0-9]+)', r'": -\1', json.dumps(state)))
+        assert datasets.stream_state_problem(negative, "state"), "a negative count passed"
+        said = datasets.stream_state_problem({**state, "epoch": "0"}, "state")
+        assert said is not None and said.startswith("state.epoch: '0' is not a whole number from 0"), said
+
+
+@canary("fsspec.s3_ignores_http_client_options")
+def _s3_ignores_http_client_options(tmp_path: Path) -> None:
+    import fsspec as fs
+    import s3fs
+    from datasets.filesystems.compression import BaseCompressedFileFileSystem
+
+    handed = source(BaseCompressedFileFileSystem.__init__)
+    assert all(f'"{option}"' in handed for option in fsspec.HTTP_CLIENT_OPTIONS), (
+        "datasets no longer hands a compressed file's filesystem aiohttp's options: drop the patch"
+    )
+    options = {"anon": True, "skip_instance_cache": True, "endpoint_url": "http://127.0.0.1:9"}
+    client_kwargs = {**dict.fromkeys(fsspec.HTTP_CLIENT_OPTIONS, True), "region_name": "us-east-1"}
+    with pytest.raises(TypeError, match="requote_redirect_url|trust_env"):  # creating the client, no request made
+        s3fs.S3FileSystem(client_kwargs=client_kwargs, **options).connect()
+    served = {protocol: fs.get_filesystem_class(protocol) for protocol in ("s3", "s3a")}
+    try:
+        fsspec.s3_ignores_http_client_options()
+        for protocol in served:
+            patched = fs.get_filesystem_class(protocol)(client_kwargs=client_kwargs, **options)
+            patched.connect()
+            assert patched.client_kwargs == {"region_name": "us-east-1"}, f"{protocol}: {patched.client_kwargs}"
+    finally:
+        for protocol, served_by in served.items():
+            fs.register_implementation(protocol, served_by, clobber=True)
 
 
 # --- the registry ---------------------------------------------------------------------------------------------

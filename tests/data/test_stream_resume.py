@@ -106,6 +106,28 @@ def test_a_loader_saved_one_batch_after_a_resume_reads_on_where_it_stopped() -> 
     assert numbers(next(iter(resumed_twice))) == expected[3]
 
 
+@pytest.mark.parametrize("before_the_end", [1, 0])
+def test_a_loader_resumed_at_its_pass_end_saves_the_next_pass_where_it_stands(before_the_end: int) -> None:
+    """Resumed fewer batches before its pass's end than it has workers, or at the end: the next pass's position is
+    its own, not the workers' loaded for the pass before (which would resume at that pass's end)."""
+    whole = [numbers(b) for b in loader_of(part_of(0, 1), 16, 2)]
+    first = loader_of(part_of(0, 1), 16, 2)
+    batches = iter(first)
+    for _ in range(len(whole) - before_the_end):
+        next(batches)
+    if not before_the_end:
+        assert next(batches, None) is None  # the pass has ended
+    resumed = loader_of(part_of(0, 1), 16, 2)
+    resumed.load_state_dict(first.state_dict())
+    if before_the_end:  # the rest of its pass; resumed at the end, torchdata starts the next pass at once
+        assert [numbers(b) for b in resumed] == whole[-before_the_end:]
+    next_pass = iter(resumed)
+    assert [numbers(next(next_pass)) for _ in range(3)] == whole[:3]
+    again = loader_of(part_of(0, 1), 16, 2)
+    again.load_state_dict(resumed.state_dict())
+    assert numbers(next(iter(again))) == whole[3]
+
+
 def test_after_the_remainders_the_next_pass_is_the_ranks_own() -> None:
     _, saved = first_run(2, batch_size=5, workers=0, steps=3)
     own = loader_of(part_of(0, 1), 4, 2)
@@ -129,7 +151,7 @@ def test_every_saved_position_a_resume_reads_is_in_range_and_a_wrong_one_is_name
         "ranks[0].batch_size: '4' is not a whole number from 1": {**rank, "batch_size": "4"},
         "ranks[0].workers: True is not a whole number from 0": {**rank, "workers": True},
         "ranks[0].loader: not a data loader's state": {**rank, "loader": [1]},
-        "ranks[0].loader._snapshot._snapshot_step: a count below zero": {
+        "ranks[0].loader._snapshot._snapshot_step: -2 is not a whole number from 0": {
             **rank, "loader": {**rank["loader"], "_snapshot": {**rank["loader"]["_snapshot"], "_snapshot_step": -2}}
         },
         "ranks[0].kind: 'other' is not one of": {**rank, "kind": "other"},

@@ -1,5 +1,6 @@
-"""What we borrow from datasets (datasets 5.2, ``datasets/arrow_dataset.py``, ``datasets/config.py``): a dataset's
-fingerprint, and the offline flag lifted for object stores. Nothing here imports datasets until it is used."""
+"""What we borrow from datasets (datasets 5.2, ``datasets/arrow_dataset.py``, ``datasets/config.py``,
+``datasets/iterable_dataset.py``): a dataset's fingerprint, the offline flag lifted for object stores, and the layout
+of a stream's state. Nothing here imports datasets until it is used."""
 
 from __future__ import annotations
 
@@ -35,3 +36,29 @@ def hub_offline_lifted() -> Iterator[None]:
         yield
     finally:
         datasets.config.HF_HUB_OFFLINE = was
+
+
+@borrows("datasets", "5.2", "iterable_dataset.py IterableDataset.state_dict, _BaseExamplesIterable.load_state_dict")
+def stream_state_problem(state: Any, where: str) -> str | None:
+    """What in ``state``, a datasets stream's state as a data loader saved it, is not as datasets 5.2 writes it for
+    the streams we build, naming the field, or None. datasets 5.2 (``iterable_dataset.py``) documents the state
+    only as a dict: ``IterableDataset.state_dict`` is ``{"examples_iterable": ..., "epoch": n}``, each examples
+    iterable's state its counts and indices (``shard_idx``, ``shard_example_idx``, ``batch_idx``...), the states of
+    the iterables it wraps and its class name (``type``). ``_BaseExamplesIterable.load_state_dict`` merges it into
+    a fresh state unchecked: a string where a count was crashes the stream's first read.
+
+    Mappings and lists of null, whole numbers from 0 (counts and indices; not a bool, not a float) and, as the
+    value of ``type``, strings. Their upper bounds (a shard's length, a chunk's) are nowhere in the checkpoint:
+    where a stream resumes within its files, only reading them can check."""
+    if isinstance(state, dict):
+        for key, value in state.items():
+            if key == "type" and not isinstance(value, str):
+                return f"{where}.type: {value!r} is not the name of a datasets examples iterable"
+            if key != "type" and (problem := stream_state_problem(value, f"{where}.{key}")):
+                return problem
+        return None
+    if isinstance(state, list):
+        return next((p for i, value in enumerate(state) if (p := stream_state_problem(value, f"{where}[{i}]"))), None)
+    if state is None or (isinstance(state, int) and not isinstance(state, bool) and state >= 0):
+        return None
+    return f"{where}: {state!r} is not a whole number from 0 (a datasets stream's count or index)"

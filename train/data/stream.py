@@ -22,10 +22,10 @@ ones (train/data/stream_resume.py has the rule).
 
 from __future__ import annotations
 
-import copy
 import hashlib
 import json
 import warnings
+from importlib.metadata import version as package_version
 from pathlib import Path
 from typing import Any
 
@@ -38,8 +38,10 @@ from torchdata.stateful_dataloader import StatefulDataLoader
 from transformers import TrainerCallback
 
 from train.borrowed.datasets import fingerprint as fingerprint_of
+from train.borrowed.fsspec import s3_ignores_http_client_options
+from train.borrowed.torchdata import loader_state_problem, workers_as_loaded
 from train.common.distributed import gather_from_every_rank, is_world_zero
-from train.common.errors import ConfigError, first_line
+from train.common.errors import ConfigError, EnvironmentProblem, first_line
 from train.common.hf import cache_key, offline_hint
 from train.config import DataArguments
 from train.data.padding import Padding
@@ -89,23 +91,6 @@ def open_stream(source: Source, data: DataArguments) -> tuple[IterableDataset, s
             raise ConfigError(f"{source.label}={source.name!r}: cannot stream the hub dataset ({hint})") from exc
         fingerprint = cache_key(source.name, source.config_name)
     return _text_only(stream, source, data.text_column), fingerprint
-
-
-def s3_ignores_http_client_options() -> None:
-    """Let s3fs read the compressed files of a stream. datasets' decompressing filesystems hand aiohttp's
-    ``client_kwargs`` (``requote_redirect_url``, ``trust_env``) to whichever filesystem holds the file, and s3fs
-    passes them on to aiobotocore, which rejects them (huggingface/datasets issue 7295, open): s3:// is served by an
-    S3FileSystem that drops those two, meaningless for S3. Registered for this process and its DataLoader workers."""
-    import fsspec
-    import s3fs
-
-    class S3FileSystem(s3fs.S3FileSystem):  # type: ignore[misc]
-        def __init__(self, *args: Any, client_kwargs: dict[str, Any] | None = None, **kwargs: Any) -> None:
-            kept = {k: v for k, v in (client_kwargs or {}).items() if k not in ("requote_redirect_url", "trust_env")}
-            super().__init__(*args, client_kwargs=kept, **kwargs)
-
-    for protocol in ("s3", "s3a"):
-        fsspec.register_implementation(protocol, S3FileSystem, clobber=True)
 
 
 def _text_only(stream: IterableDataset, source: Source, column: str) -> IterableDataset:
@@ -180,35 +165,45 @@ def stream_loader(
 
 class StreamLoader(StatefulDataLoader):
     """torchdata's StatefulDataLoader, with its position right in the first batches after a resume (torchdata 0.11):
-    until a worker has yielded a batch since ``load_state_dict``, ``state_dict`` gives that worker's snapshot as
-    its fresh start, not the position loaded, so a checkpoint saved then would read its examples a second time.
-    The loaded snapshot is given for such a worker instead (workers yield in turn after the last one saved)."""
+    until a worker has yielded a batch since ``load_state_dict``, ``state_dict`` gives that worker's fresh start,
+    not the position loaded, so a checkpoint saved then would read its examples a second time. The loaded snapshot
+    is given for such a worker instead (train/borrowed/torchdata.py ``workers_as_loaded``), until every worker has
+    yielded or the pass ends.
 
-    _loaded: dict[str, Any] | None = None
+    Every state it gives is first checked against the layout that mend and the checkpoints read (the check the
+    canaries hold torchdata to): a torchdata that writes another is an environment error (exit 3) at the first
+    save, since a position saved by guesswork would resume a stream at the wrong place without a word. Not a crash
+    (exit 1), which a retry policy would run again to the same end; not a warning, which would leave checkpoints a
+    resume refuses as damaged."""
+
+    _loaded: dict[str, Any] | None = None  # the state loaded, while a worker may not have yielded since
+    _passes_after_load = 0
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         super().load_state_dict(state_dict)
-        self._loaded = state_dict
+        self._loaded, self._passes_after_load = state_dict, 0
+
+    def __iter__(self) -> Any:
+        self._passes_after_load += 1
+        if self._passes_after_load > 1:
+            self._loaded = None  # a new pass: the position loaded is behind it
+        return super().__iter__()
 
     def state_dict(self) -> dict[str, Any]:
         state = super().state_dict()
-        loaded, workers = self._loaded, self.num_workers
-        if not loaded or not workers:
+        if problem := loader_state_problem(state, self.num_workers, self.batch_size or 0):
+            raise EnvironmentProblem(
+                f"torchdata {package_version('torchdata')} is installed, but its data loader's state is not the one "
+                f"train/borrowed/torchdata.py reads (torchdata 0.11: {problem}), so a stream's position cannot be "
+                "saved: install the locked versions (requirements.lock), or adapt the touch (docs/development.md, "
+                '"Upgrading a library")'
+            )
+        if self._loaded is None or not self.num_workers:
             return state
-        try:
-            now, was = state["_snapshot"], loaded["_snapshot"]
-            since = now["_main_snapshot"]["_sampler_iter_yielded"] - was["_main_snapshot"]["_sampler_iter_yielded"]
-            if since >= workers:
-                self._loaded = None  # every worker has yielded since: its own snapshots are right
-                return state
-            state = copy.deepcopy(state)
-            yielded = {(was["_last_yielded_worker_id"] + 1 + i) % workers for i in range(since)}
-            for worker in set(range(workers)) - yielded:
-                name = f"worker_{worker}"
-                state["_snapshot"]["_worker_snapshots"][name] = copy.deepcopy(was["_worker_snapshots"][name])
-        except (KeyError, TypeError):  # another layout than torchdata 0.11's: its own state, as it is
-            return state
-        return state
+        mended = workers_as_loaded(state, self._loaded, self.num_workers)
+        if mended is None:
+            self._loaded = None  # every worker has yielded since: their own snapshots are right
+        return state if mended is None else mended
 
 
 class StreamPosition(TrainerCallback):

@@ -1,7 +1,7 @@
 """A stream resumed on another number of ranks: the positions the old ranks saved, redistributed to the new ones so
 that no example is trained twice or skipped.
 
-What the libraries lack (torchdata 0.11, datasets 4.x): a StatefulDataLoader's state resumes the loader that wrote
+What the libraries lack (torchdata 0.11, datasets 5.2): a StatefulDataLoader's state resumes the loader that wrote
 it, on the same rank of the same world size with the same workers; datasets' ``split_dataset_by_node`` gives each
 rank of a world size its own part of the stream, so another world size reads other parts, and the Trainer's own
 answer (``skip_first_batches``) counts batches of one rank. So each new rank rebuilds the pipelines of the old
@@ -29,6 +29,9 @@ from __future__ import annotations
 import itertools
 from collections.abc import Callable, Iterator
 from typing import Any
+
+from train.borrowed.datasets import stream_state_problem
+from train.borrowed.torchdata import loader_state_problem
 
 RANK, INTERLEAVE, STRIDE = "rank", "interleave", "stride"
 
@@ -60,7 +63,9 @@ def redistribute(saved: list[dict[str, Any]], rank: int, world_size: int) -> dic
 def position_problem(position: Any, where: str = "position") -> str | None:
     """What makes a saved ``position`` unusable, naming the field (``ranks[1].parts[0].used: -1 ...``), or None.
     A checkpoint's stream_state.json is data its reader did not write: every field the rule above reads is
-    checked for its type and its range, and a tree's parts against each other, before any loader is built."""
+    checked for its type and its range, and a tree's parts against each other, before any loader is built; a
+    rank's loader state field by field, as torchdata and datasets write it (train/borrowed/torchdata.py
+    ``loader_state_problem`` says what bounds its counts: a stream's length is not known)."""
     if not isinstance(position, dict):
         return f"{where}: not a position (a mapping with a kind)"
     kind = position.get("kind")
@@ -89,13 +94,12 @@ def _rank_problem(position: dict[str, Any], where: str) -> str | None:
     for field, low in (("world_size", 1), ("batch_size", 1), ("workers", 0)):
         if problem := _range_problem(position, where, field, low, None):
             return problem
+    workers, batch_size = position["workers"], position["batch_size"]
     loader = position.get("loader")
-    if not isinstance(loader, dict):
-        return f"{where}.loader: not a data loader's state (a mapping)"
-    if negative := next(_negative_counts(loader, f"{where}.loader"), None):
-        return f"{negative}: a count below zero"
-    return _range_problem(position, where, "rank", 0, position["world_size"] - 1) or _range_problem(
-        position, where, "used", 0, position["batch_size"]
+    return (
+        loader_state_problem(loader, workers, batch_size, f"{where}.loader", stream_state_problem)
+        or _range_problem(position, where, "rank", 0, position["world_size"] - 1)
+        or _range_problem(position, where, "used", 0, batch_size)
     )
 
 
@@ -109,19 +113,6 @@ def _range_problem(position: dict[str, Any], where: str, field: str, low: int, h
 def _whole(value: Any, low: int, high: int | None) -> bool:
     in_range = isinstance(value, int) and not isinstance(value, bool) and value >= low
     return in_range and (high is None or value <= high)
-
-
-def _negative_counts(state: Any, where: str) -> Iterator[str]:
-    """The fields of a loader's state holding a negative number: every number torchdata 0.11 and datasets save
-    there is a count, an index, an id or a seed, none below zero."""
-    if isinstance(state, dict):
-        for key, value in state.items():
-            yield from _negative_counts(value, f"{where}.{key}")
-    elif isinstance(state, list):
-        for index, value in enumerate(state):
-            yield from _negative_counts(value, f"{where}[{index}]")
-    elif isinstance(state, int | float) and not isinstance(state, bool) and state < 0:
-        yield where
 
 
 def own_loader_state(position: dict[str, Any], rank: int, world_size: int, batch_size: int, workers: int) -> Any:
