@@ -25,7 +25,7 @@ def s3_ignores_http_client_options() -> None:
     import fsspec  # the libraries' own imports, paid only when a stream reads from S3
     import s3fs
 
-    class S3FileSystem(s3fs.S3FileSystem):  # type: ignore[misc]
+    class S3FileSystem(s3fs.S3FileSystem):
         def __init__(self, *args: Any, client_kwargs: dict[str, Any] | None = None, **kwargs: Any) -> None:
             kept = {k: v for k, v in (client_kwargs or {}).items() if k not in HTTP_CLIENT_OPTIONS}
             super().__init__(*args, client_kwargs=kept, **kwargs)

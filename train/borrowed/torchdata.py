@@ -102,7 +102,7 @@ def _layout(state: Mapping[str, Any], workers: int, batch_size: int) -> dict[str
             "fetcher_state": {"dataset_iter_state": _NULL, "fetcher_ended": _FLAG}, DATASET_STATE: _DATASET,
             ITERATOR_FINISHED: _FLAG,
         }  # fmt: skip
-    snapshot = state.get(SNAPSHOT) if isinstance(state.get(SNAPSHOT), dict) else {}
+    snapshot = state[SNAPSHOT] if isinstance(state.get(SNAPSHOT), dict) else {}
     step = _whole(snapshot.get(SNAPSHOT_STEP))
     worker = {"dataset_iter_state": _NULL, "fetcher_ended": _FLAG}
     # a snapshot per worker, asked of no more than one past those saved: a count of a billion workers is found

@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Callable, Iterator
-from typing import Any
+from typing import Any, TypeGuard
 
 from train.borrowed.datasets import stream_state_problem
 from train.borrowed.torchdata import loader_state_problem
@@ -36,7 +36,9 @@ from train.borrowed.torchdata import loader_state_problem
 RANK, INTERLEAVE, STRIDE = "rank", "interleave", "stride"
 
 
-def rank_position(loader_state: dict[str, Any], rank: int, world_size: int, batch_size: int, workers: int) -> dict:
+def rank_position(
+    loader_state: dict[str, Any], rank: int, world_size: int, batch_size: int | None, workers: int
+) -> dict:
     """A rank's saved position: its loader's state and what rebuilds that loader (whose part of the stream, its
     batch size and workers); ``used``: examples of the loader's next batch already trained."""
     return {
@@ -110,7 +112,7 @@ def _range_problem(position: dict[str, Any], where: str, field: str, low: int, h
     return f"{where}.{field}: {value!r} is not a whole number from {low}" + (f" to {high}" if high is not None else "")
 
 
-def _whole(value: Any, low: int, high: int | None) -> bool:
+def _whole(value: Any, low: int, high: int | None) -> TypeGuard[int]:
     in_range = isinstance(value, int) and not isinstance(value, bool) and value >= low
     return in_range and (high is None or value <= high)
 
