@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import time
 from pathlib import Path
 
 import torch.distributed as dist
@@ -16,16 +17,29 @@ def gloo_threads() -> list[str]:
     return [name for name in names if name.startswith(("pt_gloo", "gloo_"))]
 
 
+def named_gloo_threads(within_s: float = 10.0) -> list[str]:
+    """The gloo threads once they have named themselves (each sets its name as it starts: under load, a moment
+    after the group is made)."""
+    deadline = time.monotonic() + within_s
+    while not (found := gloo_threads()) and time.monotonic() < deadline:
+        time.sleep(0.01)
+    return found
+
+
 def test_ending_the_group_joins_its_threads_while_a_cycle_still_holds_it() -> None:
     """A DDP model the Trainer keeps in a reference cycle holds the group past destroy_process_group; its gloo
     threads then died in interpreter shutdown, and could abort a rank that had finished (stop 63's CI)."""
     assert not dist.is_initialized(), "a test left a process group behind"
     assert gloo_threads() == []
     dist.init_process_group("gloo", rank=0, world_size=1, store=dist.HashStore())
-    holder: dict[str, object] = {"group": dist.group.WORLD}  # as the DDP wrapper's process_group
-    holder["self"] = holder  # the cycle: only a collection frees it
-    del holder
-    assert gloo_threads() != []
-    end_process_group()
-    assert not dist.is_initialized()
-    assert gloo_threads() == []
+    try:
+        holder: dict[str, object] = {"group": dist.group.WORLD}  # as the DDP wrapper's process_group
+        holder["self"] = holder  # the cycle: only a collection frees it
+        del holder
+        assert named_gloo_threads() != []
+        end_process_group()
+        assert not dist.is_initialized()
+        assert gloo_threads() == []
+    finally:
+        if dist.is_initialized():
+            dist.destroy_process_group()
