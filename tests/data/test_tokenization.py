@@ -2,23 +2,43 @@
 
 from __future__ import annotations
 
+import copy
 from pathlib import Path
+from typing import Any
 
 import datasets
 import pytest
 
 from tests.data.helpers import config_for, jsonl, write_formats
 from train.common.errors import ConfigError
+from train.config import DataArguments
 from train.data import SAMPLE_INDEX, load_raw, real_token_count, tokenization, tokenize, truncation
+from train.data.padding import Padding
 from train.data.tokenization import (
     CUT_TOKENS,
     MIN_ROWS_PER_WORKER,
     IndexedExamples,
+    encode_texts,
     group_texts,
     preprocessing_workers,
     tokenizer_fingerprint,
 )
-from train.model.tokenizer_training import train_tokenizer
+from train.model.tokenizer_training import BPE, UNIGRAM, WORDPIECE, train_tokenizer
+
+# Long lines that max_seq_length=16 cuts (one into several overflow rows), empty and blank lines, unicode (accents
+# composed and combining, CJK, emoji, right-to-left, a zero-width joiner) and special tokens written in the text.
+AWKWARD = [
+    "the quick brown fox jumps over the lazy dog " * 6,
+    "",
+    "   ",
+    "Café naïve façade – déjà vu; cafe\u0301 nai\u0308ve",
+    "東京は日本の首都です。北京是中国的首都。",
+    "emoji 👩‍💻 and 🇫🇷 flags, שלום עולם, مرحبا بالعالم",
+    "a [SEP] in the text, a [MASK] and <s> too",
+    "short",
+    "x " * 40,
+    "\t tabs\tand\u00a0non-breaking spaces\u2003here",
+]
 
 
 def test_padding_modes_keep_the_same_real_tokens(tmp_path: Path) -> None:
@@ -137,3 +157,77 @@ def test_workers_follow_the_usable_cpus_and_the_rows(monkeypatch: pytest.MonkeyP
 def test_a_stream_has_no_table_to_count() -> None:
     stream = datasets.Dataset.from_dict({"input_ids": [[1, 0]]}).to_iterable_dataset()
     assert real_token_count(stream, 0) == 0 and truncation(stream) == {"examples_cut": 0, "tokens_cut": 0}
+
+
+def transformers_encoding(tokenizer: Any, texts: list[str], data: DataArguments) -> dict[str, list]:
+    """What tokenization stored before it went from the tokenizers library to Arrow itself (issue 70): transformers'
+    call, its overflow rows counted as each example's cut tokens, then dropped."""
+    padding = Padding(data.padding)
+    if padding.packs:
+        return dict(tokenizer(texts, return_special_tokens_mask=True, return_attention_mask=False, verbose=False))
+    encoded = dict(
+        tokenizer(
+            texts,
+            padding="max_length" if padding.pads_when_tokenized else False,
+            truncation=True,
+            max_length=data.max_seq_length,
+            return_special_tokens_mask=True,
+            return_attention_mask=padding.pads_when_tokenized,
+            return_overflowing_tokens=True,
+        )
+    )
+    mapping, masks = encoded.pop("overflow_to_sample_mapping"), encoded["special_tokens_mask"]
+    first, cut = [], [0] * len(texts)
+    for i, example in enumerate(mapping):
+        if i and mapping[i - 1] == example:
+            cut[example] += len(masks[i]) - sum(masks[i])
+        else:
+            first.append(i)
+    return {**{key: [values[i] for i in first] for key, values in encoded.items()}, CUT_TOKENS: cut}
+
+
+@pytest.fixture(scope="module")
+def tokenizers(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    """A tokenizer of each kind trained on AWKWARD (so its scripts are in the vocabulary, not unknown), and a
+    WordPiece one that returns token type ids (as BERT's) and cuts from the left."""
+    corpus = jsonl(tmp_path_factory.mktemp("awkward"), "awkward.jsonl", AWKWARD * 20)
+    config = config_for(corpus, tokenizer_vocab_size="300", validation_split_percentage="0", eval_strategy="no")
+    raw = load_raw(config.data, config.training)
+    trained = {kind.name: train_tokenizer(raw, config.model, config.data, kind) for kind in (WORDPIECE, BPE, UNIGRAM)}
+    bert_like = copy.deepcopy(trained["wordpiece"])
+    bert_like.model_input_names = ["input_ids", "token_type_ids", "attention_mask"]
+    bert_like.truncation_side = "left"
+    return {**trained, "bert-like": bert_like}
+
+
+@pytest.mark.parametrize("padding", list(Padding))
+@pytest.mark.parametrize("kind", ["wordpiece", "bpe", "unigram", "bert-like"])
+def test_arrow_columns_hold_what_transformers_returned(tokenizers: dict[str, Any], kind: str, padding: str) -> None:
+    """The same ids, masks and cut counts, column for column and in the same order, as transformers' call."""
+    tokenizer = tokenizers[kind]
+    data = config_for("demo", padding=padding, max_seq_length="16").data
+    expected = transformers_encoding(tokenizer, AWKWARD, data)
+    assert encode_texts(tokenizer, AWKWARD, data, count_cut=True) == expected
+    assert list(expected) == list(encode_texts(tokenizer, AWKWARD, data, count_cut=False)) + (
+        [] if Padding(padding).packs else [CUT_TOKENS]
+    )
+    if not Padding(padding).packs:
+        assert expected[CUT_TOKENS][0] > 16 and expected[CUT_TOKENS][1:3] == [0, 0]  # cut over several rows
+
+
+@pytest.mark.parametrize("padding", ["dynamic", "max_length", "packed"])
+def test_the_tokenized_cache_has_the_column_types_it_had(tmp_path: Path, padding: str) -> None:
+    """Arrow's types as datasets inferred them from transformers' lists (int32 ids, int8 masks, int64 cuts), so a
+    cache written before reads the same as one written now: the cache key did not change."""
+    config = config_for(jsonl(tmp_path, "awkward.jsonl", AWKWARD * 3), padding=padding, max_seq_length="16")
+    raw = load_raw(config.data, config.training)
+    tokenizer = train_tokenizer(raw, config.model, config.data)
+    stored = tokenize(config.data, raw, tokenizer)["train"].examples
+    before = raw.splits["train"].map(
+        lambda batch: transformers_encoding(tokenizer, batch["text"], config.data),
+        batched=True,
+        remove_columns=["text"],
+    )
+    if Padding(padding).packs:
+        before = before.map(group_texts, batched=True, fn_kwargs={"block": 16})
+    assert stored.features == before.features and stored.to_dict() == before.to_dict()
