@@ -66,6 +66,10 @@ def test_final_metrics_from_the_trainers_count() -> None:
     assert out["train_tokens_per_second"] == 300.0 and out["num_input_tokens_seen"] == 900
     assert out["perplexity"] == pytest.approx(math.e)
     assert (out["world_size"], out["train_samples"], out["eval_samples"]) == (2, 100, 10)
+    # A time budget's final evaluation read 4 of the 10 held-out examples: its loss is theirs, and says so.
+    sampled = final_metrics({**metrics, "eval_samples": 4}, tokens_this_session=600, tokens_in_all=900,
+                            corpus=Counts(), world_size=2)  # fmt: skip
+    assert sampled["eval_samples"] == 4
 
 
 def test_final_metrics_without_a_count_estimate_from_samples() -> None:

@@ -156,6 +156,7 @@ def test_a_mixtures_evaluation_gives_a_loss_per_source_and_their_weighted_mean_i
     from transformers import TrainerCallback, TrainingArguments
 
     from train.model.collator import MaskingCollator
+    from train.run.batches import argmax_logits, evaluation_metrics
     from train.run.trainer import MLMTrainer
 
     torch.manual_seed(0)
@@ -168,7 +169,7 @@ def test_a_mixtures_evaluation_gives_a_loss_per_source_and_their_weighted_mean_i
             for i in range(first, first + count)
         ]
 
-    parts = {"news": rows([7, 8, 9, 10], 6, 0), "legal": rows([30, 31, 32, 33, 34, 35], 2, 6)}
+    parts = {"news": rows([7, 8, 9, 10], 6, 0), "legal": rows([30, 31, 32, 33, 34, 35], 4, 6)}
     whole = parts["news"] + parts["legal"]
     seen: list[dict] = []
 
@@ -177,19 +178,25 @@ def test_a_mixtures_evaluation_gives_a_loss_per_source_and_their_weighted_mean_i
             seen.append(dict(metrics or {}))
 
     args = TrainingArguments(
-        output_dir=str(tmp_path), use_cpu=True, report_to=[], per_device_eval_batch_size=2, remove_unused_columns=False
-    )
+        output_dir=str(tmp_path), use_cpu=True, report_to=[], per_device_eval_batch_size=2, remove_unused_columns=False,
+        include_for_metrics=["loss"],
+    )  # fmt: skip
     trainer = MLMTrainer(
         model=DistilBertForMaskedLM(config), args=args, eval_dataset=whole, data_collator=collator,
+        compute_metrics=evaluation_metrics(2), preprocess_logits_for_metrics=argmax_logits,
         callbacks=[Evaluations()], settings=trainer_settings(eval_parts=parts),
     )  # fmt: skip
     metrics = trainer.evaluate()
     assert len(seen) == 1 and seen[0]["eval_news_loss"] == metrics["eval_news_loss"]  # one evaluation, not three
-    expected = (6 * metrics["eval_news_loss"] + 2 * metrics["eval_legal_loss"]) / 8
+    expected = (6 * metrics["eval_news_loss"] + 4 * metrics["eval_legal_loss"]) / 10
     assert metrics["eval_loss"] == pytest.approx(expected)
     assert metrics["eval_news_loss"] != metrics["eval_legal_loss"]
+    # What it read, each source's and the whole's, and the standard error of the whole's weighted mean
+    assert (metrics["eval_news_samples"], metrics["eval_legal_samples"], metrics["eval_samples"]) == (6, 4, 10)
+    news, legal = metrics["eval_news_loss_se"], metrics["eval_legal_loss_se"]
+    assert metrics["eval_loss_se"] == pytest.approx(((6 * news) ** 2 + (4 * legal) ** 2) ** 0.5 / 10)
     other = trainer.evaluate(eval_dataset=parts["legal"])  # a set given by name: evaluated as it is
-    assert "eval_legal_loss" not in other and other["eval_loss"] > 0
+    assert "eval_legal_loss" not in other and other["eval_loss"] > 0 and other["eval_samples"] == 4
 
 
 def test_a_batch_warm_up_trains_each_step_on_its_rows_and_logs_them(tmp_path) -> None:

@@ -37,7 +37,7 @@ from train.model.collator import MaskingCollator
 from train.model.load import check_before_data, load_model, load_tokenizer
 from train.outputs.location import output_location
 from train.outputs.verify import fetch
-from train.run.batches import argmax_logits, masked_accuracy, masking_collator
+from train.run.batches import argmax_logits, evaluation_metrics, masking_collator
 from train.run.logs import bars_drawn
 from train.run.model_setup import with_head
 from train.run.trainer import MLMTrainer, losses_are_batch_means
@@ -123,7 +123,7 @@ def evaluate(
         eval_dataset=validation,
         data_collator=scoring.collator,
         processing_class=scoring.tokenizer,
-        compute_metrics=masked_accuracy,
+        compute_metrics=evaluation_metrics(training.eval_batch_size),
         preprocess_logits_for_metrics=argmax_logits,
         settings=settings,
     )
@@ -136,6 +136,7 @@ def evaluate(
     return {
         "model": scoring.shown,
         "eval_loss": loss,
+        "eval_loss_se": metrics.get("eval_loss_se"),  # over its batches (train/run/batches.py loss_standard_error)
         "perplexity": math.exp(loss) if loss < 700 else math.inf,
         "eval_accuracy": metrics.get("eval_accuracy"),
         "eval_samples": len(validation),

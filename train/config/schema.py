@@ -53,6 +53,9 @@ PROJECT_DEFAULTS: dict[str, Any] = {
     # tokens/s and num_input_tokens_seen: exact, where an average per sample is not (dynamic padding, streams).
     # Costs no extra GPU wait: the Trainer already reads each step's loss back for logging_nan_inf_filter.
     "include_num_input_tokens_seen": "non_padding",
+    # Each evaluation batch's loss handed to compute_metrics, for the loss's standard error (eval_loss_se,
+    # train/run/batches.py loss_standard_error): the Trainer keeps them for its mean anyway.
+    "include_for_metrics": ["loss"],
     "seed": 42,
 }
 

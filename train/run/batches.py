@@ -1,12 +1,15 @@
 """The batches as training and evaluation see them: the masking collator the padding mode and the mask options call
-for (train/model/collator.py), the masked-token metrics of an evaluation, and the facts of the masking and layout
+for (train/model/collator.py), the figures of an evaluation (its masked-token accuracy, its loss's standard error, a
+mixture's figures from its sources'), and the facts of the masking and layout
 measured on drawn samples (the banner's and run.json's). Training (train/run/build.py) and evaluate-only
 (train/commands/evaluate.py) build them here, so an evaluation masks as training's does."""
 
 from __future__ import annotations
 
 import functools
+import math
 import random
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -24,12 +27,60 @@ from train.model.load import tokenizer_label
 from train.model.words import word_starts
 from train.outputs.facts import Masking, Packing
 
+SAMPLES = "samples"  # eval_samples: the held-out examples an evaluation read (train/run/trainer.py evaluation_loop)
+LOSS_SE = "loss_se"  # eval_loss_se: the standard error of its loss (loss_standard_error)
+
+
+def evaluation_metrics(batch_size: int) -> Callable[[Any], dict[str, float]]:
+    """An evaluation's ``compute_metrics``: the masked-token accuracy, and the loss's standard error from the
+    per-batch losses the Trainer hands over with ``include_for_metrics`` naming ``loss`` (our default,
+    train/config/schema.py), each repeated ``batch_size`` times (the Trainer's ``eval_batch_size``)."""
+
+    def metrics(eval_pred: Any) -> dict[str, float]:
+        return {**masked_accuracy(eval_pred), **loss_standard_error(eval_pred.losses, batch_size)}
+
+    return metrics
+
 
 def masked_accuracy(eval_pred: Any) -> dict[str, float]:
-    predictions, labels = eval_pred
-    predictions, labels = np.asarray(predictions), np.asarray(labels)
+    predictions, labels = np.asarray(eval_pred.predictions), np.asarray(eval_pred.label_ids)
     masked = labels != -100
     return {"accuracy": float((predictions[masked] == labels[masked]).mean()) if masked.any() else 0.0}
+
+
+def loss_standard_error(losses: Any, batch_size: int) -> dict[str, float]:
+    """``{LOSS_SE: ...}``, the standard error of an evaluation's loss: the standard deviation of its per-batch losses
+    (one degree of freedom taken) over the square root of their number; nothing without the losses or with fewer
+    than two finite ones.
+
+    Per batch because the Trainer's loss is a mean of batch losses (each a mean over its batch's masked tokens),
+    each handed over repeated once per row of the batch (transformers 5.25, ``Trainer.evaluation_loop``:
+    ``losses.repeat(batch_size)``, gathered across ranks, the last step's duplicated rows dropped): the first of
+    every ``batch_size`` is one batch's. The batches are near-independent samples of the held-out text, so their
+    spread says how far the loss of another sample of as many batches would land; it is what to compare a
+    difference between two evaluations with, where a time budget's evaluation reads a sample of the set."""
+    if losses is None:
+        return {}
+    flat = np.concatenate([np.ravel(part) for part in losses]) if isinstance(losses, list) else np.ravel(losses)
+    per_batch = flat[::batch_size]
+    per_batch = per_batch[np.isfinite(per_batch)]  # as the Trainer's loss leaves out non-finite ones
+    if len(per_batch) < 2:
+        return {}
+    return {LOSS_SE: float(np.std(per_batch, ddof=1) / math.sqrt(len(per_batch)))}
+
+
+def merged_figure(figure: str, values: list[tuple[float, int]]) -> float:
+    """A mixture's ``figure`` over its whole held-out set from each source's (its figure, its examples):
+    the examples summed; the loss's standard error that of the examples-weighted mean of the sources' losses,
+    the square root of the sum of (examples x standard error) squared over all the examples (the sources
+    sampled independently); any other figure the mean weighted by examples (train/run/trainer.py's
+    MLMTrainer.evaluation_loop)."""
+    total = sum(examples for _, examples in values)
+    if figure == SAMPLES:
+        return total
+    if figure == LOSS_SE:
+        return math.sqrt(sum((value * examples) ** 2 for value, examples in values)) / max(total, 1)
+    return sum(value * examples for value, examples in values) / max(total, 1)
 
 
 def argmax_logits(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:

@@ -56,7 +56,7 @@ from train.run.batches import (
     batch_warmup,
     check_batch_warmup,
     check_isolation,
-    masked_accuracy,
+    evaluation_metrics,
     masking_collator,
 )
 from train.run.branching import (
@@ -221,7 +221,7 @@ def prepare(
         eval_dataset=corpus.validation,
         data_collator=collator,
         processing_class=tokenizer,
-        compute_metrics=masked_accuracy if held_out is not None else None,
+        compute_metrics=evaluation_metrics(training.eval_batch_size) if held_out is not None else None,
         preprocess_logits_for_metrics=argmax_logits if held_out is not None else None,
         callbacks=[*trainer_callbacks(config, files, collator, corpus, raw.identity, point), state_bytes],
         settings=settings,

@@ -67,7 +67,9 @@ def final_metrics(
 ) -> dict[str, Any]:
     """all_results.json: the Trainer's summary and final evaluation (``metrics``), real tokens per second of this
     session, the perplexity and the counts. ``tokens_this_session``: what the Trainer counted since this process
-    started training; ``tokens_in_all``: its count since step 0 (a resumed run's included)."""
+    started training; ``tokens_in_all``: its count since step 0 (a resumed run's included). ``eval_samples`` is
+    what the final evaluation read (a time budget's sample of the held-out set: its loss is that sample's), the
+    held-out set's size where there was no evaluation."""
     samples, real = corpus.train_samples, corpus.train_real_tokens
     tokens_per_sample = real / max(samples, 1) if samples and real is not None else None
     runtime = metrics.get("train_runtime") or 0.0
@@ -79,7 +81,9 @@ def final_metrics(
         out["num_input_tokens_seen"] = tokens_in_all
     if "eval_loss" in out:
         out["perplexity"] = perplexity(out["eval_loss"])
-    out.update(world_size=world_size, train_samples=samples, eval_samples=corpus.eval_samples)
+    out.update(
+        world_size=world_size, train_samples=samples, eval_samples=metrics.get("eval_samples", corpus.eval_samples)
+    )
     return out
 
 

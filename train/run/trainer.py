@@ -39,6 +39,7 @@ from train.data import ResumedStream, own_loader_state, stream_loader
 from train.data.tokenization import joined
 from train.model.collator import first_rows, thin_masks
 from train.run.adapting import EncoderDrift, drop_encoder_gradients, with_head_rate
+from train.run.batches import SAMPLES, merged_figure
 from train.run.diagnostics import StepDiagnostics
 from train.run.preemption import leave_signals_to_rank
 from train.run.trainer_settings import TrainerSettings
@@ -170,20 +171,26 @@ class MLMTrainer(TrainerOverrides):
         ignore_keys: list[str] | None = None,
         metric_key_prefix: str = "eval",
     ) -> EvalLoopOutput:
-        """A mixture's evaluation: each source's held-out part on its own (``eval_<key>_loss``, ...), and the
-        whole's figures as their means weighted by held-out examples - one pass over the held-out text, where the
-        Trainer's own several evaluation sets would each log and call the callbacks as a separate evaluation."""
+        """The Trainer's evaluation, with the held-out examples it read among its figures (``eval_samples``: a time
+        budget's evaluations read a sample of the set, train/run/budget_evaluation.py). A mixture's: each source's
+        held-out part on its own (``eval_<key>_loss``, ...), and the whole's figures from theirs
+        (train/run/batches.py merged_figure) - one pass over the held-out text, where the Trainer's own several
+        evaluation sets would each log and call the callbacks as a separate evaluation."""
         parts = self.eval_parts
         if not parts or getattr(dataloader, "dataset", None) is not self.eval_dataset:  # another set: as given
-            return super().evaluation_loop(
-                dataloader, description, prediction_loss_only, ignore_keys, metric_key_prefix
+            return counted(
+                super().evaluation_loop(dataloader, description, prediction_loss_only, ignore_keys, metric_key_prefix),
+                metric_key_prefix,
             )
         outputs = {
-            key: super(MLMTrainer, self).evaluation_loop(
-                self.get_eval_dataloader(part),
-                description,
-                prediction_loss_only,
-                ignore_keys,
+            key: counted(
+                super(MLMTrainer, self).evaluation_loop(
+                    self.get_eval_dataloader(part),
+                    description,
+                    prediction_loss_only,
+                    ignore_keys,
+                    f"{metric_key_prefix}_{key}",
+                ),
                 f"{metric_key_prefix}_{key}",
             )
             for key, part in parts.items()
@@ -195,7 +202,7 @@ class MLMTrainer(TrainerOverrides):
             figure = name.removeprefix(f"{metric_key_prefix}_{first}_")
             values = [(o.metrics.get(f"{metric_key_prefix}_{k}_{figure}"), o.num_samples) for k, o in outputs.items()]
             if all(isinstance(value, (int, float)) for value, _ in values):
-                metrics[f"{metric_key_prefix}_{figure}"] = sum(v * n for v, n in values) / max(samples, 1)
+                metrics[f"{metric_key_prefix}_{figure}"] = merged_figure(figure, values)
         return EvalLoopOutput(predictions=None, label_ids=None, metrics=metrics, num_samples=samples)
 
     def limit_evaluation(self, cut: Callable[[Any], Any]) -> None:
@@ -278,6 +285,12 @@ class MLMTrainer(TrainerOverrides):
             self.model.tie_weights()
             return [k for k in missing if k not in tied]
         return missing
+
+
+def counted(output: EvalLoopOutput, prefix: str) -> EvalLoopOutput:
+    """``output`` with the held-out examples its evaluation read among its figures (``<prefix>_samples``)."""
+    output.metrics[f"{prefix}_{SAMPLES}"] = output.num_samples
+    return output
 
 
 def lr_scheduler_for(
