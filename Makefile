@@ -103,8 +103,9 @@ test-fast: venv ## Unit tests only (-m "not slow": no torchrun, image or namespa
 	$(BIN)/python -m pytest -m "not slow" --durations=10 $(PYTEST_ARGS)
 
 .PHONY: lint
-lint: venv ## ruff, shellcheck, hadolint, compose config, the option and model tables in docs/ up to date
+lint: venv ## ruff, mypy (train/), shellcheck, hadolint, compose config, the option and model tables in docs/ up to date
 	$(BIN)/ruff check .
+	$(BIN)/mypy  # pyproject.toml's [tool.mypy]: every function of train/ typed and checked
 	$(BIN)/ruff format --check train tests bench docker tools k8s
 	$(BIN)/shellcheck entrypoint.sh .ci/run .ci/*.sh docker/*.sh bench/*.sh slurm/*.sbatch
 	$(BIN)/hadolint docker/Dockerfile

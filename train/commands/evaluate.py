@@ -141,7 +141,7 @@ def evaluate(
         "eval_accuracy": metrics.get("eval_accuracy"),
         "eval_samples": len(validation),
         "eval_documents": len(scoring.text.splits["validation"]),
-        "eval_mlm_probability": trainer.settings.eval_collator.mlm_probability,
+        "eval_mlm_probability": settings.eval_collator.mlm_probability if settings.eval_collator else None,
         "seed": training.seed,
         "world_size": training.world_size,
         "dataset": scoring.dataset,

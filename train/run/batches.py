@@ -175,7 +175,7 @@ def batch_facts(
     dataset = corpus.train if not corpus.streaming else corpus.validation
     count = min(MEASURED_SAMPLES, len(dataset)) if dataset is not None else 0
     drawn = random.Random(training.seed).sample(range(len(dataset)), count) if dataset is not None else []
-    sample = [dataset[i] for i in drawn]
+    sample = [dataset[i] for i in drawn] if dataset is not None else []
     at_first = collator.for_evaluation(masking.mlm_probability)  # the first step's rate (a schedule: its highest)
     measured = at_first.measure([sample[i : i + size] for i in range(0, len(sample), size)])
     rates = Masking(

@@ -18,10 +18,15 @@ class DataCounts(Protocol):
     """What the final metrics need of the corpus (train/data's Corpus): its counts, None where a stream's are not
     known before it is read."""
 
-    streaming: bool
-    train_samples: int | None
-    train_real_tokens: int | None
-    eval_samples: int
+    # read-only, as a frozen dataclass's fields are
+    @property
+    def streaming(self) -> bool: ...
+    @property
+    def train_samples(self) -> int | None: ...
+    @property
+    def train_real_tokens(self) -> int | None: ...
+    @property
+    def eval_samples(self) -> int: ...
 
 
 def perplexity(eval_loss: float) -> float:
