@@ -146,6 +146,13 @@ def test_the_plan_follows_measured_steps_evaluations_and_saves(
     monkeypatch.setattr(budget_module, "time", clock)
     handoff = budget_handoff(clock.now, 200, "200s")
     callback = TimeBudget(handoff, eval_batches=3, checkpoint_mb=20.0)
+    measured: list[tuple[float, int]] = []
+
+    def size_evaluation(budget_s: float, batches: int, device: Any) -> tuple[int, float]:
+        measured.append((budget_s, batches))
+        return batches, 0.25  # kept whole; one batch measured at 0.25 s
+
+    callback.size_evaluation = size_evaluation
     args = arguments(tmp_path, max_steps=10_000, warmup_steps=5, eval_strategy="steps", eval_steps=50,
                      save_strategy="steps", save_steps=50)  # fmt: skip
     state = TrainerState()
@@ -159,11 +166,13 @@ def test_the_plan_follows_measured_steps_evaluations_and_saves(
     for _ in range(3):
         drive(callback, args, state, clock, 0.5, **tools)
     plan = callback.plan
-    # Until 1,200 s, from 1,007.5 s; the margin 10 s; an evaluation 3 batches x 0.5 s / 3 = 0.5 s every 50
+    # Until 1,200 s, from 1,007.5 s; the margin 10 s; an evaluation 3 batches x 0.25 s measured = 0.75 s every 50
     # steps; a save 20 MB at 200 MB/s every 50; the final evaluation + 2/3 of a save.
-    costs = Costs(step=0.5, evaluation=0.5, evaluate_every=50, save=0.1, save_every=50, final=0.5 + 0.2 / 3)
+    costs = Costs(step=0.5, evaluation=0.75, evaluate_every=50, save=0.1, save_every=50, final=0.75 + 0.2 / 3)
     expected = 5 + steps_that_fit(1_007.5, 1_200, costs, 10)
+    assert measured == [(200, 3)]  # measured once, at the first plan
     assert callback.costs(args, state) == costs
+    assert plan.plans[0]["evaluation_s"] == 0.75 and plan.plans[0]["evaluation_batch_s"] == 0.25
     assert plan.total == state.max_steps == expected
     assert plan.cap == 10_000
     said = capsys.readouterr().err
@@ -175,7 +184,7 @@ def test_the_plan_follows_measured_steps_evaluations_and_saves(
     clock.now += 10
     callback.on_save(args, state, TrainerControl())
     drive(callback, args, state, clock, 0.5, **tools)
-    assert plan.total is not None and plan.total < expected
+    assert plan.total is not None and plan.total < expected and len(measured) == 1
     assert plan.plans[-1]["evaluation_s"] == 20 and plan.plans[-1]["save_s"] == 10
     assert "re-planned at step 6" in capsys.readouterr().err
 
@@ -186,6 +195,24 @@ def test_the_plan_follows_measured_steps_evaluations_and_saves(
     assert drive(callback, args, state, clock, 0.5, **tools).should_training_stop
     assert plan.total == last + 1 and len(plan.plans) == 2, plan.plans
     assert plan.record()["planned_steps"] == plan.total and plan.record()["steps_set_by_options"] == 10_000
+
+
+def test_a_run_that_does_not_evaluate_measures_no_evaluation(tmp_path: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """eval_strategy no (or no held-out set: no batches): the first plan measures nothing and counts no evaluation."""
+    clock = Clock()
+    monkeypatch.setattr(budget_module, "time", clock)
+
+    def size_evaluation(budget_s: float, batches: int, device: Any) -> tuple[int, float]:
+        raise AssertionError("measured an evaluation the run does not make")
+
+    for eval_strategy, batches in (("no", 3), ("steps", 0)):
+        callback = TimeBudget(budget_handoff(clock.now, 200, "200s"), eval_batches=batches, checkpoint_mb=20.0)
+        callback.size_evaluation = size_evaluation
+        args = arguments(tmp_path, max_steps=10_000, eval_strategy=eval_strategy, eval_steps=50)
+        state, tools = begun(callback, args, warmup=0)
+        for _ in range(WARMUP_STEPS + 3):
+            drive(callback, args, state, clock, 0.5, **tools)
+        assert callback.plan.plans[0]["evaluation_s"] == 0 and "evaluation_batch_s" not in callback.plan.plans[0]
 
 
 def test_a_resumed_run_keeps_its_earlier_plan_from_the_first_step(tmp_path: Any) -> None:

@@ -11,9 +11,9 @@ The rule, stated once:
   machine shared with other work, a step that waited for the CPU costs wall time as any other; the median of a
   loaded run's steps was a third of their mean, and plans ran past their deadline), each step counted at most
   ``STALL_CAP`` times the median (one stall, a page-cache miss or a paused process, is not the run's pace)
-  plus its share of the evaluations and saves to come (each one's measured time,
-  or until it happens an estimate: an evaluation a third of a training step per batch - a forward pass - and a
-  save the checkpoint's size at ``ESTIMATED_WRITE_MB_S``).
+  plus its share of the evaluations and saves to come (each one's measured time; until an evaluation happens, its
+  batches times one batch measured at the first plan, through the path an evaluation takes
+  (train/run/budget_evaluation.py); until a save happens, the checkpoint's size at ``ESTIMATED_WRITE_MB_S``).
 - Under a batch warm-up (train/common/schedules.py BatchWarmup) every measure and plan is in full steps: a step's
   time is divided by its share of the full batch's rows, and the steps planned cost their shares; the ramp, the
   learning rate's schedule and the plan count the same optimizer steps, so the decay still ends at the last one.
@@ -67,7 +67,6 @@ STEP_WINDOW = 20
 FEW_STEPS = 50  # a plan of fewer steps is said to be of little use (a 3-minute budget planned 5)
 STALL_CAP = 10
 SLOW_STEP_SHARE = 0.02  # a step taking this share of the budget is timed, warm-up or not, and planned from at once
-FORWARD_SHARE = 1 / 3  # an evaluation batch: a forward pass of a training step's forward + backward
 
 
 @dataclass(frozen=True)
@@ -174,7 +173,8 @@ class TimeBudget(TrainerCallback):
         self.stopper = stopper
         self.stop_timeout_s = stop_timeout_s
         self.planned_early = False  # the first plan came before TIMED_STEPS steps were timed (slow steps)
-        self.size_evaluation: Any = None  # cuts the held-out set to fit the budget (train/run/budget_evaluation.py)
+        self.size_evaluation: Any = None  # measures an evaluation batch, cuts the held-out set (budget_evaluation.py)
+        self.eval_batch_s = 0.0  # one evaluation batch as measured (0 before): the cost until an evaluation is timed
         self.batch_warmup: BatchWarmup | None = None  # a growing batch: steps timed and planned as full ones
 
     @property
@@ -249,12 +249,10 @@ class TimeBudget(TrainerCallback):
         return took
 
     def costs(self, args: Any, state: Any) -> Costs:
-        """The measured times (or estimates) of what is left."""
+        """The measured times of what is left (a save's estimate until one is timed)."""
         step = step_time(self.step_times[-STEP_WINDOW:])
-        evaluating = args.eval_strategy != "no" and self.eval_batches > 0
-        evaluation = (self.evaluations[-1] if self.evaluations else self.eval_batches * step * FORWARD_SHARE) * (
-            1 if evaluating else 0
-        )
+        timed = self.evaluations[-1] if self.evaluations else self.eval_batches * self.eval_batch_s
+        evaluation = timed if self._evaluates(args) else 0.0
         save = self.saves[-1] if self.saves else self.checkpoint_mb / ESTIMATED_WRITE_MB_S
         return Costs(
             step=step,
@@ -266,10 +264,17 @@ class TimeBudget(TrainerCallback):
             final=evaluation + 2 * save / 3,
         )
 
+    def _evaluates(self, args: Any) -> bool:
+        return args.eval_strategy != "no" and self.eval_batches > 0
+
     def _make_plan(self, args: Any, state: Any, scheduler: Any, optimizer: Any) -> None:
-        if self.plan.total is None and self.size_evaluation is not None and self.eval_batches and not self.evaluations:
-            batch_s = step_time(self.step_times[-STEP_WINDOW:]) * FORWARD_SHARE
-            self.eval_batches = self.size_evaluation(self.plan.budget_s, self.eval_batches, batch_s, args.device)
+        first = self.plan.total is None and not self.evaluations
+        measured = first and self.size_evaluation is not None and self._evaluates(args)
+        if measured:  # on every rank: all plan at the same step, and under FSDP a forward is a collective
+            self.eval_batches, self.eval_batch_s = self.size_evaluation(
+                self.plan.budget_s, self.eval_batches, args.device
+            )
+            self.mark = time.monotonic()  # the measuring is no step's: the next step's time starts here
         costs = self.costs(args, state)
         fit = state.global_step + steps_that_fit(
             time.time(), self.plan.deadline, costs, self.plan.margin_s, state.global_step, self.batch_warmup
@@ -296,6 +301,7 @@ class TimeBudget(TrainerCallback):
                 "warmup_steps": warmup,
                 "step_s": round(costs.step, 4),
                 "evaluation_s": round(costs.evaluation, 2),
+                **({"evaluation_batch_s": round(self.eval_batch_s, 4)} if measured else {}),
                 "save_s": round(costs.save, 2),
                 "final_s": round(costs.final, 2),
                 **({"decay_steps": late, "decay_from_lr": level} if self.plan.late_decay else {}),

@@ -2,16 +2,25 @@
 on them. A 150-second budget with a large held-out split estimated its final evaluation at 151 s, planned 5 steps
 that never decayed, and ended at twice its budget (issue 51).
 
-The rule: at the first plan, when one evaluation of the whole held-out set would take more than
-:data:`EVALUATION_SHARE` of the budget (its estimate: a forward pass per batch, from the timed steps), every
-evaluation of the run - the periodic ones and the final one - reads the first examples of the held-out set that fit
-that share (of each source's part, for a mixture: the same share of each), at least one batch. Decided once, so the
-losses of a run compare with each other; every rank keeps the same count (the smallest any rank computed).
+The rule: at the first plan, one evaluation batch is measured through the path an evaluation takes
+(:func:`evaluation_batch_seconds`); when one evaluation of the whole held-out set would take more than
+:data:`EVALUATION_SHARE` of the budget at that time per batch, every evaluation of the run - the periodic ones and
+the final one - reads the first examples of the held-out set that fit that share (of each source's part, for a
+mixture: the same share of each), at least one batch. Decided once, so the losses of a run compare with each other;
+every rank keeps the same count (the smallest any rank computed).
+
+Measured, not estimated: an estimate from the training steps (a third of a step per batch, a forward pass of a
+forward and backward) was wrong both ways. The dense head's evaluation took several times that (a 150 s budget's
+final evaluation over 20,000 rows took 62 s, the sizer never cut it, and the run ended 173 s after its launch); the
+masked-only head's takes a fraction of it.
 """
 
 from __future__ import annotations
 
 import math
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 from train.common import distributed
@@ -37,18 +46,70 @@ def first_examples(examples: Any, count: int) -> Any:
     return examples[:count]
 
 
+def evaluation_batch_seconds(trainer: Any) -> float:
+    """Seconds one evaluation batch takes on ``trainer`` (train/run/trainer.py's MLMTrainer), measured on the path an
+    evaluation takes: a batch of its evaluation loader (evaluation's masking, the loader's workers) through its
+    ``prediction_step`` (the forward pass without gradients: the loss, the predictions), the model in eval mode and
+    put back in the mode it was in. The first batch warms up (kernels, allocations, the workers' start); the second
+    is timed from its loading to its loss read back (the device then done with it); a held-out set of one batch per
+    rank times that batch again. Every rank makes the same calls in the same order: under FSDP a forward is a
+    collective, and the loader keeps the ranks' batches even. What the loop does around a batch (gathering it
+    across ranks, keeping the predictions) is left out: small beside a forward."""
+    model, args = trainer.model, trainer.args
+    loss_only = trainer.compute_metrics is None or args.prediction_loss_only  # as Trainer.evaluate decides it
+    mode = model.training
+    with loader_not_kept(args):
+        loader = trainer.get_eval_dataloader()
+    batches = iter(loader)
+    model.eval()
+    try:
+        first = next(batches)
+        trainer.prediction_step(model, first, loss_only)
+        start = time.monotonic()
+        loss, _, _ = trainer.prediction_step(model, next(batches, first), loss_only)
+        if loss is not None:
+            loss.item()  # read back: the device's queued work done
+        return time.monotonic() - start
+    finally:
+        model.train(mode)
+        close = getattr(batches, "close", None)
+        if close is not None:
+            close()  # the loader's workers stop now, not when it is collected
+        # accelerate's loader leaves the list of loaders its gradient state keeps (the last one counts as the
+        # active one) at its end only, which a loader left after its second batch never reaches: said here.
+        end = getattr(loader, "end", None)
+        if end is not None:
+            end()
+
+
+@contextmanager
+def loader_not_kept(args: Any) -> Iterator[None]:
+    """A loader the Trainer does not keep: with ``dataloader_persistent_workers`` it keeps the first evaluation
+    loader it builds and hands it to every later evaluation (transformers 5.25, ``Trainer._get_dataloader``), which
+    would then read the whole held-out set the sizer cut after measuring on it."""
+    persistent = args.dataloader_persistent_workers
+    args.dataloader_persistent_workers = False
+    try:
+        yield
+    finally:
+        args.dataloader_persistent_workers = persistent
+
+
 class EvaluationSizer:
-    """Cuts ``trainer``'s held-out set (train/run/trainer.py's MLMTrainer: ``eval_dataset``, a mixture's
-    ``eval_parts``, through its ``limit_evaluation``) to what fits; the time budget calls it at its first plan."""
+    """Measures an evaluation batch on ``trainer`` (train/run/trainer.py's MLMTrainer) and cuts its held-out set
+    (``eval_dataset``, a mixture's ``eval_parts``, through its ``limit_evaluation``) to what fits; the time budget
+    calls it at its first plan, on every rank, when the run evaluates."""
 
     def __init__(self, trainer: Any) -> None:
         self.trainer = trainer
 
-    def __call__(self, budget_s: float, batches: int, batch_s: float, device: Any) -> int:
-        """The batches an evaluation now takes (every rank's smallest count: the same everywhere)."""
+    def __call__(self, budget_s: float, batches: int, device: Any) -> tuple[int, float]:
+        """The batches an evaluation now takes (every rank's smallest count: the same everywhere), and one batch's
+        measured seconds (:func:`evaluation_batch_seconds`)."""
+        batch_s = evaluation_batch_seconds(self.trainer)
         kept = agreed_minimum(batches_that_fit(budget_s, batches, batch_s), device)
         if kept >= batches:
-            return batches
+            return batches, batch_s
         trainer, whole = self.trainer, len(self.trainer.eval_dataset)
 
         def cut(examples: Any) -> Any:  # the same share of each set: the batches kept of those there were
@@ -60,7 +121,8 @@ class EvaluationSizer:
             say(
                 f"time budget: each evaluation reads the first {len(trainer.eval_dataset):,} of the {whole:,} "
                 f"held-out examples{' (of each source the same share)' if parts else ''}: the whole set's would "
-                f"take about {batches * batch_s:.0f} s, more than {EVALUATION_SHARE:.0%} of the "
-                f"{budget_s:.0f} s budget (max_eval_samples sets it for a run without a budget)"
+                f"take about {batches * batch_s:.0f} s ({batches:,} batches of {batch_s:.3g} s, measured), more than "
+                f"{EVALUATION_SHARE:.0%} of the {budget_s:.0f} s budget (max_eval_samples sets it for a run without a "
+                "budget)"
             )
-        return kept
+        return kept, batch_s
