@@ -45,9 +45,6 @@ system-deps: ## Install the OS tools the tests need (podman, debootstrap, chromi
 	bash .ci/system-deps.sh
 
 .PHONY: test
-# End-to-end modules that run after the unit tests, beside the image test, rather than with the others: on CI's 2
-# cores the unit tests take about 5 minutes and the image test about 7.5; these fill most of the gap (2 minutes).
-E2E_EARLY := tests/e2e/test_branches.py tests/e2e/test_readme.py
 # One OpenMP thread a rank for the tests that share the cores with other work (the unit and waiting tests beside
 # the image test, the end-to-end tests two at a time): a run of one rank would otherwise take a thread per core
 # (the launcher's rule, train/launch/plan.py), and threads waiting on busy cores spin. Measured on 2 cores, two
@@ -65,33 +62,31 @@ test-setup: system-deps
 		wait $$base || echo "make test: the image's base was not made beforehand: $$(tail -n 1 build/image-base.log)"
 
 test: test-setup ## Set up and run every test: lint, audit, unit + end-to-end, the image
-	# Beside lint, audit and then the unit tests (one core) run the image test (a container build: mostly one core
-	# unpacking wheels; it is the longest part, so it starts first) and the end-to-end runs that mostly wait (-m
-	# waits: Slurm's scheduling, a timeout); their logs follow the unit tests', then E2E_EARLY's. The other
-	# end-to-end tests, which time runs and use both cores, then run alone. A lint or audit failure stops them all.
+	# Beside lint, audit, the unit tests (one core) and then the end-to-end tests run the image test (a container
+	# build: mostly one core unpacking wheels; the longest part, so it starts first) and the end-to-end runs that
+	# mostly wait (-m waits: Slurm's scheduling, a timeout); their logs follow. The end-to-end tests run two at a time
+	# (about half of a core sat idle while they ran one at a time: launches, servers, signals) as soon as the unit
+	# tests end, without waiting for the image test (it took one core alone for minutes), a module's tests on one
+	# worker (they share its fixtures), the longest modules first (tests/conftest.py LONGEST_FIRST, kept in that order:
+	# --no-loadscope-reorder). Then those that time themselves or work to a deadline (-m alone: a time budget, a stop
+	# timeout), one at a time, with nothing else running. A lint or audit failure stops them all.
 	@mkdir -p build
 	@# Bytecode for our own modules, once: with PYTHONDONTWRITEBYTECODE set (CI's machines set it) every launcher, rank
 	@# and test process would compile them again (about 0.4 s of each run from launch to exit).
 	@$(BIN)/python -m compileall -q -j 0 train tests bench >/dev/null
-	@unit=0 early=0 waited=0 built=0; \
+	@unit=0 e2e=0 waited=0 built=0; \
 		bash docker/image-test.sh >build/image-test.log 2>&1 & image=$$!; \
 		$(SHARED_CORES) $(BIN)/python -m pytest -m waits --basetemp=build/pytest-waits --durations=5 $(PYTEST_ARGS) \
 			>build/pytest-waits.log 2>&1 & waits=$$!; \
 		$(MAKE) --no-print-directory lint audit || { kill $$image $$waits; wait; exit 1; }; \
 		$(SHARED_CORES) $(BIN)/python -m pytest -m "not slow" --durations=10 $(PYTEST_ARGS) || unit=$$?; \
-		$(SHARED_CORES) $(BIN)/python -m pytest -m "slow and not waits and not alone" --durations=5 $(PYTEST_ARGS) \
-			$(E2E_EARLY) \
-			|| early=$$?; \
+		$(SHARED_CORES) $(BIN)/python -m pytest -m "slow and not waits and not alone" -n 2 --dist loadfile \
+			--no-loadscope-reorder --durations=25 $(PYTEST_ARGS) || e2e=$$?; \
 		wait $$waits || waited=$$?; cat build/pytest-waits.log; \
 		wait $$image || built=$$?; cat build/image-test.log; \
-		echo "make test: unit tests exit $$unit, early end-to-end exit $$early, waiting end-to-end tests exit" \
-			"$$waited, image test exit $$built"; \
-		test $$unit -eq 0 -a $$early -eq 0 -a $$waited -eq 0 -a $$built -eq 0
-	# The other end-to-end runs two at a time (about half of a core sat idle while they ran one at a time: launches,
-	# servers, signals), a module's tests on one worker (they share its fixtures); then those that time themselves or
-	# work to a deadline (-m alone: a time budget, a stop timeout), one at a time, with nothing else running.
-	$(SHARED_CORES) $(BIN)/python -m pytest -m "slow and not waits and not alone" -n 2 --dist loadfile --durations=25 \
-		$(PYTEST_ARGS) $(addprefix --ignore=,$(E2E_EARLY))
+		echo "make test: unit tests exit $$unit, end-to-end exit $$e2e, waiting end-to-end tests exit $$waited," \
+			"image test exit $$built"; \
+		test $$unit -eq 0 -a $$e2e -eq 0 -a $$waited -eq 0 -a $$built -eq 0
 	$(BIN)/python -m pytest -m "slow and not waits and alone" --durations=25 $(PYTEST_ARGS)
 
 .PHONY: pytest

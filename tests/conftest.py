@@ -27,17 +27,28 @@ for _name in [name for name in os.environ if name.startswith(CALLER_PREFIXES)]:
 # 45 s of retries for one test.
 os.environ.update(HF_HUB_OFFLINE="1", HF_DATASETS_OFFLINE="1")
 
-# The end-to-end modules that take longest (several minutes of runs each on CI's 2 cores; make test's durations),
-# first: `make test` runs the end-to-end tests two at a time, a module per worker (pytest-xdist's loadfile) in the
-# order collected, so a long module collected last would leave one core idle while it runs alone at the end.
+# The end-to-end modules that take longest (minutes of runs each on CI's 2 cores; the sums of make test's
+# --durations=0 per module), first: `make test` runs the end-to-end tests two at a time, a module per worker
+# (pytest-xdist's loadfile) in the order collected (--no-loadscope-reorder: xdist would otherwise send the modules with
+# the most tests first), so a long module collected last would leave one core idle while it runs alone at the end.
 LONGEST_FIRST = (
-    "tests/e2e/test_bucket_outputs.py",
-    "tests/e2e/test_sharding.py",
     "tests/e2e/test_reliability.py",
-    "tests/e2e/test_job.py",
+    "tests/e2e/test_sharding.py",
+    "tests/e2e/test_bucket_outputs.py",
     "tests/e2e/test_streaming.py",
-    "tests/e2e/test_phases.py",
+    "tests/e2e/test_job.py",
     "tests/e2e/test_replay.py",
+    "tests/e2e/test_models.py",
+    "tests/e2e/test_model_matrix.py",
+    "tests/e2e/test_phases.py",
+    "tests/e2e/test_crash_ends.py",
+    "tests/e2e/test_readme.py",
+    "tests/e2e/test_presets.py",
+    "tests/e2e/test_packing_runs.py",
+    "tests/e2e/test_branches.py",
+    "tests/e2e/test_two_hosts.py",
+    "tests/e2e/test_finetune.py",
+    "tests/e2e/test_multinode.py",
 )
 
 

@@ -101,20 +101,24 @@ def test_the_kubeflow_rule_is_transformers_own(monkeypatch, environ):
     assert hf.kubeflow_trainer_progress(environ) == is_kubeflow_available()
 
 
+# The launcher's arguments built twice in one process (an interpreter's start and the imports are most of the
+# test's time): without, then with the Kubeflow trainer's variable, which transformers reads at each call.
 LAUNCHER_IMPORTS = """
-import json, sys
+import json, os, sys
 from train.launch.plan import launcher_config
-config = launcher_config(["--report_to", "tensorboard"], {})
-print(json.dumps({"report_to": config.training.report_to,
-                  "modeling_utils": "transformers.modeling_utils" in sys.modules}))
+for url in (None, "http://trainer:8080"):
+    if url:
+        os.environ["KUBEFLOW_TRAINER_SERVER_URL"] = url
+    config = launcher_config(["--report_to", "tensorboard"], {})
+    print(json.dumps({"report_to": config.training.report_to,
+                      "modeling_utils": "transformers.modeling_utils" in sys.modules}))
 import transformers.integrations as integrations
 from transformers.integrations import is_kubeflow_available
 print(json.dumps({"module": is_kubeflow_available.__module__}))
 """
 
 
-@pytest.mark.parametrize("url", [None, "http://trainer:8080"])
-def test_the_launcher_builds_its_arguments_without_transformers_model_code(tmp_path, url):
+def test_the_launcher_builds_its_arguments_without_transformers_model_code(tmp_path):
     """The launcher's TrainingArguments come without modeling_utils (1.6 s), and answer the Kubeflow question as
     transformers does; after the block the lazy module resolves the library's own function again."""
     import json
@@ -124,13 +128,12 @@ def test_the_launcher_builds_its_arguments_without_transformers_model_code(tmp_p
 
     env = {k: v for k, v in os.environ.items() if not k.startswith(("MLM_", "KUBEFLOW", "DISABLE_KUBEFLOW"))}
     env.update(HF_HOME=str(tmp_path / "hf"), MLM_OUTPUT_DIR=str(tmp_path / "out"))
-    if url:
-        env["KUBEFLOW_TRAINER_SERVER_URL"] = url
     done = subprocess.run(
         [sys.executable, "-c", LAUNCHER_IMPORTS], env=env, capture_output=True, text=True, check=True,
         cwd=Path(__file__).resolve().parent.parent,
     )  # fmt: skip
-    first, second = (json.loads(line) for line in done.stdout.splitlines()[-2:])
-    assert first["modeling_utils"] is False
-    assert first["report_to"] == (["tensorboard", "kubeflow"] if url else ["tensorboard"])
-    assert second["module"] == "transformers.integrations.integration_utils"
+    without, with_url, resolved = (json.loads(line) for line in done.stdout.splitlines()[-3:])
+    assert without["modeling_utils"] is False and with_url["modeling_utils"] is False
+    assert without["report_to"] == ["tensorboard"]
+    assert with_url["report_to"] == ["tensorboard", "kubeflow"]
+    assert resolved["module"] == "transformers.integrations.integration_utils"

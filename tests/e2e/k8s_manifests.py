@@ -23,7 +23,9 @@ Job's environment on two network namespaces). What each controller adds is taken
 
 from __future__ import annotations
 
+import contextlib
 import functools
+import io
 import json
 import os
 import re
@@ -477,16 +479,17 @@ IMAGE = "ghcr.io/mlm-trainer/mlm-trainer"  # the image the overlays name, pinned
 
 
 def validate(docs: list[dict], tmp_path: Path) -> subprocess.CompletedProcess:
-    """kubernetes-validate --strict (unknown fields are errors) on the documents, as CI runs it."""
+    """kubernetes-validate --strict (unknown fields are errors) on the documents, as CI runs it: the command's own
+    per-file function in this process, on the manifest as written (its command line took 1.3 s to start for each
+    0.03 s check); its exit code and what it printed."""
+    from kubernetes_validate import utils
+
     manifest = tmp_path / "manifest.yaml"
     manifest.write_text(yaml.safe_dump_all(docs))
-    validator = Path(sys.executable).with_name("kubernetes-validate")
-    return subprocess.run(
-        [str(validator), "--strict", "-k", KUBERNETES_VERSION, str(manifest)],
-        capture_output=True,
-        text=True,
-        check=False,
-    )
+    printed = io.StringIO()
+    with contextlib.redirect_stdout(printed):
+        code = utils.validate_file(str(manifest), KUBERNETES_VERSION, strict=True, quiet=False, no_warn=False)
+    return subprocess.CompletedProcess(["kubernetes-validate", "--strict", str(manifest)], code, printed.getvalue(), "")
 
 
 def as_pod_templates(docs: list[dict]) -> list[dict]:

@@ -144,24 +144,6 @@ def newest_checkpoints(output: Path) -> list[Path]:
 STOP_NOISE = ("Traceback", "SignalException", "KeyboardInterrupt", "error: stopped")
 
 
-def test_slurms_signal_saves_and_says_one_line(tmp_path: Path) -> None:
-    """Slurm's --signal=USR1 means what SIGTERM means: a checkpoint, exit 75, one line (Ctrl-C's SIGINT: the
-    evaluation test below)."""
-    stop = signal.SIGUSR1
-    output = tmp_path / "out"
-    process = start(env=tiny_env(output, **RESUMABLE))
-    wait_for(output / "checkpoint-10" / ".complete", process)
-    process.send_signal(stop)
-    _, stderr = process.communicate(timeout=60)
-    assert process.returncode == 75, stderr[-3000:]
-    newest = newest_checkpoints(output)[-1]
-    assert int(newest.name.split("-")[1]) > 10  # saved at the step it stopped
-    said = re.search(rf"mlm-trainer: stopped by {stop.name} at step (\d+); checkpoint saved as (\S+) in (\S+);", stderr)
-    assert said and said[2] == newest.name == f"checkpoint-{said[1]}" and said[3] == str(output), stderr[-3000:]
-    for noise in STOP_NOISE:
-        assert noise not in stderr, stderr[-3000:]
-
-
 def test_one_ctrl_c_under_timeout_during_a_long_evaluation_saves_without_finishing_it(tmp_path: Path) -> None:
     """Ctrl-C means what SIGTERM means. `timeout` re-sends the SIGINT its process group got to the launcher: two
     deliveries of one press, which must save and exit 75 as one press does, not abort as two presses do. Landing
@@ -211,15 +193,22 @@ def test_a_second_ctrl_c_aborts_at_once(tmp_path: Path) -> None:
 def test_a_planted_pickle_runs_nothing_and_its_checkpoint_is_set_aside(tmp_path: Path) -> None:
     """A hostile writer of the volume plants pickles and rewrites the markers to agree: one where the resume would
     unpickle it (the newest checkpoint's optimizer.pt), one in the file the Trainer never reads back (the older
-    checkpoint's training_args.bin, the one resumed from). Nothing runs; the newest is set aside, named."""
+    checkpoint's training_args.bin, the one resumed from). Nothing runs; the newest is set aside, named.
+    The run is stopped as Slurm's --signal=USR1 stops it, which means what SIGTERM means: a checkpoint at the step
+    it stopped, exit 75, one line (Ctrl-C's SIGINT: the evaluation test above)."""
     output = tmp_path / "out"
     env = tiny_env(output, **RESUMABLE)
     process = start(env=env)
     wait_for(output / "checkpoint-20" / ".complete", process)
-    process.send_signal(signal.SIGTERM)
-    process.communicate(timeout=60)
-    assert process.returncode == 75
+    process.send_signal(signal.SIGUSR1)
+    _, stderr = process.communicate(timeout=60)
+    assert process.returncode == 75, stderr[-3000:]
     *_, older, newest = newest_checkpoints(output)
+    assert int(newest.name.split("-")[1]) > 20  # saved at the step it stopped
+    said = re.search(r"mlm-trainer: stopped by SIGUSR1 at step (\d+); checkpoint saved as (\S+) in (\S+);", stderr)
+    assert said and said[2] == newest.name == f"checkpoint-{said[1]}" and said[3] == str(output), stderr[-3000:]
+    for noise in STOP_NOISE:
+        assert noise not in stderr, stderr[-3000:]
     ran = tmp_path / "ran"
     torch.save({"state": Payload(ran)}, newest / "optimizer.pt")
     torch.save(Payload(ran), older / "training_args.bin")

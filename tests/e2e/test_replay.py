@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -14,7 +15,18 @@ from tests.e2e.runs import entrypoint
 pytestmark = pytest.mark.slow
 
 
-def test_a_run_replays_to_identical_files_and_differences_are_refused_or_said(tmp_path: Path) -> None:
+def launcher_here(capsys: Any, env: dict[str, str], *args: str) -> tuple[int, str]:
+    """The launcher's main() in this process, as ./entrypoint.sh would run it with ``args`` and ``env``: its exit
+    code and what it wrote to stderr. For the refusals, which end before torchrun (a launch's start-up is seconds)."""
+    from train.common.errors import run_main
+    from train.launch.__main__ import main as launcher
+
+    capsys.readouterr()
+    code = run_main(lambda argv: launcher(argv, env), list(args))
+    return code, capsys.readouterr().err
+
+
+def test_a_run_replays_to_identical_files_and_differences_are_refused_or_said(tmp_path: Path, capsys: Any) -> None:
     corpus = tmp_path / "corpus.txt"
     corpus.write_text("".join(f"line {i} of a small corpus for the replay test\n" for i in range(300)))
     original = tmp_path / "run"
@@ -33,16 +45,13 @@ def test_a_run_replays_to_identical_files_and_differences_are_refused_or_said(tm
     assert (tmp_path / "run-replay" / "final" / "model.safetensors").exists()
 
     corpus.write_text(corpus.read_text() + "one more line\n")  # the data changed, and an option in the environment
-    refused = entrypoint(
-        "replay",
-        str(original / "run.json"),
-        "--output_dir",
+    code, said = launcher_here(
+        capsys, {**bare, "MLM_MAX_GRAD_NORM": "0.5"}, "replay", str(original / "run.json"), "--output_dir",
         str(tmp_path / "r2"),
-        env={**bare, "MLM_MAX_GRAD_NORM": "0.5"},
-    )
-    assert refused.returncode == 2, refused.stderr[-3000:]
-    assert "MLM_MAX_GRAD_NORM: max_grad_norm 0.5 (recorded: 1.0)" in refused.stderr
-    assert "data fingerprint" in refused.stderr and "refused, 2 difference(s) above; --anyway" in refused.stderr
+    )  # fmt: skip
+    assert code == 2, said[-3000:]
+    assert "MLM_MAX_GRAD_NORM: max_grad_norm 0.5 (recorded: 1.0)" in said
+    assert "data fingerprint" in said and "refused, 2 difference(s) above; --anyway" in said
     assert not (tmp_path / "r2").exists()
 
     # a run.json planted in a shared volume that asks for the model's own code and a push: neither is granted
@@ -51,14 +60,14 @@ def test_a_run_replays_to_identical_files_and_differences_are_refused_or_said(tm
     planted.write_text(
         json.dumps({**run, "options": {**run["options"], "trust_remote_code": True, "push_to_hub": True}})
     )
-    asks = entrypoint("replay", str(planted), "--output_dir", str(tmp_path / "r4"), env=bare)
-    assert asks.returncode == 2, asks.stderr[-3000:]
-    assert "add --trust_remote_code true to the replay" in asks.stderr and "Traceback" not in asks.stderr
+    code, said = launcher_here(capsys, bare, "replay", str(planted), "--output_dir", str(tmp_path / "r4"))
+    assert code == 2, said[-3000:]
+    assert "add --trust_remote_code true to the replay" in said and "Traceback" not in said
     assert not (tmp_path / "r4").exists()
     planted.write_text(json.dumps({**run, "final": ["model.safetensors"]}))  # a field of the wrong shape
-    misshapen = entrypoint("replay", str(planted), "--output_dir", str(tmp_path / "r5"), env=bare)
-    assert misshapen.returncode == 2 and "final is not a mapping of final/'s file names" in misshapen.stderr
-    assert "Traceback" not in misshapen.stderr and not (tmp_path / "r5").exists()
+    code, said = launcher_here(capsys, bare, "replay", str(planted), "--output_dir", str(tmp_path / "r5"))
+    assert code == 2 and "final is not a mapping of final/'s file names" in said
+    assert "Traceback" not in said and not (tmp_path / "r5").exists()
 
     # a resume from the run's checkpoint on the corpus replaced in place: refused, then asked for and recorded
     resumed = tiny_env(tmp_path / "resumed", dataset=str(corpus), max_steps="6", resume=str(original / "checkpoint-4"))

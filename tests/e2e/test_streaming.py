@@ -1,7 +1,7 @@
 """A streamed corpus through the real front door: two ranks with DataLoader workers, preempted and resumed on as many
 ranks (the same weights, bit for bit), and resumed on one rank from two and on two from one (the old ranks'
 positions redistributed, train/data/stream_resume.py: the losses go on as the uninterrupted run's, within 2 %).
-About 45 s, 25 s and 35 s; the two refusals about 10 s each."""
+About 45 s, 25 s and 35 s; the two refusals about 10 s each (the one-rank refusal in this process)."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ import shutil
 import signal
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -105,15 +106,16 @@ def test_a_stream_of_one_rank_resumes_on_two(tmp_path: Path, corpus: Path) -> No
 
 
 def test_a_stream_left_empty_by_its_held_out_examples_is_exit_2_without_a_final_model(
-    tmp_path: Path, corpus: Path
+    tmp_path: Path, corpus: Path, job_in_process: Any, capsys: pytest.CaptureFixture[str]
 ) -> None:
     """Every example held out for evaluation (600 lines, the first 1,000 asked for): the Trainer would only warn and
-    end its epoch at step 0, and an untrained model would be published as finished. Refused before training."""
+    end its epoch at step 0, and an untrained model would be published as finished. Refused before training (the
+    rank's decision: the job's main() in this process)."""
     output = tmp_path / "out"
     options = {**STREAMED, "max_eval_samples": "1000", "nproc_per_node": "1", "dataloader_num_workers": "0"}
-    done = entrypoint(env=tiny_env(output, dataset=str(corpus), **options))
-    assert done.returncode == 2, done.stderr[-3000:]
-    errors = [line for line in done.stderr.splitlines() if "error" in line.lower()]
+    capsys.readouterr()
+    assert job_in_process(tiny_env(output, dataset=str(corpus), **options)) == 2
+    errors = [line for line in capsys.readouterr().err.splitlines() if "error" in line.lower()]
     assert len(errors) == 1 and "MLM_STREAMING=true: the training stream gave no example: " in errors[0], errors
     assert "MLM_MAX_EVAL_SAMPLES=1000 holds out the stream's first 1,000 examples" in errors[0]
     assert not (output / "final").exists() and not list(output.glob("checkpoint-*"))
