@@ -27,6 +27,9 @@ def test_yaml_mapping_and_sources_without_weights() -> None:
     ]
     equal = mixture_parts("a/corpus.txt,b/corpus.txt", "MLM_DATASET")
     assert [(p.weight, p.key) for p in equal or ()] == [(0.5, "corpus"), (0.5, "corpus_2")]
+    # a query's "=" is not a weight: two URLs with queries are two sources of equal weight
+    queried = mixture_parts("https://host/a.jsonl?v=x/y,https://host/b.jsonl?v=x/z", "MLM_DATASET")
+    assert [p.name for p in queried or ()] == ["https://host/a.jsonl?v=x/y", "https://host/b.jsonl?v=x/z"]
 
 
 @pytest.mark.parametrize("value", ["demo", "corpus.jsonl", "https://host/data.jsonl?version=latest", "{not json"])
@@ -40,6 +43,9 @@ def test_one_source_is_not_a_mixture(value: str) -> None:
     [
         ("a.txt=0.7", "one source with a weight; a mixture names two or more"),
         ("a.txt=0.7,b.txt", "some sources have a weight and some not"),
+        ("a.txt=0.7,b.txt=abc", "the weight of 'b.txt' is 'abc'; expected a number above 0"),
+        ("a.txt=abc,b.txt=abc", "the weight of 'a.txt' is 'abc'; expected a number above 0"),
+        ("a.txt=0,7,b.txt=0,3", "some sources have a weight and some not"),
         ("a.txt=0,b.txt=1", "the weight of 'a.txt' is '0'; expected a number above 0"),
         ("a.txt=nan,b.txt=1", "expected a number above 0"),
         ("a.txt=1,a.txt=2", "'a.txt' is named twice"),

@@ -18,6 +18,9 @@ from pathlib import PurePosixPath
 from train.common.errors import ConfigError
 
 WEIGHTED = re.compile(r"^(?P<name>.+)=(?P<weight>[^=]*)$")
+# What stands after a part's last "=" when it is meant as a weight, a number or a mistyped one ("abc", "0,7" split
+# at its comma), rather than the end of a URL's query ("?version=latest", "&x=a/b"): no path or query character.
+WEIGHT_LIKE = re.compile(r"^[^/?&:]*$")
 
 
 @dataclass(frozen=True)
@@ -31,8 +34,9 @@ class Part:
 
 def mixture_parts(value: str, label: str) -> tuple[Part, ...] | None:
     """The sources of a mixture, in the order given; None when ``value`` names one source (as it always could:
-    a name holding ``=`` or ``,`` is one source unless every part parses as ``SOURCE=WEIGHT``). ConfigError,
-    naming ``label``, for a mixture with a bad weight or a source named twice."""
+    a name holding ``=`` or ``,`` is one source unless every part reads as ``SOURCE=WEIGHT``, the weight a word
+    without a path's or query's characters). ConfigError, naming ``label``, for a mixture with a bad weight (one that
+    is not a number among them) or a source named twice."""
     entries = _entries(value, label)
     if entries is None:
         return None
@@ -66,7 +70,9 @@ def _entries(value: str, label: str) -> list[tuple[str, float]] | None:
         if weighted[0] and _number(weighted[0]["weight"]) is not None:
             raise ConfigError(f"{label}={value!r}: one source with a weight; a mixture names two or more")
         return None
-    if all(m is not None and _number(m["weight"]) is not None for m in weighted):
+    # Every part SOURCE=WEIGHT is a mixture, whatever its weights hold: a weight that is not a number is named here,
+    # before anything starts, rather than read as part of a file's name that a rank then cannot find.
+    if all(m is not None and WEIGHT_LIKE.match(m["weight"]) for m in weighted):
         return _checked([(m["name"].strip(), _weight(m["weight"], label, m["name"])) for m in weighted if m], label)
     if any(m is not None and _number(m["weight"]) is not None for m in weighted):
         raise ConfigError(f"{label}={value!r}: some sources have a weight and some not; expected all or none")
