@@ -62,6 +62,17 @@ def held_out(raw: RawData, data: DataArguments) -> RawData:
     return RawData(DatasetDict({"validation": raw.splits["validation"]}), raw.fingerprint, parts=parts or None)
 
 
+def scored_data(data: DataArguments) -> str:
+    """The data an evaluation scores, in words for its line and results: the held-out file, else the held-out part
+    of the dataset option's data. A model is scored on what the options name, never on what its run.json says it was
+    trained on (docs/trust.md), so the demo's sentences, when nothing is named, are said to be only that."""
+    if data.validation_file:
+        return f"{data.validation_file} ({data.source_of('validation_file')})"
+    if "dataset" not in data.sources and data.dataset == "demo":
+        return "the built-in demo sentences (MLM_DATASET is not set: name the data to score)"
+    return f"{data.dataset} ({data.source_of('dataset')}, its held-out part)"
+
+
 def held_out_parts(data: DataArguments, text: RawData, tokenizer: Any) -> dict[str, IndexedExamples] | None:
     """A mixture's held-out part per source, tokenized as training tokenized it (its loss per source)."""
     return {part.key: tokenize(data, raw, tokenizer)["validation"] for part, raw in text.parts or ()} or None
@@ -107,6 +118,7 @@ class Scoring:
     validation: IndexedExamples
     parts: dict[str, IndexedExamples] | None
     dataset: str
+    data: str  # the data scored, in words (scored_data)
 
 
 def evaluate(
@@ -145,6 +157,7 @@ def evaluate(
         "seed": training.seed,
         "world_size": training.world_size,
         "dataset": scoring.dataset,
+        "data": scoring.data,
         "dataset_fingerprint": scoring.text.fingerprint,
         "head": scoring.head,
         "head_weights": scoring.head_weights,
@@ -158,7 +171,7 @@ def results_text(results: dict[str, Any]) -> str:
     """The scores in one line for a person."""
     accuracy = results["eval_accuracy"]
     return (
-        f"evaluated {results['model']} on {results['eval_samples']:,} held-out samples: loss "
+        f"evaluated {results['model']} on {results['eval_samples']:,} held-out samples of {results['data']}: loss "
         f"{results['eval_loss']:.4f}, perplexity {results['perplexity']:.2f}"
         + (f", masked-token accuracy {accuracy:.4f}" if accuracy is not None else "")
         + "".join(f"; {key} loss {loss:.4f}" for key, loss in results.get("eval_loss_by_source", {}).items())
@@ -187,7 +200,17 @@ def evaluated(config: Config) -> int:
     head = with_head(config.model, model, "evaluating")  # the masked positions alone, as training projects them
     collator = masking_collator(config.data, config.masking, config.model, training.seed, tokenizer, model)
     scoring = Scoring(
-        shown, model, head, head_weights, tokenizer, collator, text, validation, parts, config.data.dataset
+        shown,
+        model,
+        head,
+        head_weights,
+        tokenizer,
+        collator,
+        text,
+        validation,
+        parts,
+        config.data.dataset,
+        scored_data(config.data),
     )
     settings = evaluation_settings(config.masking, config.schedule.decay_ratio, collator, parts)
     log_format = config.launch.log_format
