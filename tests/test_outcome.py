@@ -8,7 +8,14 @@ from dataclasses import dataclass
 
 import pytest
 
-from train.run.outcome import divergence_message, evaluation_at, final_metrics, perplexity, real_tokens_per_second
+from train.run.outcome import (
+    divergence_message,
+    evaluation_at,
+    final_metrics,
+    perplexity,
+    real_tokens_per_second,
+    session_rates,
+)
 
 
 @dataclass
@@ -83,3 +90,15 @@ def test_a_stream_without_a_count_says_zero_not_a_guess() -> None:
     stream = Counts(streaming=True, train_samples=None, train_real_tokens=None)
     out = final_metrics({"train_runtime": 1.0}, tokens_this_session=0, tokens_in_all=0, corpus=stream, world_size=1)
     assert out["train_tokens_per_second"] == 0.0 and out["num_input_tokens_seen"] == 0 and out["train_samples"] is None
+
+
+def test_the_rates_are_of_the_steps_this_session_ran_not_of_the_trainers_plan() -> None:
+    """A budgeted run that planned 40,000 samples and trained 332 steps of 16 rows in 73 s: 72.8 rows/s, not the
+    Trainer's 40,000 / 73 s; a batch warm-up's steps count their share of the full batch."""
+    planned = {"train_runtime": 73.0, "train_samples_per_second": 547.9, "train_steps_per_second": 34.2}
+    rates = session_rates(planned, full_steps=332, steps=332, global_batch=16)
+    assert rates == {"train_samples_per_second": 72.767, "train_steps_per_second": 4.548}
+    ramp = session_rates(planned, full_steps=200.5, steps=332, global_batch=16)
+    assert ramp["train_samples_per_second"] == round(200.5 * 16 / 73.0, 3)
+    assert session_rates({"train_runtime": 0.0}, full_steps=1, steps=1, global_batch=16) == {}  # nothing timed
+    assert session_rates(planned, full_steps=0, steps=0, global_batch=16) == {}  # a resume at its last step

@@ -88,6 +88,7 @@ def test_evaluate_scores_a_final_model_as_training_evaluated_it(finished_run: Pa
     assert results["world_size"] == int(ranks) and results["eval_samples"] == trained["eval_samples"]
     assert results["eval_loss"] == pytest.approx(trained["eval_loss"], rel=1e-6 if ranks == "1" else 1e-2)
     assert results["head"] == "masked-only" and results["eval_samples_per_second"] > 0  # masked positions alone
+    assert f"held-out samples of {results['data']}: loss" in scored.stderr  # the data scored, named in both
     assert not (tmp_path / "scores" / "final").exists() and not list((tmp_path / "scores").glob("checkpoint-*"))
 
 
@@ -109,6 +110,9 @@ def test_results_and_run_facts(finished_run: Path) -> None:
     }  # what ran, not what was asked
     banner = next(json.loads(line) for line in (finished_run / "logs" / "train.jsonl").read_text().splitlines())
     assert (banner["attention"], banner["head"]) == ("sdpa", "masked-only")
+    # the rates are of the steps that ran: a global batch of rows each (the Trainer's own were of its plan)
+    rows_per_step = results["train_samples_per_second"] / results["train_steps_per_second"]
+    assert rows_per_step == pytest.approx(banner["global_batch_size"], rel=0.01)
     text = (finished_run / "run.json").read_text()
     assert "hf_canary_job_456" not in text and facts["config"]["hub_token"] == "***"
 

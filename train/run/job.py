@@ -30,7 +30,7 @@ from train.common.errors import (
     first_line,
     record_exit_code,
 )
-from train.common.handoff import Handoff
+from train.common.handoff import Handoff, global_batch
 from train.common.lifetime import end_children
 from train.common.writable import check_cache_dir, disk_full
 from train.config import Config, DataArguments, load_config, move_hub_token_to_env
@@ -46,7 +46,7 @@ from train.run.banner import banner
 from train.run.budget_stop import CutShort
 from train.run.build import Prepared, prepare
 from train.run.callbacks import CheckpointSaved, finite_weights
-from train.run.outcome import divergence_message, evaluation_at, final_metrics, write_report_safely
+from train.run.outcome import divergence_message, evaluation_at, final_metrics, session_rates, write_report_safely
 from train.run.preemption import EvaluationInterrupted
 from train.run.startup import Startup
 from train.run.trainer import apply_ddp_timeout, tokens_seen_this_session
@@ -178,8 +178,16 @@ def train(training: TrainingArguments, prepared: Prepared, resume: str | None) -
     an evaluation saves the step it came at."""
     trainer, stopper, guard = prepared.trainer, prepared.stopper, prepared.guard
     metrics: dict[str, Any] = {}
+    start = step_of(Path(resume)) if resume else 0
     try:
         metrics.update(trainer.train(resume_from_checkpoint=resume).metrics)
+        end = trainer.state.global_step
+        batch = global_batch(
+            training.per_device_train_batch_size, training.world_size, training.gradient_accumulation_steps
+        )
+        metrics.update(
+            session_rates(metrics, full_steps=trainer.steps_cost(start, end), steps=end - start, global_batch=batch)
+        )
         evaluating = trainer.eval_dataset is not None and training.eval_strategy != "no"  # no means none
         # a stop ends without it, unless the budget let the run go on to a final model (train/run/budget.py)
         if evaluating and guard.step is None and (not stopper.stopped or stopper.finishing):

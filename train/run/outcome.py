@@ -67,6 +67,22 @@ def divergence_message(step: int, what: str, kept_checkpoint: str | None, learni
     )
 
 
+def session_rates(metrics: dict[str, Any], *, full_steps: float, steps: int, global_batch: int) -> dict[str, float]:
+    """The Trainer's ``train_samples_per_second`` and ``train_steps_per_second`` as this session ran them: ``steps``
+    optimizer steps, ``full_steps`` of them counted in full batches (a batch warm-up's steps their share) of
+    ``global_batch`` rows, over its ``train_runtime``. The Trainer divides what it planned when training began (its
+    max_steps' rows, or the epochs') by the runtime (transformers 5.25, ``speed_metrics``): a time budget's plan, a
+    stop or a resume made those figures of steps that never ran (40,000 samples at 546.7/s where 5,312 rows were
+    trained at 72.6/s). A last short batch of an epoch counts whole."""
+    runtime = metrics.get("train_runtime") or 0.0
+    if runtime <= 0 or steps <= 0:
+        return {}
+    return {
+        "train_samples_per_second": round(full_steps * global_batch / runtime, 3),
+        "train_steps_per_second": round(steps / runtime, 3),
+    }
+
+
 def final_metrics(
     metrics: dict[str, Any], *, tokens_this_session: int, tokens_in_all: int, corpus: DataCounts, world_size: int
 ) -> dict[str, Any]:
