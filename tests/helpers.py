@@ -1,14 +1,17 @@
 """Helpers shared by the unit tests of several modules: checkpoints as the Trainer writes them, damage done to a
 file (truncated, one bit flipped), a planted pickle, a configuration of the demo corpus for tokenizer
-training, and the Trainer's settings with nothing on."""
+training, the Trainer's settings with nothing on, and torch's thread count set for a while and watched."""
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import pytest
 import torch
 from safetensors.torch import save_file
 
@@ -86,3 +89,27 @@ def trainer_settings(**given: Any) -> TrainerSettings:
         peak=None,
     )
     return dataclasses.replace(plain, **given)
+
+
+def threads_in_the_probe(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """torch's thread count at each matrix product of the CPU probe, as it runs."""
+    seen: list[int] = []
+    product = torch.mm
+
+    def mm(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+        seen.append(torch.get_num_threads())
+        return product(a, b)
+
+    monkeypatch.setattr(torch, "mm", mm)
+    return seen
+
+
+@contextlib.contextmanager
+def torch_threads(count: int) -> Iterator[None]:
+    """torch's thread count ``count`` for the block, its own put back after."""
+    own = torch.get_num_threads()
+    torch.set_num_threads(count)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(own)

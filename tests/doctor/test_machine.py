@@ -4,9 +4,11 @@ launcher's plan (processes, or the launcher's refusal)."""
 from __future__ import annotations
 
 import pytest
+import torch
 
 from tests.doctor.helpers import GIB, checks, fast_nccl
 from tests.fakes import FakeDevice, FakeNvml, h100s, install, no_driver, uuid_of
+from tests.helpers import threads_in_the_probe, torch_threads
 from train.doctor import machine
 from train.launch.plan import launcher_config
 from train.machine import resources
@@ -39,6 +41,20 @@ def test_the_peak_row_of_a_cpu_is_measured(env, monkeypatch):
     no_driver(monkeypatch)
     found = checks(monkeypatch)["peak (MFU)"]  # a CPU: measured, then cached in HF_HOME
     assert found.status == "OK" and found.data["flops"] > 0 and "measured" in found.data["source"]
+
+
+def test_the_peak_row_of_a_cpu_is_measured_on_the_plans_threads_and_torchs_own_kept(env, monkeypatch):
+    """The ranks' rule (peaks.device_peak) on the threads the plan gives a rank, not on doctor's own: the figure is
+    measured on the count its source names, and doctor's process keeps its thread count."""
+    no_driver(monkeypatch)
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)  # the plan sets it then
+    monkeypatch.setattr(machine, "usable_cpus", lambda: 3)  # one rank on CPU: OMP_NUM_THREADS=3
+    seen = threads_in_the_probe(monkeypatch)
+    with torch_threads(1):
+        found = checks(monkeypatch)["peak (MFU)"]
+        assert torch.get_num_threads() == 1
+    assert found.status == "OK" and "(3 threads" in found.data["source"]
+    assert seen and set(seen) == {3}
 
 
 def test_driver_for_an_older_cuda_major_fails(env, monkeypatch):

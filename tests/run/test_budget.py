@@ -1,6 +1,7 @@
-"""The time budget's planning on one rank (train/run/budget.py): its arithmetic, the schedule rebuilt for the
-plan, and the callback driven through steps, an evaluation and a save on a clock the test moves. A whole
-budgeted run, resumed and re-planned, on two ranks: tests/e2e/test_budget.py."""
+"""The time budget's planning on one rank (train/run/budget.py): the schedule rebuilt for the plan, and the callback
+driven through steps, an evaluation and a save on a clock the test moves (its arithmetic:
+tests/run/test_budget_costs.py). A whole budgeted run, resumed and re-planned, on two ranks:
+tests/e2e/test_budget.py."""
 
 from __future__ import annotations
 
@@ -15,34 +16,10 @@ from transformers import TrainerControl, TrainerState, TrainingArguments, get_sc
 
 from train.common.handoff import Handoff
 from train.run import budget as budget_module
-from train.run.budget import (
-    WARMUP_STEPS,
-    Costs,
-    TimeBudget,
-    late_decay,
-    margin_for,
-    step_time,
-    steps_after_stop,
-    steps_that_fit,
-)
+from train.run.budget import WARMUP_STEPS, TimeBudget, late_decay, steps_after_stop
+from train.run.budget_costs import Costs, margin_for, steps_that_fit
 from train.run.budget_schedule import decay_after, decay_ahead, schedule_for, warmup_for
 from train.run.preemption import StopOnSignal
-
-
-def test_the_steps_that_fit_leave_the_final_work_and_the_margin() -> None:
-    costs = Costs(step=1.0, evaluation=4.0, evaluate_every=4, save=2.0, save_every=10, final=5.0)
-    assert costs.per_step() == pytest.approx(2.2)
-    assert steps_that_fit(now=0, deadline=100, costs=costs, margin=7) == math.floor(88 / 2.2)
-    assert steps_that_fit(now=95, deadline=100, costs=costs, margin=7) == 0
-    none = Costs(step=0.5, evaluation=0, evaluate_every=math.inf, save=0, save_every=math.inf, final=0)
-    assert steps_that_fit(now=0, deadline=10, costs=none, margin=0) == 20
-
-
-def test_a_step_costs_its_mean_wall_time_with_one_stall_capped() -> None:
-    # A loaded machine: one step in three waits for the CPU. The median (0.1 s) would plan three times too many.
-    assert step_time([0.1, 0.1, 0.7] * 5) == pytest.approx(0.3)
-    # One stall of 60 s among 0.1-s steps counts as ten steps' time, not six hundred.
-    assert step_time([0.1] * 19 + [60.0]) == pytest.approx((19 * 0.1 + 1.0) / 20)
 
 
 def arguments(tmp_path: Any, **options: Any) -> TrainingArguments:
@@ -383,7 +360,7 @@ def test_no_periodic_evaluation_a_few_steps_before_the_final_one(
     args = arguments(tmp_path, max_steps=10_000, eval_strategy="steps", eval_steps=10)
     state = TrainerState()
     state.max_steps, state.eval_steps = 10_000, 10
-    callback.plan.total = 84
+    callback.plan.total, callback.planned_at = 84, 70  # planned at step 70: none on the steps' pace before 90
     for step, kept in ((70, True), (80, False), (84, True)):  # 84: the last step's own evaluation
         state.global_step = step
         control = TrainerControl(should_evaluate=True)

@@ -2,20 +2,33 @@
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import json
+from collections.abc import Iterator
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 import torch
 from torch.utils.flop_counter import FlopCounterMode
 from transformers import BertConfig, BertForMaskedLM
 
+from tests.helpers import threads_in_the_probe, torch_threads
+from train.common.handoff import Handoff
 from train.machine import peaks
-from train.machine.peaks import Peak, cpu_peak, gpu_peak, matmul_precision
+from train.machine.peaks import Peak, cpu_peak, device_peak, gpu_peak, matmul_precision, measure_cpu_flops
 from train.model.head import IGNORE_INDEX, use_masked_only_head
 from train.run import diagnostics
-from train.run.diagnostics import FIELDS, STARVED_WINDOWS, StepDiagnostics, TokenFlops, batch_counts, spans_squared
+from train.run.diagnostics import (
+    FIELDS,
+    STARVED_WINDOWS,
+    StepDiagnostics,
+    TokenFlops,
+    batch_counts,
+    rank_peak,
+    spans_squared,
+)
 
 
 def tiny_bert() -> BertForMaskedLM:
@@ -125,7 +138,7 @@ def test_the_cpu_peak_is_measured_once_and_a_bad_cache_measured_again(
 ) -> None:
     measured: list[float] = []
 
-    def measure() -> float:
+    def measure(threads: int) -> float:
         measured.append(5e10)
         return 5e10
 
@@ -141,3 +154,75 @@ def test_the_cpu_peak_is_measured_once_and_a_bad_cache_measured_again(
     assert cpu_peak(tmp_path, 2, "2.15.0").flops == 5e10 and len(measured) == 3
     cache.write_text("[1, 2")
     assert cpu_peak(tmp_path, 2, "2.15.0").flops == 5e10 and len(measured) == 4
+
+
+def test_the_cpu_probe_runs_on_the_threads_asked_and_puts_torchs_own_back(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Doctor probes for the plan's thread count, not its own process's: the figure is measured on the count it is
+    labelled with, and the process keeps its own count after, the probe failing or not."""
+    seen = threads_in_the_probe(monkeypatch)
+    with torch_threads(3):
+        assert measure_cpu_flops(1, size=16, repeats=2) > 0
+        assert seen == [1, 1, 1] and torch.get_num_threads() == 3
+        monkeypatch.setattr(torch, "randn", lambda *size: (_ for _ in ()).throw(RuntimeError("no memory")))
+        with pytest.raises(RuntimeError):
+            measure_cpu_flops(2)
+        assert torch.get_num_threads() == 3
+
+
+def test_the_one_peak_rule_a_gpus_from_the_table_a_cpus_measured_on_its_threads(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    asked: list[int] = []
+    monkeypatch.setattr(peaks, "measure_cpu_flops", lambda threads: asked.append(threads) or 4e10)
+    assert device_peak("NVIDIA H100 80GB HBM3", "bf16", 8, tmp_path) == gpu_peak("NVIDIA H100 80GB HBM3", "bf16")
+    assert device_peak("Some Future GPU", "bf16", 8, tmp_path) is None and asked == []  # no CPU probe for a GPU
+    cpu = device_peak(None, "fp32", 3, tmp_path)
+    assert cpu is not None and cpu.flops == 4e10 and asked == [3] and "(3 threads" in cpu.source
+
+
+class Ranks:
+    """A rank's TrainingArguments as rank_peak reads them, with ``main_process_first`` saying when it is in it."""
+
+    def __init__(self, device: str, bf16: bool = False) -> None:
+        self.device = torch.device(device)
+        self.fp16, self.bf16, self.tf32 = False, bf16, None
+        self.local_process_index = 0
+        self.first: list[bool] = []  # inside main_process_first, at each probe
+        self.inside = False
+        self.entered: list[tuple[bool, str]] = []
+
+    @contextlib.contextmanager
+    def main_process_first(self, local: bool = True, desc: str = "work") -> Iterator[None]:
+        self.entered.append((local, desc))
+        self.inside = True
+        try:
+            yield
+        finally:
+            self.inside = False
+
+
+def test_a_ranks_cpu_peak_is_probed_on_a_nodes_first_rank_while_the_others_wait(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The probe runs inside main_process_first (node-local: the others wait, then read the cached figure), on this
+    rank's threads; a GPU's peak needs no probe and no wait."""
+    monkeypatch.setenv("HF_HOME", str(tmp_path))
+    training = Ranks("cpu")
+
+    def measure(threads: int) -> float:
+        training.first.append(training.inside)
+        return 3e10
+
+    monkeypatch.setattr(peaks, "measure_cpu_flops", measure)
+    with torch_threads(2):
+        peak = rank_peak(training, None)
+    assert peak is not None and peak.flops == 3e10 and "(2 threads" in peak.source
+    assert training.first == [True] and [local for local, _ in training.entered] == [True]
+    other = Ranks("cpu")  # a rank that waited: it reads the figure the first one cached
+    with torch_threads(2):
+        cached = rank_peak(other, None)
+    assert cached is not None and cached.flops == 3e10 and "cached" in cached.source and len(training.first) == 1
+    gpu = Ranks("cuda", bf16=True)
+    handoff = Handoff("bf16", 8, "batch", "1", gpus=["NVIDIA H100 80GB HBM3"])
+    assert rank_peak(gpu, handoff) == gpu_peak("NVIDIA H100 80GB HBM3", "bf16") and gpu.entered == []
+    assert rank_peak(SimpleNamespace(device=torch.device("meta"), fp16=False, bf16=False, tf32=None), None) is None

@@ -22,7 +22,7 @@ from train.launch.inputs import Host, Launch
 from train.launch.plan import Plan, make_plan, sharding_plan, torchrun_path
 from train.machine import gpus
 from train.machine.gpus import Inventory, format_cuda_version, torch_cuda_version
-from train.machine.peaks import cpu_peak, gpu_peak
+from train.machine.peaks import device_peak
 from train.machine.resources import usable_cpus
 
 GIB = 1024**3
@@ -176,22 +176,19 @@ def check_sharding(outcome: Plan | Exception, requested: str, estimate: Callable
 
 
 def check_peak(outcome: Plan | Exception, inventory: Inventory, environ: Mapping[str, str]) -> Check:
-    """The peak the training records' MFU will be a share of (train/machine/peaks.py, the ranks' own rule): the
-    first GPU's datasheet rate at the plan's precision, or this CPU's measured rate on the threads a rank gets
-    (the plan's OMP_NUM_THREADS, else torch's own count)."""
+    """The peak the training records' MFU will be a share of, by the ranks' own rule (train/machine/peaks.py
+    ``device_peak``): the first GPU's datasheet rate at the plan's precision, or this CPU's measured rate on the
+    threads a rank gets (the plan's OMP_NUM_THREADS, else torch's own count), the probe run on that many."""
     if not isinstance(outcome, Plan):
         return Check("peak (MFU)", SKIP, "no plan to take the precision from (see the plan row)")
-    if inventory.gpus:
-        name = inventory.gpus[0].name
-        peak = gpu_peak(name, outcome.precision.label)
-        if peak is None:
-            detail = f"{name} at {outcome.precision.label} is not in the table of peaks: the records carry no MFU"
-            return Check("peak (MFU)", SKIP, detail, data={"flops": None})
-    else:
-        import torch  # torch_view imported it already
+    import torch  # torch_view imported it already
 
-        threads = int(outcome.env.get("OMP_NUM_THREADS") or torch.get_num_threads())
-        peak = cpu_peak(cache_root(environ), threads, torch.__version__)
+    name = inventory.gpus[0].name if inventory.gpus else None
+    threads = int(outcome.env.get("OMP_NUM_THREADS") or torch.get_num_threads())
+    peak = device_peak(name, outcome.precision.label, threads, cache_root(environ))
+    if peak is None:
+        detail = f"{name} at {outcome.precision.label} is not in the table of peaks: the records carry no MFU"
+        return Check("peak (MFU)", SKIP, detail, data={"flops": None})
     detail = f"{peak.flops / 1e12:,.3g} TFLOP/s ({peak.source}): the training records' MFU is a share of it"
     return Check("peak (MFU)", OK, detail, data={"flops": peak.flops, "source": peak.source})
 

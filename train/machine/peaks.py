@@ -4,9 +4,11 @@ of, and what doctor shows it against.
 A GPU's peak is its datasheet's dense (not 2:4 sparse) tensor-core rate for the run's precision, from the table
 below, matched on the name NVML gives; a GPU not in the table has no peak, and its runs no MFU, rather than a guess.
 A CPU has no datasheet we could read: its peak is measured once per machine, by a short probe of float32 matrix
-products on the threads the rank uses (tens of milliseconds), and kept in the job's cache (``HF_HOME/mlm-trainer``)
-under the CPU's model, the thread count and torch's version, so later runs read it. That cache is data: a value
-that is not a positive number is measured again.
+products on the threads the rank uses (tens of milliseconds; torch's own thread count put back after), and kept in
+the job's cache (``HF_HOME/mlm-trainer``) under the CPU's model, the thread count and torch's version, so later runs
+read it. That cache is data: a value that is not a positive number is measured again.
+
+:func:`device_peak` is the one rule: the ranks (train/run/diagnostics.py ``rank_peak``) and doctor's row call it.
 """
 
 from __future__ import annotations
@@ -84,18 +86,23 @@ def cpu_model() -> str:
     return platform.processor() or platform.machine()
 
 
-def measure_cpu_flops(size: int = PROBE_SIZE, repeats: int = PROBE_REPEATS) -> float:
-    """The best rate of ``repeats`` float32 ``size`` x ``size`` matrix products on this process's torch threads,
-    after one to warm up."""
+def measure_cpu_flops(threads: int, size: int = PROBE_SIZE, repeats: int = PROBE_REPEATS) -> float:
+    """The best rate of ``repeats`` float32 ``size`` x ``size`` matrix products on ``threads`` torch threads, after
+    one to warm up; torch's own thread count is put back after (doctor probes for the plan's count, not its own)."""
     import torch  # only where a probe runs: doctor's light paths need no torch for a GPU
 
-    a, b = torch.randn(size, size), torch.randn(size, size)
-    torch.mm(a, b)
-    best = math.inf
-    for _ in range(repeats):
-        start = time.perf_counter()
+    own = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        a, b = torch.randn(size, size), torch.randn(size, size)
         torch.mm(a, b)
-        best = min(best, time.perf_counter() - start)
+        best = math.inf
+        for _ in range(repeats):
+            start = time.perf_counter()
+            torch.mm(a, b)
+            best = min(best, time.perf_counter() - start)
+    finally:
+        torch.set_num_threads(own)
     return 2 * size**3 / max(best, 1e-9)
 
 
@@ -113,7 +120,7 @@ def cpu_peak(cache_dir: Path, threads: int, torch_version: str) -> Peak:
     value = known.get(key)
     if isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value) and value > 0:
         return Peak(float(value), f"measured on this CPU ({threads} threads, float32 matmul), cached in {path}")
-    flops = measure_cpu_flops()
+    flops = measure_cpu_flops(threads)
     try:
         cache_dir.mkdir(parents=True, exist_ok=True)
         partial = path.with_name(f".{CACHE_FILE}.{os.getpid()}")
@@ -122,3 +129,14 @@ def cpu_peak(cache_dir: Path, threads: int, torch_version: str) -> Peak:
     except OSError:
         pass
     return Peak(flops, f"measured on this CPU now ({threads} threads, float32 matmul)")
+
+
+def device_peak(gpu: str | None, precision: str, threads: int, cache_dir: Path) -> Peak | None:
+    """The peak MFU is a share of: the GPU called ``gpu`` (as NVML names it) at the run's ``precision`` (the
+    handoff's label) from the table, None for one the table lacks; with no GPU, this CPU's on ``threads`` threads
+    (:func:`cpu_peak`, cached in ``cache_dir``)."""
+    if gpu is not None:
+        return gpu_peak(gpu, precision)
+    import torch  # as in measure_cpu_flops: only for a CPU
+
+    return cpu_peak(cache_dir, threads, torch.__version__)

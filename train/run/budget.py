@@ -1,19 +1,31 @@
 """The time budget on the ranks: how many steps fit before the deadline the launcher handed over
 (train/launch/deadline.py), planned from measured times, with the learning-rate schedule made to end there.
 
-The rule, stated once:
+The rule, stated once (its arithmetic, and the constants it names but for the timing's, in
+train/run/budget_costs.py):
 - The first ``WARMUP_STEPS`` steps of a session are not timed (allocator growth, loader start, first kernels);
   after ``TIMED_STEPS`` more, the first plan is made; every evaluation and save is timed as it happens, and the
   plan is made again after each, with what they cost. A step longer than ``SLOW_STEP_SHARE`` of the budget is
   timed whatever its place and the plan made at once (a 3-minute budget's 30 s steps: five steps to time ate it),
   then again once ``TIMED_STEPS`` are timed.
-- A step costs its mean measured time over the last ``STEP_WINDOW`` steps (the mean, not the median: on a
-  machine shared with other work, a step that waited for the CPU costs wall time as any other; the median of a
-  loaded run's steps was a third of their mean, and plans ran past their deadline), each step counted at most
-  ``STALL_CAP`` times the median (one stall, a page-cache miss or a paused process, is not the run's pace)
-  plus its share of the evaluations and saves to come (each one's measured time; until an evaluation happens, its
-  batches times one batch measured at the first plan, through the path an evaluation takes
-  (train/run/budget_evaluation.py); until a save happens, the checkpoint's size at ``ESTIMATED_WRITE_MB_S``).
+- ``PACE_STEPS`` steps after a plan it is made again from the steps' pace, and taken only when its last step
+  comes sooner by more than ``PACE_LATE`` of the steps left, or later by more than ``PACE_EARLY`` of them
+  (train/run/budget_costs.py ``pace_moves``): a run whose steps slow down ends by its deadline, one whose steps sped
+  up uses the time, and small moves leave the schedule alone. Every rank decides at the same step on the figures
+  all agreed (below), so all take it or none.
+- A step costs the larger of two means of its measured times, over the last ``STEP_WINDOW`` steps and over the
+  last ``LONG_WINDOW``: a slowdown counts at once, a speed-up once it lasts (with the short mean alone, beside two
+  busy loops, it swung from 0.07 to 0.63 s, and re-plans moved a 150 s budget's plan between 234 and 1,036 steps).
+  Means, not medians: on a machine shared with other work, a step that waited for the CPU costs wall time as any
+  other (the median of a loaded run's steps was a third of their mean, and plans ran past their deadline); each
+  step counted at most ``STALL_CAP`` times the median (one stall, a page-cache miss or a paused process, is not
+  the run's pace). To it is added its share of the evaluations and saves to come: each one's measured time; until
+  an evaluation happens, its batches times a batch measured at the first plan through the path an evaluation takes
+  (train/run/budget_evaluation.py: the median of a few, after one to warm up); until a save happens, the
+  checkpoint's size at ``ESTIMATED_WRITE_MB_S``. An evaluation's cost is not scaled by the steps' pace: beside two
+  busy loops the steps slowed 5-fold and an evaluation 2-fold (threads waiting for each other on busy cores); a
+  final evaluation so planned at 75 s took 31 s (the run ended after 97 s of its 150 s), another, scaled down with
+  faster steps, planned at 1.4 s took 7.2 s.
 - Under a batch warm-up (train/common/schedules.py BatchWarmup) every measure and plan is in full steps: a step's
   time is divided by its share of the full batch's rows, and the steps planned cost their shares; the ramp, the
   learning rate's schedule and the plan count the same optimizer steps, so the decay still ends at the last one.
@@ -40,7 +52,6 @@ from __future__ import annotations
 
 import dataclasses
 import math
-import statistics
 import time
 from dataclasses import dataclass, field
 from typing import Any
@@ -53,6 +64,7 @@ from train.common import distributed, durations
 from train.common.console import say, warn
 from train.common.handoff import Handoff
 from train.common.schedules import BatchWarmup
+from train.run.budget_costs import LONG_WINDOW, PACE_STEPS, Costs, margin_for, pace_moves, step_cost, steps_that_fit
 from train.run.budget_schedule import CONSTANT, decay_after, decay_ahead, late_decay, schedule_for
 from train.run.budget_stop import CutShort, steps_after_stop
 from train.run.preemption import StopOnSignal
@@ -60,62 +72,9 @@ from train.run.trainer import schedule_kind, step_schedule
 
 WARMUP_STEPS = 2
 TIMED_STEPS = 3
-MARGIN_FRACTION = 0.05
-MIN_MARGIN_S = 10.0
 ESTIMATED_WRITE_MB_S = 200.0  # a local disk, until a save has been timed
-STEP_WINDOW = 20
 FEW_STEPS = 50  # a plan of fewer steps is said to be of little use (a 3-minute budget planned 5)
-STALL_CAP = 10
 SLOW_STEP_SHARE = 0.02  # a step taking this share of the budget is timed, warm-up or not, and planned from at once
-
-
-@dataclass(frozen=True)
-class Costs:
-    """What the rest of the run costs, in seconds."""
-
-    step: float
-    evaluation: float  # one evaluation pass (0 when the run does not evaluate)
-    evaluate_every: float  # steps between evaluations (inf: none before the end)
-    save: float  # one checkpoint
-    save_every: float
-    final: float  # the final evaluation, the model's write and its publishing
-
-    def per_step(self) -> float:
-        return self.step + self.evaluation / self.evaluate_every + self.save / self.save_every
-
-
-def steps_that_fit(
-    now: float, deadline: float, costs: Costs, margin: float, at: int = 0, warmup: BatchWarmup | None = None
-) -> int:
-    """Steps that end, with their share of evaluations and saves, the final work and the margin, by ``deadline``.
-    Under a batch warm-up (``costs.step`` then a full step's time) the steps after ``at`` cost their share of the
-    batch, and the ramp is a share of the plan: the most steps whose cost fits (it grows with the steps)."""
-    left = deadline - now - costs.final - margin
-    if left <= 0:
-        return 0
-    fit = max(math.floor(left / costs.per_step()), 0)  # every step a full one: at least these fit
-    if warmup is None or fit == 0:
-        return fit
-    others = costs.per_step() - costs.step  # evaluations' and saves' shares: the same whatever the batch
-
-    def fits(steps: int) -> bool:
-        return costs.step * warmup.full_steps(at, at + steps) + others * steps <= left
-
-    low, high = fit, math.ceil(fit * warmup.full / warmup.unit) + 1  # no step is cheaper than the smallest batch's
-    while low < high:
-        middle = (low + high + 1) // 2
-        low, high = (middle, high) if fits(middle) else (low, middle - 1)
-    return low
-
-
-def step_time(times: list[float]) -> float:
-    """What a step costs in wall time: the mean of ``times``, each at most ``STALL_CAP`` times their median."""
-    cap = STALL_CAP * statistics.median(times)
-    return statistics.fmean(min(took, cap) for took in times)
-
-
-def margin_for(budget_s: float) -> float:
-    return max(MARGIN_FRACTION * budget_s, MIN_MARGIN_S)
 
 
 @dataclass
@@ -170,6 +129,7 @@ class TimeBudget(TrainerCallback):
         self.per_epoch = math.inf  # steps in an epoch, for epoch-wise evaluations and saves
         self.steps_this_session = 0
         self.replan = False
+        self.planned_at = 0  # the step of the last plan, or of the last one made on the pace and not taken
         self.stopper = stopper
         self.stop_timeout_s = stop_timeout_s
         self.planned_early = False  # the first plan came before TIMED_STEPS steps were timed (slow steps)
@@ -216,7 +176,7 @@ class TimeBudget(TrainerCallback):
             # Under a batch warm-up, a step's time as a full step's: its time over its share of the rows (the
             # batch's rows are most of a step's work; the rest, counted as rows too, makes the plan cautious).
             share = self.batch_warmup.share(state.global_step - 1, state.max_steps) if self.batch_warmup else 1.0
-            self.step_times.append(took / share)
+            self.step_times = [*self.step_times[1 - LONG_WINDOW :], took / share]  # the longer window's, no more
         timed = len(self.step_times)
         if timed == TIMED_STEPS and self.planned_early:
             self.replan = True  # planned on slow steps: again, once as many are timed as a plan usually has
@@ -226,10 +186,12 @@ class TimeBudget(TrainerCallback):
         # first, has stopped it there already, with the schedule decayed to its end (a re-plan at that step drew a
         # longer plan that was never trained, its last steps missing from run.json's account).
         reached = self.plan.total is not None and state.global_step >= self.plan.total
-        again = self.replan and self.plan.total is not None and not self.plan.late_decay
-        if self.cut is None and not reached and (first or again):
+        again = self.plan.total is not None and not self.plan.late_decay
+        paced = again and state.global_step - self.planned_at >= PACE_STEPS  # the same step on every rank
+        if self.cut is None and not reached and (first or (again and self.replan) or paced):
+            on_pace = not (first or self.replan)
             self.replan = False
-            self._make_plan(args, state, kwargs.get("lr_scheduler"), kwargs.get("optimizer"))
+            self._make_plan(args, state, kwargs.get("lr_scheduler"), kwargs.get("optimizer"), on_pace)
         if self.plan.total is not None and state.global_step >= self.plan.total:
             control.should_training_stop = True
         elif self.plan.total is not None and control.should_evaluate and self._final_evaluation_near(args, state):
@@ -250,7 +212,7 @@ class TimeBudget(TrainerCallback):
 
     def costs(self, args: Any, state: Any) -> Costs:
         """The measured times of what is left (a save's estimate until one is timed)."""
-        step = step_time(self.step_times[-STEP_WINDOW:])
+        step = step_cost(self.step_times)
         timed = self.evaluations[-1] if self.evaluations else self.eval_batches * self.eval_batch_s
         evaluation = timed if self._evaluates(args) else 0.0
         save = self.saves[-1] if self.saves else self.checkpoint_mb / ESTIMATED_WRITE_MB_S
@@ -267,7 +229,9 @@ class TimeBudget(TrainerCallback):
     def _evaluates(self, args: Any) -> bool:
         return args.eval_strategy != "no" and self.eval_batches > 0
 
-    def _make_plan(self, args: Any, state: Any, scheduler: Any, optimizer: Any) -> None:
+    def _make_plan(self, args: Any, state: Any, scheduler: Any, optimizer: Any, on_pace: bool = False) -> None:
+        """The plan made (again): ``on_pace``, one made only because ``PACE_STEPS`` have passed since the last, is
+        taken when its end moved far enough (:func:`pace_moves`), decided on the figures every rank agreed."""
         first = self.plan.total is None and not self.evaluations
         measured = first and self.size_evaluation is not None and self._evaluates(args)
         if measured:  # on every rank: all plan at the same step, and under FSDP a forward is a collective
@@ -282,6 +246,9 @@ class TimeBudget(TrainerCallback):
         cap = self.plan.cap or fit
         total = agreed_minimum(max(min(fit, cap), state.global_step), args.device)
         before, at = self.plan.total, state.global_step
+        self.planned_at = at
+        if on_pace and before is not None and not pace_moves(before, total, at):
+            return
         room = math.floor(self.plan.margin_s / 2 / costs.step) if costs.step > 0 else 0
         kind, inner, warmup = schedule_kind(args), step_schedule(scheduler), None
         late = None if before is None else late_decay(kind, args, (total, at, cap), self.decay_ratio, room)
@@ -297,6 +264,7 @@ class TimeBudget(TrainerCallback):
         self.plan.plans.append(
             {
                 "at_step": at,
+                **({"on_pace": True} if on_pace else {}),
                 "planned_steps": total,
                 "warmup_steps": warmup,
                 "step_s": round(costs.step, 4),
@@ -318,6 +286,7 @@ class TimeBudget(TrainerCallback):
             return
         ends = durations.utc_clock(self.plan.deadline)
         limited = "the time budget" if fit < cap else f"the {cap} steps the other options set (they fit)"
+        limited += f" (the steps' pace moved the end from step {before})" if on_pace else ""
         again = "re-planned" if before is not None else "planned"
         configured = args.get_warmup_steps(total)
         cut = ""

@@ -2,22 +2,24 @@
 on them. A 150-second budget with a large held-out split estimated its final evaluation at 151 s, planned 5 steps
 that never decayed, and ended at twice its budget (issue 51).
 
-The rule: at the first plan, one evaluation batch is measured through the path an evaluation takes
-(:func:`evaluation_batch_seconds`); when one evaluation of the whole held-out set would take more than
-:data:`EVALUATION_SHARE` of the budget at that time per batch, every evaluation of the run - the periodic ones and
-the final one - reads the first examples of the held-out set that fit that share (of each source's part, for a
-mixture: the same share of each), at least one batch. Decided once, so the losses of a run compare with each other;
-every rank keeps the same count (the smallest any rank computed).
+The rule: at the first plan, an evaluation batch is measured through the path an evaluation takes
+(:func:`evaluation_batch_seconds`: the median of ``TIMED_BATCHES``, after one that warms up); when one evaluation of the
+whole held-out set would take more than :data:`EVALUATION_SHARE` of the budget at that time per batch, every evaluation
+of the run - the periodic ones and the final one - reads the first examples of the held-out set that fit that share (of
+each source's part, for a mixture: the same share of each), at least one batch. Decided once, so the losses of a run
+compare with each other; every rank keeps the same count (the smallest any rank computed).
 
 Measured, not estimated: an estimate from the training steps (a third of a step per batch, a forward pass of a
 forward and backward) was wrong both ways. The dense head's evaluation took several times that (a 150 s budget's
 final evaluation over 20,000 rows took 62 s, the sizer never cut it, and the run ended 173 s after its launch); the
-masked-only head's takes a fraction of it.
+masked-only head's takes a fraction of it. A median of three: a single batch measured 0.022-0.694 s across runs of
+the same model, and the shorter of two measured half of what the evaluation then took per batch.
 """
 
 from __future__ import annotations
 
 import math
+import statistics
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -29,6 +31,7 @@ from train.data.tokenization import IndexedExamples
 from train.run.budget import agreed_minimum
 
 EVALUATION_SHARE = 0.10  # of the time budget, for one evaluation
+TIMED_BATCHES = 3  # evaluation batches timed, after one that warms up: the median counts
 
 
 def batches_that_fit(budget_s: float, batches: int, batch_s: float) -> int:
@@ -49,12 +52,13 @@ def first_examples(examples: Any, count: int) -> Any:
 def evaluation_batch_seconds(trainer: Any) -> float:
     """Seconds one evaluation batch takes on ``trainer`` (train/run/trainer.py's MLMTrainer), measured on the path an
     evaluation takes: a batch of its evaluation loader (evaluation's masking, the loader's workers) through its
-    ``prediction_step`` (the forward pass without gradients: the loss, the predictions), the model in eval mode and
-    put back in the mode it was in. The first batch warms up (kernels, allocations, the workers' start); the second
-    is timed from its loading to its loss read back (the device then done with it); a held-out set of one batch per
-    rank times that batch again. Every rank makes the same calls in the same order: under FSDP a forward is a
-    collective, and the loader keeps the ranks' batches even. What the loop does around a batch (gathering it
-    across ranks, keeping the predictions) is left out: small beside a forward."""
+    ``prediction_step`` (the forward pass without gradients: the loss, the predictions), the model in eval mode and put
+    back in the mode it was in. The first batch warms up (kernels, allocations, the workers' start); the next
+    ``TIMED_BATCHES`` are each timed from its loading to its loss read back (the device then done with it), and their
+    median counts (one batch that waited for a busy core is not the evaluation's pace); a held-out set of fewer batches
+    per rank times its last batch again. Every rank makes the same calls in the same order: under FSDP a forward is a
+    collective, and the loader keeps the ranks' batches even. What the loop does around a batch (gathering it across
+    ranks, keeping the predictions) is left out: small beside a forward."""
     model, args = trainer.model, trainer.args
     loss_only = trainer.compute_metrics is None or args.prediction_loss_only  # as Trainer.evaluate decides it
     mode = model.training
@@ -63,20 +67,24 @@ def evaluation_batch_seconds(trainer: Any) -> float:
     batches = iter(loader)
     model.eval()
     try:
-        first = next(batches)
-        trainer.prediction_step(model, first, loss_only)
-        start = time.monotonic()
-        loss, _, _ = trainer.prediction_step(model, next(batches, first), loss_only)
-        if loss is not None:
-            loss.item()  # read back: the device's queued work done
-        return time.monotonic() - start
+        batch = next(batches)
+        trainer.prediction_step(model, batch, loss_only)
+        times = []
+        for _ in range(TIMED_BATCHES):
+            start = time.monotonic()
+            batch = next(batches, batch)
+            loss, _, _ = trainer.prediction_step(model, batch, loss_only)
+            if loss is not None:
+                loss.item()  # read back: the device's queued work done
+            times.append(time.monotonic() - start)
+        return statistics.median(times)
     finally:
         model.train(mode)
         close = getattr(batches, "close", None)
         if close is not None:
             close()  # the loader's workers stop now, not when it is collected
         # accelerate's loader leaves the list of loaders its gradient state keeps (the last one counts as the
-        # active one) at its end only, which a loader left after its second batch never reaches: said here.
+        # active one) at its end only, which a loader left after its first batches never reaches: said here.
         end = getattr(loader, "end", None)
         if end is not None:
             end()

@@ -68,7 +68,7 @@ from train.run.branching import (
 from train.run.budget import TimeBudget
 from train.run.budget_evaluation import EvaluationSizer
 from train.run.callbacks import CheckpointCompleteMarker, DivergenceGuard, EpochForCollator
-from train.run.diagnostics import TokenFlops, device_peak
+from train.run.diagnostics import TokenFlops, rank_peak
 from train.run.model_setup import Blueprint, set_up_model, shard_for_training
 from train.run.preemption import StopOnSignal
 from train.run.resuming import ResumePoint, resume_point
@@ -308,7 +308,7 @@ def settings_for(
         stream_position=position,
         stream_part=stream_part,
         token_flops=model.flops,
-        peak=device_peak(training, Handoff.from_environ()),
+        peak=rank_peak(training, Handoff.from_environ()),
     )
 
 

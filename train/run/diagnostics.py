@@ -35,7 +35,7 @@ from train.common import distributed
 from train.common.console import warn
 from train.common.handoff import Handoff, precision_label, precision_name
 from train.common.hf import cache_root
-from train.machine.peaks import Peak, cpu_peak, gpu_peak
+from train.machine.peaks import Peak, device_peak
 from train.model.head import IGNORE_INDEX
 
 # A run whose steps wait for their batches this share of the time, over this many logging windows in a row (the
@@ -84,18 +84,22 @@ class TokenFlops:
         )
 
 
-def device_peak(training: Any, handoff: Handoff | None) -> Peak | None:
-    """The peak of this rank's device at the run's precision (train/machine/peaks.py): a GPU's by its name (the
-    launcher's, else CUDA's), the CPU's measured on this rank's threads; None for a GPU the table lacks."""
+def rank_peak(training: Any, handoff: Handoff | None) -> Peak | None:
+    """The peak of this rank's device at the run's precision, by the one rule (train/machine/peaks.py
+    ``device_peak``): a GPU's by its name (the launcher's, else CUDA's); the CPU's on this rank's threads, measured
+    on a node's first rank while the others wait (TrainingArguments' ``main_process_first``), which then read the
+    figure it cached (probes side by side share the cores and read low). None for another device, or a GPU the
+    table lacks."""
+    precision = precision_label(precision_name(training.fp16, training.bf16), bool(training.tf32))
     if training.device.type == "cuda":
         index = training.local_process_index
         names = handoff.gpus if handoff is not None else []
         name = names[index] if index < len(names) else torch.cuda.get_device_name(training.device)
-        precision = precision_label(precision_name(training.fp16, training.bf16), bool(training.tf32))
-        return gpu_peak(name, precision)
+        return device_peak(name, precision, torch.get_num_threads(), cache_root())
     if training.device.type != "cpu":
         return None
-    return cpu_peak(cache_root(), torch.get_num_threads(), torch.__version__)
+    with training.main_process_first(local=True, desc="measuring the CPU's peak"):
+        return device_peak(None, precision, torch.get_num_threads(), cache_root())
 
 
 def spans_squared(position_ids: torch.Tensor) -> torch.Tensor:
