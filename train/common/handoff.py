@@ -52,6 +52,12 @@ class Handoff:
     def to_env(self) -> str:
         return json.dumps(asdict(self), separators=(",", ":"))
 
+    @property
+    def budgeted(self) -> bool:
+        """Whether this launch runs to a deadline (a time budget, a Slurm job's limit): the one answer for the
+        ranks' parts that plan by it (train/run/budget.py) or keep out of its way."""
+        return self.deadline is not None
+
     @classmethod
     def from_environ(cls, environ: Mapping[str, str] | None = None) -> Handoff | None:
         raw = (os.environ if environ is None else environ).get(HANDOFF_ENV)

@@ -339,7 +339,7 @@ def time_budget(
     """The budget's planner, when the launcher handed over a deadline: with the evaluation's batches per rank and
     a checkpoint's size (weights and AdamW's two moments), its estimates until an evaluation and a save are timed."""
     handoff = Handoff.from_environ()
-    if handoff is None or handoff.deadline is None:
+    if handoff is None or not handoff.budgeted:
         return None
     per_pass = training.per_device_eval_batch_size * max(training.world_size, 1)
     batches = -(-len(held_out) // per_pass) if held_out is not None else 0
