@@ -177,6 +177,10 @@ bench-store: venv ## What an output_dir in a bucket costs: upload/download per G
 bench-checkpoints: venv ## What the checkpoints' SHA-256 lists cost a base-size model's saves and resumes (bench/results/)
 	$(BIN)/python -m bench.checkpoints $(BENCH_CHECKPOINTS_ARGS)
 
+.PHONY: bench-saves
+bench-saves: venv ## What a checkpoint costs the training loop, synchronous or in the background (bench/results/)
+	$(BIN)/python -m bench.saves $(BENCH_SAVES_ARGS)
+
 .PHONY: bench-data
 bench-data: venv ## Benchmark tokenization + packing as the corpus grows, ours vs run_mlm.py (bench/results/)
 	$(BIN)/python -m bench.data $(BENCH_DATA_ARGS)

@@ -1,7 +1,8 @@
 """What a trusted checkpoint costs: ``python -m bench.checkpoints [--steps 4] [--out bench/results]``.
 
 A base-size BERT (110 M parameters, bert-base's sizes with its 30,522-token vocabulary, trained from scratch on the
-demo data so nothing is downloaded) through ``./entrypoint.sh`` to exit, a checkpoint after every step: each save's
+demo data so nothing is downloaded) through ``./entrypoint.sh`` to exit, a synchronous checkpoint after every step
+(``MLM_ASYNC_SAVE=false``: in the background the loop would not wait for what is measured here): each save's
 ``checkpoint`` record in train.jsonl gives its size, the Trainer's own save (weights, optimizer, scheduler, RNG
 state) and what listing every file with its size and SHA-256 added after it (train/run/callbacks.py). Then the
 resume's side on the last checkpoint, in this process, min over repeats: the content checks and the safe load of
@@ -32,10 +33,14 @@ RESULTS = REPO / "bench" / "results"
 BASE_SIZE = "vocab_size=30522"  # scratch:bert is bert-base's config: 12 layers, hidden 768, 12 heads
 
 
-def run_job(work: Path, steps: int) -> dict[str, Any]:
-    """The whole job, a save after every step, a small batch of short samples (the save, not the step, is what is
-    measured); its checkpoint records and wall time."""
-    output = work / "out"
+def run_job(
+    work: Path, steps: int, save_steps: int = 1, async_save: bool = False, label: str = "out"
+) -> dict[str, Any]:
+    """The whole job into ``work/label``, a save every ``save_steps`` steps (after every step by default), a small batch
+    of short samples (the save, not the step, is what is measured); its checkpoint records, logged losses and wall
+    time. Saves are synchronous unless ``async_save``: this benchmark's figures are the save and its digests on the
+    training loop (bench/saves.py compares the background's)."""
+    output = work / label
     _, wall = run_entrypoint(
         work,
         config=str(REPO / "configs" / "demo.yaml"),
@@ -47,7 +52,8 @@ def run_job(work: Path, steps: int) -> dict[str, Any]:
         max_steps=str(steps),
         warmup_steps="0",
         save_strategy="steps",
-        save_steps="1",
+        save_steps=str(save_steps),
+        async_save=str(async_save).lower(),
         eval_strategy="no",
         logging_steps="1",
         log_format="json",
@@ -57,9 +63,12 @@ def run_job(work: Path, steps: int) -> dict[str, Any]:
     files = RunFiles(output)
     records = [json.loads(line) for line in files.train_jsonl.read_text().splitlines()]
     saves = [r for r in records if r["event"] == "checkpoint"]
-    if len(saves) != steps:
-        raise RuntimeError(f"expected {steps} checkpoint records in {files.train_jsonl}, found {len(saves)}")
-    return {"wall_s": wall, "saves": saves, "last": str(files.checkpoints()[-1])}
+    if len(saves) != steps // save_steps:
+        raise RuntimeError(
+            f"expected {steps // save_steps} checkpoint records in {files.train_jsonl}, found {len(saves)}"
+        )
+    losses = {r["step"]: r["loss"] for r in records if r["event"] == "train" and "loss" in r}
+    return {"wall_s": wall, "saves": saves, "losses": losses, "last": str(files.checkpoints()[-1])}
 
 
 def resume_checks(checkpoint: Path, repeats: int) -> dict[str, list[float]]:

@@ -73,7 +73,7 @@ def demo_config(**env: str) -> Config:
 
 def trainer_settings(**given: Any) -> TrainerSettings:
     """MLMTrainer's settings with nothing on - training's collator for evaluation, one held-out set, no rate or
-    batch schedule, no phase, no head apart, no drift, no resumed stream, no MFU, the schema's decay ratio - but ``given``."""
+    batch schedule, no phase, no head apart, no drift, no resumed stream, no MFU, synchronous saves, the schema's decay ratio - but ``given``."""
     plain = TrainerSettings(
         eval_collator=None,
         eval_parts=None,
@@ -87,6 +87,7 @@ def trainer_settings(**given: Any) -> TrainerSettings:
         stream_part=None,
         token_flops=None,
         peak=None,
+        saves=None,
     )
     return dataclasses.replace(plain, **given)
 

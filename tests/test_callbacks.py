@@ -84,6 +84,8 @@ def test_each_save_records_its_size_and_what_the_save_and_the_digests_took(tmp_p
     (record,) = [json.loads(line) for line in files.train_jsonl.read_text().splitlines()]
     assert (record["event"], record["step"], record["files"], record["mib"]) == ("checkpoint", 20, 2, 1.0)
     assert record["save_s"] >= 0.05 and 0 <= record["digest_s"] < record["save_s"]
+    # synchronous (no background writer): the loop waited for all of it, nothing was written behind it
+    assert record["save_background_s"] == 0 and record["save_blocking_s"] >= record["save_s"]
 
 
 def test_the_collator_learns_the_epoch_before_its_loader_starts() -> None:

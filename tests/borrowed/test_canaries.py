@@ -156,6 +156,10 @@ class Recording(transformers_trainer.TrainerOverrides):
         self.calls.append("load_optimizer_and_scheduler")
         super().load_optimizer_and_scheduler(checkpoint)
 
+    def save_checkpoint(self, model: Any, trial: Any) -> None:
+        self.calls.append("save_checkpoint")
+        super().save_checkpoint(model, trial)
+
 
 @dataclasses.dataclass
 class TinyRun:
@@ -263,6 +267,52 @@ def _save_optimizer_and_scheduler(tiny_run: TinyRun) -> None:
 def _load_optimizer_and_scheduler(tiny_run: TinyRun) -> None:
     overridden("_load_optimizer_and_scheduler", ["self", "checkpoint"], "self._load_optimizer_and_scheduler(")
     assert "load_optimizer_and_scheduler" in tiny_run.resumed_calls, "a resume did not load the optimizer through it"
+
+
+@canary("transformers_trainer.TrainerOverrides._save_checkpoint")
+def _save_checkpoint(tiny_run: TinyRun) -> None:
+    overridden("_save_checkpoint", ["self", "model", "trial"], "self._save_checkpoint(model, trial")
+    assert tiny_run.first.calls.count("save_checkpoint") == 2, "a checkpoint was saved without it"
+
+
+# What Trainer._save_checkpoint does, in its order: save_checkpoint_in_parts does the same, in parts.
+SAVE_CHECKPOINT_STEPS = (
+    "self.store_flos()",
+    "run_dir = self._get_output_dir(trial=trial)",
+    "self.save_model(output_dir, _internal_call=True)",
+    "self.state.best_model_checkpoint = best_checkpoint_dir",
+    "self._save_optimizer_and_scheduler(output_dir)",
+    "self._save_scaler(output_dir)",
+    "self._save_rng_state(output_dir)",
+    "cb_state = cb.state()",
+    "self.state.save_to_json(os.path.join(output_dir, TRAINER_STATE_NAME))",
+    "self._push_from_checkpoint(output_dir)",
+    "rotate_checkpoints(",
+    "use_mtime=True",
+)
+
+
+@canary("transformers_trainer.save_checkpoint_in_parts")
+def _save_checkpoint_in_parts(tmp_path: Path) -> None:
+    body = source(Trainer._save_checkpoint)
+    at = [body.find(step) for step in SAVE_CHECKPOINT_STEPS]
+    missing = [step for step, found in zip(SAVE_CHECKPOINT_STEPS, at, strict=True) if found < 0]
+    assert not missing, f"Trainer._save_checkpoint no longer does {missing[0]}"
+    assert at == sorted(at), "Trainer._save_checkpoint saves in another order"
+    trainer = tiny_trainer(tmp_path, max_steps=1)
+    trainer.train()
+    trainer.args.save_total_limit = 1
+    trainer.state.global_step = 2
+    taken: list[str] = []
+    rotate = transformers_trainer.save_checkpoint_in_parts(trainer, None, taken.append, "trainer_state.json.pending")
+    saved = tmp_path / "checkpoint-2"
+    assert taken == [str(saved)], "the state was not taken where the Trainer writes the weights"
+    assert (saved / "rng_state.pth").exists(), "no RNG state written"
+    assert json.loads((saved / "trainer_state.json.pending").read_text())["global_step"] == 2
+    assert not (saved / "trainer_state.json").exists() and not (saved / "model.safetensors").exists()
+    assert (tmp_path / "checkpoint-1").exists(), "the rotation ran before the new checkpoint was written"
+    rotate()
+    assert sorted(p.name for p in tmp_path.glob("checkpoint-*")) == ["checkpoint-2"], "the rotation kept the old one"
 
 
 @canary("transformers_trainer.save_checkpoint_now")

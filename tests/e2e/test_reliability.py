@@ -102,15 +102,30 @@ def test_a_killed_rank_ends_the_job_without_hanging(tmp_path: Path) -> None:
 
 
 def test_max_restarts_resume_from_the_last_checkpoint(tmp_path: Path) -> None:
+    """A rank killed while a checkpoint is written in the background: checkpoint-30's first file written behind the
+    loop (config.json) is a FIFO nobody reads, so its write stalls while training goes on past step 35. torchrun
+    restarts the rank, which sets checkpoint-30 aside (its trainer_state.json held back) and resumes from
+    checkpoint-20."""
     output = tmp_path / "out"
-    process = start(env=tiny_env(output, max_restarts="1", **RESUMABLE))
-    wait_for(output / "checkpoint-20" / ".complete", process)
+    process = start(env=tiny_env(output, max_restarts="1", logging_steps="5", **RESUMABLE))
+    wait_for(output / "checkpoint-10" / ".complete", process)
+    stalled = output / "checkpoint-30"
+    stalled.mkdir()
+    os.mkfifo(stalled / "config.json")
+    log = output / "logs" / "train.jsonl"
+    deadline = time.monotonic() + 300
+    while not any(r["event"] == "train" and r["step"] >= 35 for r in records(log)):
+        assert process.poll() is None and time.monotonic() < deadline, "training did not go on past step 35"
+        time.sleep(0.2)
+    assert (output / "checkpoint-20" / ".complete").exists()
+    assert (stalled / "trainer_state.json.pending").exists() and not (stalled / "trainer_state.json").exists()
     victims = rank_pids(process.pid)
     assert victims
     os.kill(victims[0], signal.SIGKILL)
     _, stderr = process.communicate(timeout=600)
     assert process.returncode == 0, stderr[-3000:]
-    assert "resuming from" in stderr
+    assert "cannot resume from checkpoint-30 (no trainer_state.json" in stderr, stderr[-3000:]
+    assert "resuming from checkpoint-20 instead" in stderr and "resuming from" in stderr
     assert (output / "final" / "model.safetensors").exists()
 
 

@@ -87,7 +87,8 @@ def test_real_run_logs_and_report(real_run: Path, tmp_path: Path):
     charts = charts_of(page)
     # no GPU here: no gpu-memory; started by torchrun without the launcher: no launch time, so the held-out loss
     # against tokens only
-    assert list(charts) == ["loss", "quality-tokens", "learning-rate", "throughput", "step-shares", "grad-norm"]
+    expected = ["loss", "quality-tokens", "learning-rate", "throughput", "step-shares", "grad-norm", "saves"]
+    assert list(charts) == expected  # saves: the epoch's checkpoint
     assert ">finished</span>" in page and "scratch:distilbert" in page
     assert resume_words(copy.root) == []  # it did not resume
     assert_self_contained(page)

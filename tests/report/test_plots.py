@@ -89,6 +89,15 @@ def test_where_the_time_goes_draws_the_shares_the_records_carry(tmp_path: Path):
     assert plots.step_shares_figure(logged(tmp_path / "old", [train_record(1, 2.0)])) is None
 
 
+def test_the_saves_chart_draws_the_loops_wait_and_the_write_behind_it(tmp_path: Path):
+    saves = [{"event": "checkpoint", "step": s, "save_blocking_s": 0.1, "save_background_s": 3.5} for s in (10, 20)]
+    figure = plots.saves_figure(logged(tmp_path, [train_record(s, 2.0) for s in (10, 20)] + saves))
+    view = drawn(figure)
+    assert markers(view, "save-blocking-s") == 2 and markers(view, "save-background-s") == 2
+    assert figure.axes[0].get_ylim()[0] == 0  # seconds from 0
+    assert plots.saves_figure(logged(tmp_path / "none", [train_record(1, 2.0)])) is None  # no save: no chart
+
+
 def test_gpu_memory_per_gpu(tmp_path: Path):
     gpus = [{"index": i, "mem_used_mib": 1024 * (i + 1)} for i in (0, 1)] + [{"index": "x", "mem_used_mib": 1}]
     log = logged(tmp_path, [train_record(s, 2.0, gpus=gpus, gpu_util_pct=90) for s in (1, 2)])

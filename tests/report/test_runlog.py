@@ -22,10 +22,13 @@ def test_partial_log_of_an_interrupted_resumed_run(tmp_path: Path):
         banner,
         *[train_record(s, 5.0 - s / 20) for s in (10, 20, 30, 40)],
         {"event": "eval", "step": 20, "epoch": 0.2, "eval_loss": 4.2},
+        {"event": "checkpoint", "step": 20, "save_blocking_s": 0.1, "save_background_s": 3.0},
         {"event": "eval", "step": 40, "epoch": 0.4, "eval_loss": 4.0},
+        {"event": "checkpoint", "step": 40, "save_blocking_s": 0.1, "save_background_s": 3.0},
         {"event": "train_end", "step": 40, "train_runtime": 12.0},
         {**banner, "start_step": 20},  # preempted after step 40, resumed from checkpoint-20
         train_record(30, 3.0),  # the replayed step: the newer line wins
+        {"event": "checkpoint", "step": 30, "save_blocking_s": 3.0, "save_background_s": 0.0},
         train_record(50, "nan"),  # a diverged loss, as the log writes it
     ]
     write_jsonl(RunFiles(tmp_path).train_jsonl, records, tail='{"event": "train", "step": 6')  # cut-off line
@@ -33,6 +36,7 @@ def test_partial_log_of_an_interrupted_resumed_run(tmp_path: Path):
     # step 40 and its evaluation belong to the attempt that was cut off after checkpoint-20: not this model's past
     assert [r["step"] for r in log.train] == [10, 20, 30, 50] and [r["step"] for r in log.evals] == [20]
     assert log.train[2]["loss"] == 3.0 and log.resumed_at == [20]
+    assert [r["step"] for r in log.saves] == [20, 30]  # each save's record, the cut-off attempt's left out
     assert log.summary == {}, "the cut-off attempt's end is not this run's"
     assert len(log.banners) == 2 and log.source == str(RunFiles(tmp_path).train_jsonl)
     assert log.run is None and status_of(log) == "interrupted or still running (no run.json)"

@@ -5,8 +5,13 @@ attributes and methods the job reads, sets or calls on a Trainer."""
 from __future__ import annotations
 
 import contextlib
+import functools
+import os
 import sys
+from collections.abc import Callable
 from typing import Any
+
+import torch.distributed as dist
 
 from train.borrowed.touch import borrows
 
@@ -14,6 +19,9 @@ from train.borrowed.touch import borrows
 # stdout when WANDB_MODE=offline (transformers 5.25): stdout carries only our JSON records, so that goes to stderr.
 with contextlib.redirect_stdout(sys.stderr):
     from transformers import Trainer
+    from transformers.trainer_callback import ExportableState
+    from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR, SaveStrategy, rotate_checkpoints
+    from transformers.training_args import ParallelMode
 
 
 class TrainerOverrides(Trainer):
@@ -115,6 +123,65 @@ class TrainerOverrides(Trainer):
     def load_optimizer_and_scheduler(self, checkpoint: str | None) -> None:
         """Hook: read the optimizer's and the scheduler's state of ``checkpoint`` (the Trainer's)."""
         super()._load_optimizer_and_scheduler(checkpoint)
+
+    @borrows("transformers", "5.25", "trainer.py Trainer._save_checkpoint")
+    def _save_checkpoint(self, model: Any, trial: Any) -> None:
+        """The training loop saves a checkpoint of the current step here, on every rank (transformers 5.25,
+        ``trainer.py``, ``Trainer._save_checkpoint``, called from ``_maybe_log_save_evaluate``): a background save
+        (train/run/saving.py) takes the state out here and writes it behind the loop. No public option says how,
+        or when, the Trainer writes a checkpoint."""
+        self.save_checkpoint(model, trial)
+
+    def save_checkpoint(self, model: Any, trial: Any) -> None:
+        """Hook: a checkpoint of the current step, written and the older ones rotated away (the Trainer's)."""
+        super()._save_checkpoint(model, trial)
+
+
+@borrows("transformers", "5.25", "trainer.py Trainer._save_checkpoint")
+def save_checkpoint_in_parts(
+    trainer: Trainer, trial: Any, take_out: Callable[[str], None], state_name: str
+) -> Callable[[], None]:
+    """The Trainer's checkpoint save in the order it runs (transformers 5.25, ``trainer.py``,
+    ``Trainer._save_checkpoint``), for a background save (train/run/saving.py), on every rank: where the Trainer
+    writes the weights, then the optimizer, scheduler and scaler, ``take_out(checkpoint directory)`` takes their
+    state instead, to be written later; each rank's RNG state is written here as the Trainer writes it;
+    trainer_state.json is written as ``state_name`` (a resume takes a checkpoint without trainer_state.json for one
+    cut off: it is renamed once the weights and optimizer are written); and the rotation of the older checkpoints,
+    which the Trainer runs at once, is returned, to run once this one is complete. The Trainer's push of a checkpoint
+    is left out: the job never hands it ``push_to_hub`` (train/config/implied.py). The Trainer has no way to save a
+    checkpoint in parts, nor to put its rotation off."""
+    if trainer.hp_search_backend is None and trial is None:
+        trainer.store_flos()
+    run_dir = trainer._get_output_dir(trial=trial)
+    output_dir = os.path.join(run_dir, f"{PREFIX_CHECKPOINT_DIR}-{trainer.state.global_step}")
+    os.makedirs(output_dir, exist_ok=True)  # the Trainer's _save makes it on rank 0, _save_rng_state on all
+    take_out(output_dir)
+    args, state = trainer.args, trainer.state
+    if args.save_strategy in (SaveStrategy.STEPS, SaveStrategy.EPOCH, SaveStrategy.BEST) and state.best_global_step:
+        if args.parallel_mode == ParallelMode.DISTRIBUTED:
+            dist.barrier()
+        best = os.path.join(run_dir, f"{PREFIX_CHECKPOINT_DIR}-{state.best_global_step}")
+        if os.path.exists(best):
+            state.best_model_checkpoint = best
+    if not args.save_only_model:
+        trainer._save_rng_state(output_dir)
+    if not args.should_save:
+        return lambda: None
+    exportable = [c for c in [*trainer.callback_handler.callbacks, trainer.control] if isinstance(c, ExportableState)]
+    for callback in exportable:  # their state as of this step, in trainer_state.json
+        name, exported = callback.__class__.__name__, callback.state()
+        if isinstance(state.stateful_callbacks[name], list):
+            state.stateful_callbacks[name].append(exported)
+        else:
+            state.stateful_callbacks[name] = exported
+    state.save_to_json(os.path.join(output_dir, state_name))
+    return functools.partial(
+        rotate_checkpoints,
+        output_dir=run_dir,
+        save_total_limit=args.save_total_limit,
+        best_model_checkpoint=state.best_model_checkpoint,
+        use_mtime=True,
+    )
 
 
 @borrows("transformers", "5.25", "trainer.py Trainer._save_checkpoint")

@@ -231,7 +231,7 @@ class AdaptingArguments(Section):
 
 @dataclass
 class CheckpointArguments(Section):
-    """Which checkpoint a run resumes from, and on what terms."""
+    """How checkpoints are written, which one a run resumes from, and on what terms."""
 
     resume: str = option(
         "auto",
@@ -243,6 +243,13 @@ class CheckpointArguments(Section):
         "Resume from a checkpoint although the data changed since it was saved (a file of the corpus with another "
         "size or content, added or gone: the checkpoint records each). Off: such a resume is refused (exit 2) "
         "with what changed. On: it goes on, said in the log, run.json (resumed_on_changed_data) and the card.",
+    )
+    async_save: bool = option(
+        True,
+        "Write each checkpoint behind the training loop: the loop waits only while the state is copied to CPU "
+        "memory, a thread writes it, its digests and its .complete marker, then rotates the older ones away; one "
+        "save in flight at most (docs/outputs.md). Synchronous, said once, under sharding fsdp, with an output_dir "
+        "in a store, with load_best_model_at_end and under a time budget. false: every save waits for its writes.",
     )
 
 

@@ -33,6 +33,8 @@ COMPLETE_MARKER = ".complete"  # written once the Trainer's on_save has run
 OPTIONS_NAME = "mlm_options.json"  # the resolved options (redacted) of the run that wrote the checkpoint
 STREAM_STATE = "stream_state.json"  # every rank's position in a streamed corpus
 TRAINER_STATE = "trainer_state.json"  # the Trainer's: written after the weights, optimizer and RNG states
+# trainer_state.json held back while a background save writes the weights and optimizer (train/run/saving.py)
+PENDING_STATE = TRAINER_STATE + ".pending"
 # Inside final/:
 CUT_SHORT = "cut_short.json"  # a stopped budgeted run's model (the stop, the steps after it): not a finished one
 

@@ -25,6 +25,7 @@ from train.report.plots import (
     loss_figure,
     lr_figure,
     quality_figure,
+    saves_figure,
     step_shares_figure,
     svg,
     throughput_figure,
@@ -221,6 +222,10 @@ STEP_SHARES_NOTE = (
     "MFU: the model's FLOPs of real tokens over the device's peak (docs/monitoring.md); a data wait that stays "
     "high means the device waits for its batches: more loader workers, prepare, or streaming."
 )
+SAVES_NOTE = (
+    "Per checkpoint: the seconds the training loop waited for it and the seconds written behind it, in the "
+    "background (MLM_ASYNC_SAVE: docs/outputs.md); a synchronous save's are all the loop's."
+)
 QUALITY_NOTE = (
     "Wall time from the launch: start-up, evaluations and saves included; a resumed run's sessions end to end."
 )
@@ -250,6 +255,7 @@ def write_report(output_dir: str | Path) -> Path:
         ("step-shares", lambda: step_shares_figure(log), STEP_SHARES_NOTE),
         ("grad-norm", lambda: line_figure(log, "grad_norm", "Gradient norm", "grad norm", "tab:brown"), ""),
         ("gpu-memory", lambda: gpu_figure(log), ""),
+        ("saves", lambda: saves_figure(log), SAVES_NOTE),
         ("encoder-drift", lambda: line_figure(log, "eval_encoder_cosine", *DRIFT, True), DRIFT_NOTE),
     ):
         fig = make()

@@ -1,6 +1,6 @@
 """The report's charts (matplotlib, drawn off-screen): loss, the held-out loss against time and tokens, the
 downstream score of the run's checkpoints beside it (finetune_results.json), learning rate, throughput, gradient
-norm, GPU memory.
+norm, GPU memory, what each checkpoint save cost.
 Imported only when a report is written, and matplotlib only inside the functions that draw, so a training step
 never pays for it.
 
@@ -304,14 +304,40 @@ STEP_SHARES = (
 def step_shares_figure(log: RunLog) -> Any | None:
     """MFU, the share of the time spent waiting for batches and the packing efficiency over the steps, on one
     axis of shares; None when the log holds none of them (a run from before they were recorded)."""
-    series = [(key, label, color, *_series(log.train, key)) for key, label, color in STEP_SHARES]
-    series = [entry for entry in series if entry[3]]
-    if not series:
+    title = "Where the time goes (rank 0, evaluation and saving left out)"
+    return series_figure(log, log.train, STEP_SHARES, (title, "share"), top=1.05)
+
+
+# What each checkpoint save cost (train/run/callbacks.py's checkpoint records): (record key, legend, colour).
+SAVE_TIMES = (
+    ("save_blocking_s", "the loop's wait", "tab:red"),
+    ("save_background_s", "written behind it", "tab:blue"),
+)
+
+
+def saves_figure(log: RunLog) -> Any | None:
+    """The seconds each checkpoint save held the training loop and the seconds written behind it (0 for a
+    synchronous save: train/run/saving.py); None without checkpoint records that say them."""
+    return series_figure(log, log.saves, SAVE_TIMES, ("Checkpoint saves", "seconds"))
+
+
+def series_figure(
+    log: RunLog,
+    records: list[Record],
+    series: tuple[tuple[str, str, str], ...],
+    titles: tuple[str, str],
+    top: float | None = None,
+) -> Any | None:
+    """The ``series`` (record key, legend, colour) of ``records`` over the steps on one axis from 0 (to ``top``),
+    with ``titles`` (the chart's, the axis's) and the run's resumes marked; None when ``records`` hold none."""
+    found = [(key, label, color, *_series(records, key)) for key, label, color in series]
+    found = [entry for entry in found if entry[3]]
+    if not found:
         return None
-    fig, ax = _figure("Where the time goes (rank 0, evaluation and saving left out)", "share")
-    for key, label, color, xs, ys in series:
+    fig, ax = _figure(*titles)
+    for key, label, color, xs, ys in found:
         _plot(ax, xs, ys, color, label=label, gid=key.replace("_", "-"))
-    ax.set_ylim(0, 1.05)
+    ax.set_ylim(0, top)
     _mark_resumes(ax, log)
     _legend(ax)
     fig.tight_layout()

@@ -28,6 +28,7 @@ class RunLog:
     source: str  # the file the records came from, named on the page
     train: list[Record] = field(default_factory=list)  # one record per step, the latest line winning
     evals: list[Record] = field(default_factory=list)
+    saves: list[Record] = field(default_factory=list)  # the checkpoint records, one per save (its step's latest)
     banners: list[Record] = field(default_factory=list)  # the starts of this run (since its step 0)
     resumed_at: list[int] = field(default_factory=list)  # the steps it resumed from, one per resume
     phase_starts: list[tuple[int, str]] = field(default_factory=list)  # a phased run's: the step, the phase's name
@@ -139,18 +140,21 @@ def _replay(log: RunLog, records: list[Record]) -> None:
     checkpoint drops what an earlier attempt logged after it, and a start from step 0 begins a new run."""
     by_step: dict[int, Record] = {}
     evals: dict[int, Record] = {}
+    saves: dict[int, Record] = {}
     for record in records:
         event, step = record.get("event"), record.get("step")
         if event == "train" and isinstance(step, int):
             by_step[step] = record  # after a resume, the replayed steps' newer lines win
         elif event == "eval" and isinstance(step, int):
             evals[step] = record
+        elif event == "checkpoint" and isinstance(step, int):
+            saves[step] = record
         elif event == "banner":
             start = record.get("start_step")
             if isinstance(start, int) and not isinstance(start, bool):
                 # A start from step `start` (a checkpoint's): what an earlier attempt logged after it is gone
                 # from the model, and a start from 0 is a new run (started over, or before any checkpoint).
-                for kept in (by_step, evals):
+                for kept in (by_step, evals, saves):
                     for later in [s for s in kept if s > start]:
                         del kept[later]
                 phase = record["phase"] if isinstance(record.get("phase"), dict) else {}
@@ -166,3 +170,4 @@ def _replay(log: RunLog, records: list[Record]) -> None:
             log.summary = record
     log.train = [by_step[s] for s in sorted(by_step)]
     log.evals = [evals[s] for s in sorted(evals)]
+    log.saves = [saves[s] for s in sorted(saves)]

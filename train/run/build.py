@@ -46,7 +46,7 @@ from train.model.load import (
 )
 from train.model.tokenizer_training import agree_on_tokenizer
 from train.outputs.branch import BranchPoint
-from train.outputs.checkpoints import DATA_IDENTITY, resumed_options, saved_world_size
+from train.outputs.checkpoints import saved_world_size
 from train.outputs.facts import Masking, ModelFacts, Packing, RunFacts, Sharding
 from train.outputs.runfiles import RunFiles
 from train.run.adapting import check_adapting, drift_batch, head_training
@@ -59,12 +59,7 @@ from train.run.batches import (
     evaluation_metrics,
     masking_collator,
 )
-from train.run.branching import (
-    PHASE_KEY,
-    BranchLearningRate,
-    PhaseEnd,
-    learning_rate_ratio,
-)
+from train.run.branching import BranchLearningRate, PhaseEnd, learning_rate_ratio
 from train.run.budget import TimeBudget
 from train.run.budget_evaluation import EvaluationSizer
 from train.run.callbacks import CheckpointCompleteMarker, DivergenceGuard, EpochForCollator
@@ -72,6 +67,7 @@ from train.run.diagnostics import TokenFlops, rank_peak
 from train.run.model_setup import Blueprint, set_up_model, shard_for_training
 from train.run.preemption import StopOnSignal
 from train.run.resuming import ResumePoint, resume_point
+from train.run.saving import CheckpointWriter, background_saves, sync_reason
 from train.run.sharding import ShardedTrainer, StateBytes, check_sharding, sharding_facts
 from train.run.startup import Startup
 from train.run.trainer import MLMTrainer, losses_are_batch_means
@@ -206,13 +202,16 @@ def prepare(
     )
     model = shard_for_training(built, training)
     mark("model")
+    reason = sync_reason(built.sharding, config.output_store, training.load_best_model_at_end, budget is not None)
+    saves = background_saves(config.checkpoint, reason)
+    marker = CheckpointCompleteMarker.of(config, files, raw.identity, point.phase, saves)
     scratch = checked.arch is not None
     model_settings = ModelSettings(
         head=head_training(config.adapting, model, scratch, built.head_weights is not None),
         drift=drift_batch(model, held_out, tokenizer.pad_token_id, scratch),
         flops=TokenFlops.of(built.model, built.head == "masked-only"),
     )
-    settings = settings_for(config, corpus, collator, point, model_settings)
+    settings = settings_for(config, corpus, collator, point, model_settings, saves)
     state_bytes = StateBytes()
     trainer = (ShardedTrainer if built.sharding == "fsdp" else MLMTrainer)(
         model=model,
@@ -223,7 +222,7 @@ def prepare(
         processing_class=tokenizer,
         compute_metrics=evaluation_metrics(training.eval_batch_size) if held_out is not None else None,
         preprocess_logits_for_metrics=argmax_logits if held_out is not None else None,
-        callbacks=[*trainer_callbacks(config, files, collator, corpus, raw.identity, point), state_bytes],
+        callbacks=[*trainer_callbacks(config, marker, collator, corpus, point), state_bytes],
         settings=settings,
     )
     if budget is not None:
@@ -290,10 +289,15 @@ class ModelSettings:
 
 
 def settings_for(
-    config: Config, corpus: Corpus, collator: MaskingCollator, point: ResumePoint, model: ModelSettings
+    config: Config,
+    corpus: Corpus,
+    collator: MaskingCollator,
+    point: ResumePoint,
+    model: ModelSettings,
+    saves: CheckpointWriter | None,
 ) -> TrainerSettings:
-    """The Trainer's settings (train/run/trainer_settings.py) for this rank's corpus, collator, resume point and
-    model; the MFU against this rank's device's peak."""
+    """The Trainer's settings (train/run/trainer_settings.py) for this rank's corpus, collator, resume point, model
+    and checkpoint writer (train/run/saving.py); the MFU against this rank's device's peak."""
     training = config.training
     position, stream_part = resumed_stream(training, config.data, corpus, point.resume)
     return TrainerSettings(
@@ -309,25 +313,20 @@ def settings_for(
         stream_part=stream_part,
         token_flops=model.flops,
         peak=rank_peak(training, Handoff.from_environ()),
+        saves=saves,
     )
 
 
 def trainer_callbacks(
-    config: Config, files: RunFiles, collator: MaskingCollator, corpus: Corpus, identity: Any, point: ResumePoint
+    config: Config, marker: CheckpointCompleteMarker, collator: MaskingCollator, corpus: Corpus, point: ResumePoint
 ) -> list[Any]:
     """The job's own callbacks on the Trainer: the collator's epoch, a stream's positions, the checkpoint's
-    completeness marker (with the options, the data's ``identity`` and the phase it records), a branch's learning
-    rate and a phase's end. StreamPosition before the marker: a checkpoint is complete once the streams' positions
-    are in it."""
-    recorded = {
-        **resumed_options(config.as_dict(redact=True), config.training.world_size),
-        DATA_IDENTITY: identity,
-        PHASE_KEY: point.phase.index if point.phase else None,
-    }
+    completeness ``marker``, a branch's learning rate and a phase's end. StreamPosition before the marker: a
+    checkpoint is complete once the streams' positions are in it."""
     return [
         EpochForCollator(collator),
         *([StreamPosition()] if corpus.streaming else []),
-        CheckpointCompleteMarker(files, recorded),
+        marker,
         BranchLearningRate(learning_rate_ratio(config.training.learning_rate, point.branch)),
         *([PhaseEnd(point.phase)] if point.phase else []),
     ]

@@ -14,11 +14,16 @@ from transformers import TrainerCallback
 
 from train.common import distributed
 from train.common.console import now
+from train.common.phase import PhaseFacts
+from train.config import Config
 from train.model.collator import MaskingCollator
 from train.outputs.base import OutputLocation
+from train.outputs.checkpoints import DATA_IDENTITY, resumed_options
 from train.outputs.marker import digests_written_by, mark_complete
 from train.outputs.runfiles import RunFiles, is_checkpoint_name, step_of
+from train.run.branching import PHASE_KEY
 from train.run.logs import append_record
+from train.run.saving import CheckpointWriter
 
 MIB = 2**20
 
@@ -37,15 +42,31 @@ class CheckpointCompleteMarker(TrainerCallback):
     """Records, in each checkpoint, when the Trainer finished saving it, the options it ran with (a resume compares
     them) and every file with its size and SHA-256 (a resume verifies them: train/outputs/checkpoints.py). Every
     rank calls on_save: each digests the files it wrote, world rank 0 gathers them (which also waits for every
-    rank's files) and writes the marker.
+    rank's files) and writes the marker - at once, or with background saves (``saves``: train/run/saving.py) behind
+    the loop once the files are written. The gather, a collective, stays on the training thread either way.
 
-    What the digests cost is in train.jsonl: a ``checkpoint`` record per save with its size, the Trainer's save
-    (from the step's end, or the evaluation's or log's before it, to on_save) and the digests and marker after it
-    (``make bench-checkpoints`` reads them)."""
+    What a save costs is in train.jsonl: a ``checkpoint`` record per save with its size, the Trainer's save (from
+    the step's end, or the evaluation's or log's before it, to on_save), the digests and marker after it
+    (``make bench-checkpoints`` reads them), the time the loop waited (``save_blocking_s``) and the time written
+    behind it (``save_background_s``: 0 for a synchronous save)."""
 
-    def __init__(self, files: RunFiles, options: dict[str, Any]) -> None:
-        self.files, self.options = files, options
+    def __init__(self, files: RunFiles, options: dict[str, Any], saves: CheckpointWriter | None = None) -> None:
+        self.files, self.options, self.saves = files, options, saves
         self._mark = time.monotonic()
+
+    @classmethod
+    def of(
+        cls, config: Config, files: RunFiles, identity: Any, phase: PhaseFacts | None, saves: CheckpointWriter | None
+    ) -> CheckpointCompleteMarker:
+        """The job's marker: each checkpoint records the resolved options, the data's ``identity`` and the
+        ``phase``; written behind the loop by ``saves`` (train/run/saving.py), or at once when None. It takes the
+        whole Config because a checkpoint records all of it."""
+        recorded = {
+            **resumed_options(config.as_dict(redact=True), config.training.world_size),
+            DATA_IDENTITY: identity,
+            PHASE_KEY: phase.index if phase else None,
+        }
+        return cls(files, recorded, saves)
 
     def _since(self, *_: Any, **__: Any) -> None:
         self._mark = time.monotonic()
@@ -58,20 +79,40 @@ class CheckpointCompleteMarker(TrainerCallback):
         mine = digests_written_by(checkpoint, rank) if rank and checkpoint.is_dir() else {}
         everyone = distributed.gather_from_every_rank(mine)
         if state.is_world_process_zero and checkpoint.is_dir():
-            listed = mark_complete(checkpoint, self.options, {n: d for found in everyone for n, d in found.items()})
-            append_record(
-                self.files.root,
-                {
-                    "event": "checkpoint",
-                    "time": now(),
-                    "step": state.global_step,
-                    "files": len(listed),
-                    "mib": round(sum(d["size"] for d in listed.values()) / MIB, 1),
-                    "save_s": round(saved - self._mark, 3),
-                    "digest_s": round(time.monotonic() - saved, 3),
-                },
-            )
+            others = {n: d for found in everyone for n, d in found.items()}
+            record = {"event": "checkpoint", "step": state.global_step, "save_s": round(saved - self._mark, 3)}
+            listed: dict[str, dict[str, Any]] = {}
+
+            def mark() -> None:
+                started = time.monotonic()
+                listed.update(mark_complete(checkpoint, self.options, others))
+                record["digest_s"] = round(time.monotonic() - started, 3)
+
+            def done(background_s: float) -> None:
+                self._record(record, listed, blocking_s, background_s)
+
+            blocking_s = time.monotonic() - self._mark  # the loop's wait, with background saves: to here
+            if self.saves is None or not self.saves.start(state.global_step, mark, done):
+                mark()
+                blocking_s = time.monotonic() - self._mark  # a synchronous save's: its digests and marker too
+                done(0.0)
         self._mark = time.monotonic()
+
+    def _record(
+        self, record: dict[str, Any], listed: dict[str, dict[str, Any]], blocking_s: float, background_s: float
+    ) -> None:
+        """A save's ``checkpoint`` record, once it is marked complete."""
+        append_record(
+            self.files.root,
+            {
+                **record,
+                "time": now(),
+                "files": len(listed),
+                "mib": round(sum(d["size"] for d in listed.values()) / MIB, 1),
+                "save_blocking_s": round(blocking_s, 3),
+                "save_background_s": round(background_s, 3),
+            },
+        )
 
 
 class CheckpointSaved(TrainerCallback):

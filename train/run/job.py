@@ -175,7 +175,8 @@ def agreed_resume(location: OutputLocation) -> str | None:
 
 def train(training: TrainingArguments, prepared: Prepared, resume: str | None) -> dict[str, Any]:
     """Train (from ``resume``), then evaluate the final weights unless the run stopped or diverged; a stop during
-    an evaluation saves the step it came at."""
+    an evaluation saves the step it came at. The end of training waits for a checkpoint written in the background
+    (train/run/saving.py), and so does a failure's exit."""
     trainer, stopper, guard = prepared.trainer, prepared.stopper, prepared.guard
     metrics: dict[str, Any] = {}
     start = step_of(Path(resume)) if resume else 0
@@ -200,6 +201,10 @@ def train(training: TrainingArguments, prepared: Prepared, resume: str | None) -
         if not stopper.stopped:  # stopped inside an evaluation: its step has no checkpoint yet
             trainer.save_interrupted()
         stopper.stopped = True
+    except BaseException:
+        if trainer.settings.saves is not None:  # the exit waits for the checkpoint written in the background
+            trainer.settings.saves.close()
+        raise
     return metrics
 
 

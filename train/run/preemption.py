@@ -12,6 +12,9 @@ evaluation step and every save, the ranks agree through one tiny all-reduce and 
 
 A second SIGINT aborts at once (exit 130), as a person pressing Ctrl-C twice expects.
 
+A checkpoint written in the background (train/run/saving.py) is whole before the rank exits: the end of training
+waits for the save in flight, and so does a stop's save inside an evaluation (the job saves after the loop).
+
 In a run with a time budget, a stop is a deadline come early: once the stop's checkpoint is saved, the budget
 (train/run/budget.py) may let the run go on for the steps that fit before torchrun's stop timeout, decaying the
 learning rate, and end with a final model; the stopper then only keeps those steps from saving or evaluating.

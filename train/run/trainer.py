@@ -67,6 +67,8 @@ class MLMTrainer(TrainerOverrides):
         super().__init__(*args, **kwargs)
         self.diagnostics = StepDiagnostics(settings.token_flops, settings.peak)  # the records' MFU, data wait, ...
         self.add_callback(self.diagnostics)
+        if settings.saves is not None:  # the end of training waits for the save in flight
+            self.add_callback(settings.saves)
         if settings.drift_batch is not None and self.compute_metrics is not None:
             # After the Trainer's __init__, which puts the model on its device: the starting embeddings are its own.
             drift = EncoderDrift(self.model, settings.drift_batch)
@@ -216,9 +218,20 @@ class MLMTrainer(TrainerOverrides):
 
     def save_interrupted(self) -> None:
         """A checkpoint of the current step, for a stop that came during an evaluation (every rank calls this, as the
-        Trainer's own save needs), and the callbacks told of it."""
+        Trainer's own save needs), and the callbacks told of it; written before this returns, in the background or
+        not: the job exits next."""
         save_checkpoint_now(self)
         self.control = self.callback_handler.on_save(self.args, self.state, self.control)
+        if self.settings.saves is not None:
+            self.settings.saves.wait()
+
+    def save_checkpoint(self, model: Any, trial: Any) -> None:
+        """The Trainer's checkpoint save; with background saves (train/run/saving.py) only its part on the training
+        thread: the state copied out, the rest written behind the loop from the marker's ``on_save`` on."""
+        if self.settings.saves is None:
+            super().save_checkpoint(model, trial)
+        else:
+            self.settings.saves.take(self, trial)
 
     def get_train_dataloader(self) -> Any:
         if not isinstance(self.train_dataset, datasets.IterableDataset):

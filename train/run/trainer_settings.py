@@ -21,6 +21,7 @@ from train.data import Corpus, StreamPosition
 from train.machine.peaks import Peak
 from train.model.collator import MaskingCollator, evaluation_rate
 from train.run.diagnostics import TokenFlops
+from train.run.saving import CheckpointWriter
 
 
 @dataclass(frozen=True)
@@ -53,6 +54,7 @@ class TrainerSettings:
     stream_part: Callable[[int, int], Any] | None  # (rank, world size) -> that rank's part of the resumed stream
     token_flops: TokenFlops | None  # the model's sizes a step's FLOPs are counted from (train/run/diagnostics.py)
     peak: Peak | None  # the device's peak the records' MFU is a share of (train/machine/peaks.py); None: no MFU
+    saves: CheckpointWriter | None  # checkpoints saved behind the loop (train/run/saving.py); None: synchronously
 
 
 def evaluation_collator(masking: MaskingArguments, collator: MaskingCollator) -> MaskingCollator:
@@ -100,4 +102,5 @@ def evaluation_settings(
         stream_part=None,
         token_flops=None,
         peak=None,
+        saves=None,
     )
