@@ -105,3 +105,14 @@ def test_a_branch_refuses_a_phase_plan(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match="phases: a branch trains one set of options"):
         launcher.main(["branch", str(tmp_path / "checkpoint-4"), "--config", str(plan)], env)
     assert not (tmp_path / "out").exists()
+
+
+def test_a_branch_refused_after_its_checkpoint_was_copied_in_leaves_nothing(parent: Path, tmp_path: Path) -> None:
+    """Its max_steps already reached by the parent's step: refused once the parent's options are known (after the
+    copy), and the output_dir is left as it was - no branch.json, no copy to resume a branch that never began."""
+    out = tmp_path / "out"
+    out.mkdir()
+    env = {"MLM_OUTPUT_DIR": str(out), "MLM_LOG_FORMAT": "text"}
+    with pytest.raises(ConfigError, match="max_steps=15: the branch starts at step 20 of its parent"):
+        launcher.main(["branch", str(parent), "--max_steps", "15"], env)
+    assert list(out.iterdir()) == []

@@ -4,6 +4,7 @@ with different decays started side by side from its checkpoint, their average, a
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -54,14 +55,27 @@ def test_two_decay_branches_from_one_stable_checkpoint_train_side_by_side_and_av
         short: ("--max_steps", "25", "--decay_ratio", "0.2"),
         long: ("--max_steps", "30", "--decay_ratio", "0.2", "--learning_rate", "5e-4"),
     }
-    running = [
-        start("branch", str(point), *flags, env=tiny_env(out, **{**PARENT, "num_train_epochs": "100"}))
-        for out, flags in branches.items()
-    ]
-    for process in running:
-        _, err = process.communicate(timeout=600)
-        assert process.returncode == 0, err[-3000:]
-        assert f"a branch of {point} at step 20" in err
+    # "short" is given the parent's options again; "long" only what it changes: the rest (the schedule, the batch,
+    # the logging and saving) is its parent's, as its checkpoint recorded them.
+    envs = {
+        short: tiny_env(short, **{**PARENT, "num_train_epochs": "100"}),
+        long: {
+            name: value
+            for name, value in tiny_env(long, demo_samples=PARENT["demo_samples"], num_train_epochs="100").items()
+            if name != "MLM_CONFIG"  # the demo's preset too: the parent's, as recorded
+        },
+    }
+    running = [start("branch", str(point), *flags, env=envs[out]) for out, flags in branches.items()]
+    said = {}
+    for out, process in zip(branches, running, strict=True):
+        _, said[out] = process.communicate(timeout=600)
+        assert process.returncode == 0, said[out][-3000:]
+        assert f"a branch of {point} at step 20" in said[out]
+    taken = re.search(r"the parent's options where the branch sets none: ([a-z0-9_, ]+)", said[long])
+    assert taken, said[long][-3000:]
+    from_parent = set(taken[1].split(", "))
+    assert {"lr_scheduler_type", "warmup_steps", "per_device_train_batch_size", "logging_steps"} <= from_parent
+    assert not {"learning_rate", "max_steps", "output_dir", "demo_samples"} & from_parent  # the branch's own
 
     parent_rates = rates(parent)
     for out, last in ((short, 25), (long, 30)):

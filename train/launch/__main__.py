@@ -15,6 +15,7 @@ from train.common.errors import ConfigError, exit_process, run_main
 from train.common.usage import command_help, usage, wants_help
 from train.common.writable import check_cache_dir
 from train.config import Config, config_file, options_text, phases_in
+from train.launch.branch_options import inherited, parent_recipe
 from train.launch.deadline import deadline_line
 from train.launch.hub import reach_the_hub
 from train.launch.inputs import EVALUATE_MODULE, FINETUNE_MODULE, JOB_MODULE, Host, Launch
@@ -49,7 +50,7 @@ from train.machine.gpus import detect, torch_cuda_version
 from train.machine.resources import shm_size, usable_cpus
 from train.outputs.base import OutputLocation
 from train.outputs.branch import USAGE as BRANCH_USAGE
-from train.outputs.branch import BranchPoint, seed
+from train.outputs.branch import BranchPoint, seed, unseed
 from train.outputs.location import output_location
 
 USAGE = "usage: ./entrypoint.sh [train|plan|evaluate|finetune|replay|branch|help] [--option value ...]"
@@ -206,25 +207,37 @@ def phased(
 
 def branch(args: Sequence[str], environ: Mapping[str, str]) -> int:
     """A run from another run's checkpoint with options changed (train/outputs/branch.py): its output_dir seeded
-    with the checkpoint, verified, then trained as a resume of it; run again, it resumes the branch."""
+    with the checkpoint, verified, then trained as a resume of it with its parent's options but those the branch sets
+    (train/launch/branch_options.py); run again, it resumes the branch. A branch refused before it starts leaves
+    nothing in its output_dir."""
     source, rest = branch_source(args)
-    config = launcher_config(rest, environ)
+    given = launcher_config(rest, environ)
     path = config_file(rest, environ)
     if phases_in(path):
         raise ConfigError(f"{path}: phases: a branch trains one set of options; give it a preset without phases")
-    log_format = resolve_format(config.launch.log_format)
+    log_format = resolve_format(given.launch.log_format)
     log = Console(log_format)
-    location = output_location(config)
-    if config.output_store:
+    location = output_location(given)
+    if given.output_store:
         raise ConfigError(
-            f"{config.output_store_source}={config.output_store}: a branch is written to a directory (a mounted "
+            f"{given.output_store_source}={given.output_store}: a branch is written to a directory (a mounted "
             "volume), not a bucket; the checkpoint it starts from may be in one"
         )
     location.check()
-    plan = planner(environ, log_format)(config, rest)
     point, seeded = seed(location.files, source)
-    refuse_no_steps(config.training.max_steps, config.source_of("max_steps"), point)
+    try:
+        flags, taken = inherited(parent_recipe(point), given.sources, given.as_dict().keys())
+        argv = [*flags, *rest]
+        config = launcher_config(argv, environ)
+        plan = planner(environ, log_format)(config, argv)
+        refuse_no_steps(config.training.max_steps, config.source_of("max_steps"), point)
+    except ConfigError:
+        if not seeded:
+            unseed(location.files, point)
+        raise
     log(f"{'resuming ' if seeded else ''}{point.line()} into {location.shown}")
+    if taken:
+        log(f"the parent's options where the branch sets none: {', '.join(taken)}")
     return start(config, plan, environ, log)
 
 

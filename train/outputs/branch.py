@@ -118,6 +118,13 @@ def seed(files: RunFiles, source: str) -> tuple[BranchPoint, bool]:
     return branch, False
 
 
+def unseed(files: RunFiles, point: BranchPoint) -> None:
+    """Undo a fresh :func:`seed` (the branch was refused before it started): its copy of the checkpoint and
+    ``branch.json`` removed, the output_dir as it was."""
+    shutil.rmtree(files.root / point.checkpoint, ignore_errors=True)
+    files.branch.unlink(missing_ok=True)
+
+
 def fetched(source: str, shown: str, scratch: Path) -> Path:
     """The checkpoint ``source`` names, verified as a resume verifies one (train/outputs/checkpoints.py): a local
     directory as it is, a URL downloaded into ``scratch`` under its own name. ConfigError naming what is wrong."""

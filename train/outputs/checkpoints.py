@@ -46,6 +46,9 @@ from train.outputs.runfiles import (
 
 # The key under which a checkpoint's options record holds the data's identity (train/data/identity.py).
 DATA_IDENTITY = "data_identity"
+# The key under which it holds the options the run set (run.json's ``options``: train/outputs/record.py recipe), which
+# a branch of it starts from (train/launch/branch_options.py).
+RECIPE = "recipe"
 KEEP_ASIDE = 2  # the newest checkpoints moved aside are kept for a post-mortem; older ones are removed
 # Options a resumed run takes from the checkpoint, whatever it is given now: the optimizer's state carries them.
 KEPT_BY_RESUME = ("learning_rate", "weight_decay", "adam_beta1", "adam_beta2", "adam_epsilon", "optim")

@@ -14,12 +14,14 @@ from transformers import TrainerCallback
 
 from train.common import distributed
 from train.common.console import now
+from train.common.handoff import Handoff
 from train.common.phase import PhaseFacts
 from train.config import Config
 from train.model.collator import MaskingCollator
 from train.outputs.base import OutputLocation
-from train.outputs.checkpoints import DATA_IDENTITY, resumed_options
+from train.outputs.checkpoints import DATA_IDENTITY, RECIPE, resumed_options
 from train.outputs.marker import digests_written_by, mark_complete
+from train.outputs.record import recipe
 from train.outputs.runfiles import RunFiles, is_checkpoint_name, step_of
 from train.run.branching import PHASE_KEY
 from train.run.logs import append_record
@@ -58,13 +60,16 @@ class CheckpointCompleteMarker(TrainerCallback):
     def of(
         cls, config: Config, files: RunFiles, identity: Any, phase: PhaseFacts | None, saves: CheckpointWriter | None
     ) -> CheckpointCompleteMarker:
-        """The job's marker: each checkpoint records the resolved options, the data's ``identity`` and the
-        ``phase``; written behind the loop by ``saves`` (train/run/saving.py), or at once when None. It takes the
-        whole Config because a checkpoint records all of it."""
+        """The job's marker: each checkpoint records the resolved options, the data's ``identity``, the ``phase``
+        and the options the run set (its recipe, as run.json's); written behind the loop by ``saves``
+        (train/run/saving.py), or at once when None. It takes the whole Config because a checkpoint records all of
+        it."""
+        resolved = config.as_dict(redact=True)
         recorded = {
-            **resumed_options(config.as_dict(redact=True), config.training.world_size),
+            **resumed_options(resolved, config.training.world_size),
             DATA_IDENTITY: identity,
             PHASE_KEY: phase.index if phase else None,
+            RECIPE: recipe(resolved, config.sources, Handoff.from_environ()),  # what a branch of it starts from
         }
         return cls(files, recorded, saves)
 
