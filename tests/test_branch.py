@@ -116,3 +116,21 @@ def test_a_branch_refused_after_its_checkpoint_was_copied_in_leaves_nothing(pare
     with pytest.raises(ConfigError, match="max_steps=15: the branch starts at step 20 of its parent"):
         launcher.main(["branch", str(parent), "--max_steps", "15"], env)
     assert list(out.iterdir()) == []
+
+
+def test_a_branch_point_honours_a_new_learning_rate(parent: Path, tmp_path: Path) -> None:
+    """A directory's resume from its branch point does not say the optimizer keeps the parent's learning rate (the
+    branch scales the restored schedule to its own); the same checkpoint, were it no branch point, still would."""
+    from train.config import load_config
+    from train.outputs.location import output_location
+
+    files = RunFiles(tmp_path / "branch")
+    files.root.mkdir()
+    seed(files, str(parent))
+    location = output_location(load_config([], {"MLM_OUTPUT_DIR": str(files.root), "MLM_LEARNING_RATE": "5e-4"}))
+    said: list[str] = []
+    assert location.choose_resume(said.append) == str(files.checkpoint(20))
+    assert not [line for line in said if "learning_rate" in line], said
+    files.branch.unlink()  # the same checkpoint, not a branch point
+    location.choose_resume(said.append)
+    assert [line for line in said if "learning_rate 0.0005 (checkpoint: 0.001)" in line], said

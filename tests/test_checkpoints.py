@@ -141,6 +141,10 @@ def test_resuming_with_changed_options_names_what_is_kept_and_what_reorders(tmp_
     warnings.clear()
     decide(old, RunFiles(tmp_path), warnings.append)
     assert warnings == []
+    # a branch's first start honours its new learning rate: only the reordering is said
+    new = config(tmp_path, learning_rate="1e-5", per_device_train_batch_size="8")
+    decide_resume(new.checkpoint, RunFiles(tmp_path), resumed(new), warnings.append, lambda chosen: ["learning_rate"])
+    assert len(warnings) == 1 and "data order" in warnings[0]
 
 
 # ---- the marker's list of files: sizes and SHA-256, and the safe load ------------------------------------------

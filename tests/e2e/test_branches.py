@@ -76,6 +76,7 @@ def test_two_decay_branches_from_one_stable_checkpoint_train_side_by_side_and_av
     from_parent = set(taken[1].split(", "))
     assert {"lr_scheduler_type", "warmup_steps", "per_device_train_batch_size", "logging_steps"} <= from_parent
     assert not {"learning_rate", "max_steps", "output_dir", "demo_samples"} & from_parent  # the branch's own
+    assert "keeps the checkpoint's values" not in said[long]  # its new learning rate is honoured (below), not kept
 
     parent_rates = rates(parent)
     for out, last in ((short, 25), (long, 30)):

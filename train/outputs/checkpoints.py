@@ -22,7 +22,7 @@ import os
 import re
 import shutil
 import zipfile
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Collection, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -122,11 +122,13 @@ def planned_steps(checkpoint: str | Path | None) -> int | None:
     return steps if isinstance(steps, int) and steps > 0 else None
 
 
-def changed_options(checkpoint: Path, options: dict[str, Any]) -> list[str]:
-    """What a resume from ``checkpoint`` will not do as ``options`` (this run's resolved options) say, in words."""
+def changed_options(checkpoint: Path, options: dict[str, Any], honoured: Collection[str] = ()) -> list[str]:
+    """What a resume from ``checkpoint`` will not do as ``options`` (this run's resolved options) say, in words;
+    ``honoured``: options of KEPT_BY_RESUME this resume applies all the same (a branch's learning rate, which scales
+    the restored schedule: train/run/branching.py)."""
     saved = saved_options(checkpoint)
     notes = []
-    kept = [k for k in KEPT_BY_RESUME if k in saved and saved[k] != options.get(k)]
+    kept = [k for k in KEPT_BY_RESUME if k in saved and saved[k] != options.get(k) and k not in honoured]
     if kept:
         pairs = ", ".join(f"{k} {options.get(k)!r} (checkpoint: {saved[k]!r})" for k in kept)
         notes.append(f"{pairs}: the resumed optimizer keeps the checkpoint's values; MLM_RESUME=never starts over")
@@ -288,10 +290,15 @@ def resumed_options(resolved: Mapping[str, Any], world_size: int) -> dict[str, A
 
 
 def decide_resume(
-    checkpoint: CheckpointArguments, files: RunFiles, options: dict[str, Any], warn: Callable[[str], None]
+    checkpoint: CheckpointArguments,
+    files: RunFiles,
+    options: dict[str, Any],
+    warn: Callable[[str], None],
+    honoured: Callable[[Path], Collection[str]] = lambda chosen: (),
 ) -> str | None:
     """The checkpoint to resume from (:func:`resume_choice`), with the unusable newer ones moved aside; one it
-    resumes from with other ``options`` (this run's: :func:`resumed_options`) than its own is said.
+    resumes from with other ``options`` (this run's: :func:`resumed_options`) than its own is said, but for those
+    the resume from it applies all the same (``honoured``: :func:`changed_options`).
 
     Call it in one process only (world rank 0) and hand the answer to the others: on a shared volume every rank
     renaming the same directories would race.
@@ -308,7 +315,7 @@ def decide_resume(
         shutil.rmtree(files.root / old, ignore_errors=True)
     if chosen is None:
         return None
-    for note in changed_options(chosen, options):
+    for note in changed_options(chosen, options, honoured(chosen)):
         warn(f"resuming from {chosen.name} with changed options: {note}")
     return str(chosen)
 

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from train.outputs.base import OutputLocation, Warn
+from train.outputs.branch import BranchPoint, is_branch_point
 from train.outputs.checkpoints import decide_resume, resume_choice
 from train.outputs.lease import OutputLease
 from train.outputs.marker import write_marker
@@ -88,7 +89,11 @@ class Directory(OutputLocation):
 
     def choose_resume(self, warn: Warn) -> str | None:
         self.start_over(warn)
-        return decide_resume(self.options.checkpoint, self.files, self.options.resumed(), warn)
+        return decide_resume(self.options.checkpoint, self.files, self.options.resumed(), warn, self._honoured)
+
+    def _honoured(self, chosen: Path) -> tuple[str, ...]:
+        """A branch's first start, from its branch point, applies a new learning rate (train/run/branching.py)."""
+        return ("learning_rate",) if is_branch_point(BranchPoint.read(self.files), chosen) else ()
 
     def publish(self, write: Callable[[Path], None]) -> None:
         publish_final(self.files, write)
