@@ -9,6 +9,7 @@ import signal
 import subprocess
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
@@ -127,6 +128,37 @@ def test_max_restarts_resume_from_the_last_checkpoint(tmp_path: Path) -> None:
     assert "cannot resume from checkpoint-30 (no trainer_state.json" in stderr, stderr[-3000:]
     assert "resuming from checkpoint-20 instead" in stderr and "resuming from" in stderr
     assert (output / "final" / "model.safetensors").exists()
+
+
+def test_a_stop_during_a_background_write_waits_for_it_and_saves_its_own(
+    tmp_path: Path, job_in_process: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """SIGTERM lands while checkpoint-2 is still written behind the loop (its write held for 3 s): the stop's save
+    waits for it, then saves checkpoint-3; both complete, exit 75, and the run resumes from the stop's checkpoint.
+    The job's main() in this process (the signal is real, sent at step 3's end)."""
+    from train.outputs import background
+
+    write = background.BackgroundSaves._run
+    held: list[int] = []
+
+    def slowly(self: background.BackgroundSaves, save: background.BackgroundSave) -> None:
+        if save.step == 2:
+            held.append(save.step)
+            time.sleep(3)
+        write(self, save)
+
+    monkeypatch.setattr(background.BackgroundSaves, "_run", slowly)
+    output = tmp_path / "out"
+    env = tiny_env(output, save_strategy="steps", save_steps="2", max_steps="6", logging_steps="1", eval_strategy="no")
+    assert job_in_process(env, stop_at=3) == 75
+    assert held == [2]  # the write was in flight when the signal came
+    for step in (2, 3):
+        assert (output / f"checkpoint-{step}" / ".complete").exists(), step
+        assert (output / f"checkpoint-{step}" / "trainer_state.json").exists(), step
+    assert json.loads((output / "run.json").read_text())["status"] == "preempted"
+    assert job_in_process(env) == 0
+    banners = [r for r in records(output / "logs" / "train.jsonl") if r["event"] == "banner"]
+    assert [b["start_step"] for b in banners] == [0, 3]
 
 
 # 1,500 evaluation samples one by one take seconds: a stop at step 20's evaluation lands inside it.
