@@ -20,6 +20,7 @@ from train.common.errors import EXIT_CONFIG, EXIT_ENVIRONMENT, ConfigError, Envi
 from train.common.urls import is_store_url
 from train.outputs.checkpoints import problem
 from train.outputs.lease import EXPIRY_S
+from train.outputs.retention import Retention
 from train.outputs.runfiles import COMPLETE_MARKER, CUT_SHORT
 from train.outputs.store import NAMES, Retry, Store
 from train.outputs.store_lease import StoreLease, capabilities
@@ -91,19 +92,22 @@ def test_rotation_keeps_the_newest_deletes_markers_first_and_never_leaves_none(t
     store.pipe(NAMES.checkpoint(40) / "model.safetensors", b"under way")  # newer than any complete one
     assert store.checkpoint_steps() == {10: True, 15: False, 20: True, 30: True, 40: False}
     proxy.log.clear()
-    assert store.rotate(2) == [10, 15]
+    assert store.rotate(Retention(2)) == [10, 15]
     deletes = [(m, p.split("?")[0]) for m, p, _ in proxy.log if m in ("DELETE", "POST")]
     assert deletes[0] == ("DELETE", f"/{bucket}/run/checkpoint-10/{COMPLETE_MARKER}")
     assert store.complete_checkpoints() == [30, 20] and 40 in store.checkpoint_steps()
-    assert store.rotate(0) == [20] and store.rotate(0) == [] and store.complete_checkpoints() == [30]
+    assert store.rotate(Retention(1, every=20)) == [] and store.rotate(Retention(0)) == []  # step 20 kept; all kept
+    assert (
+        store.rotate(Retention(1)) == [20] and store.rotate(Retention(1)) == [] and store.complete_checkpoints() == [30]
+    )
     # cut off between the marker and the rest: the checkpoint reads incomplete, and is tidied by the next rotation
     store.upload_checkpoint(checkpoint(tmp_path, 50))
     proxy.fail(100, "POST")  # the bulk delete of checkpoint-30's files
     with pytest.raises(EnvironmentProblem):
-        store.rotate(1)
+        store.rotate(Retention(1))
     proxy.heal()
     assert store.complete_checkpoints() == [50] and store.checkpoint_steps()[30] is False
-    assert store.rotate(1) == [30, 40]
+    assert store.rotate(Retention(1)) == [30, 40]
 
 
 # One byte of each kind of file the Trainer writes, flipped in the bucket (size kept: what a flaky store or a second

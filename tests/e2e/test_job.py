@@ -244,3 +244,18 @@ def test_a_model_averaged_with_itself_is_itself_and_verifies(finished_run: Path,
     for (name, p), q in zip(merged.state_dict().items(), original.state_dict().values(), strict=True):
         assert torch.equal(p, q), name
     assert AutoTokenizer.from_pretrained(out / "final").mask_token == AutoTokenizer.from_pretrained(final).mask_token
+
+
+@pytest.mark.parametrize("async_save", ["true", "false"])
+def test_checkpoints_kept_are_the_newest_and_every_nth(tmp_path: Path, job_in_process: Any, async_save: str) -> None:
+    """save_total_limit 1 with save_keep_every 4, saving every 2 of 10 steps: checkpoints 4 and 8 stay beside the
+    newest, 10, each complete - behind the loop or not (the job's main() in this process)."""
+    output = tmp_path / "out"
+    env = tiny_env(
+        output, save_strategy="steps", save_steps="2", max_steps="10", save_total_limit="1", save_keep_every="4",
+        async_save=async_save, eval_strategy="no",
+    )  # fmt: skip
+    assert job_in_process(env) == 0
+    kept = sorted(int(p.name.split("-")[1]) for p in output.glob("checkpoint-*"))
+    assert kept == [4, 8, 10]
+    assert all((output / f"checkpoint-{step}" / ".complete").exists() for step in kept)

@@ -251,6 +251,12 @@ class CheckpointArguments(Section):
         "save in flight at most (docs/outputs.md). Synchronous, said once, under sharding fsdp, with an output_dir "
         "in a store, with load_best_model_at_end and under a time budget. false: every save waits for its writes.",
     )
+    save_keep_every: int = option(
+        0,
+        "Keep every checkpoint whose step is a multiple of this, besides the newest save_total_limit (a training "
+        "trajectory for analysis: each kept one costs a checkpoint's size on disk, weights and optimizer); 0: none.",
+        integers(0),
+    )
 
 
 @dataclass

@@ -22,6 +22,7 @@ from train.common.paths import first_link_under
 from train.common.writable import probe_write, write_failure
 from train.config import CheckpointArguments, OutputArguments
 from train.outputs.lease import OutputLease
+from train.outputs.retention import Retention
 from train.outputs.runfiles import RunFiles
 
 Warn = Callable[[str], None]
@@ -122,9 +123,9 @@ class OutputLocation(ABC):
         """Every rank, once world rank 0 chose ``resume``: this node's path of it."""
         return resume
 
-    def checkpoint_saved(self, step: int, keep: int | None, protect: list[int]) -> None:  # noqa: B027 - a directory does nothing
-        """Every rank, after each checkpoint is whole in ``files`` (``keep``: save_total_limit; ``protect``: the
-        steps rotation must keep)."""
+    def checkpoint_saved(self, step: int, retention: Retention, protect: list[int]) -> None:  # noqa: B027 - a directory does nothing
+        """Every rank, after each checkpoint is whole in ``files`` (``retention``: which ones are kept; ``protect``:
+        the steps rotation must keep)."""
 
     def sync(self, *paths: Path) -> None:  # noqa: B027 - a directory does nothing
         """Make these files of ``files`` durable where the outputs live (nothing to do in a directory)."""

@@ -10,9 +10,9 @@ file transformers loads back passes the safe loader (``weights_only=True``: a pl
 and every file is the one the ``.complete`` marker lists, with its size and SHA-256 (a flipped bit, a partial
 overwrite by a second writer). A checkpoint that fails any of these is damaged: set aside, the older one used.
 
-The marker, written once the Trainer's ``on_save`` has run, is not required: the Trainer rotates old checkpoints
-away (``save_total_limit``) *before* ``on_save``, so a kill between the two would otherwise leave no resumable
-checkpoint at all; without it (or from a version that wrote no list) the content checks decide alone.
+The marker, written once the Trainer's ``on_save`` has run, is not required: a kill between the Trainer's save and
+the marker leaves a whole checkpoint without one (rotation waits for the marker: train/outputs/retention.py), and
+versions before the marker wrote none; without it the content checks decide alone.
 """
 
 from __future__ import annotations

@@ -38,6 +38,7 @@ from train.outputs.base import OutputLocation, OutputOptions, Warn
 from train.outputs.checkpoints import problem, resume_choice, set_aside, surplus_asides
 from train.outputs.local import publish_final
 from train.outputs.marker import writer_of
+from train.outputs.retention import Retention
 from train.outputs.runfiles import ASIDE_PREFIX, TRAINER_STATE, is_checkpoint_name, step_of
 from train.outputs.store import NAMES, VANISHED, BadKey, Retry, Store
 from train.outputs.store_lease import StoreLease
@@ -202,9 +203,9 @@ class Mirror(OutputLocation):
         return str(self.files.checkpoint(step))
 
     # -- a checkpoint saved --
-    def checkpoint_saved(self, step: int, keep: int | None, protect: list[int]) -> None:
+    def checkpoint_saved(self, step: int, retention: Retention, protect: list[int]) -> None:
         """Every rank (the Trainer saves on all of them): each uploads the files only it wrote, world rank 0 every
-        other file; two barriers keep the marker after every rank's files; then save_total_limit in the store."""
+        other file; two barriers keep the marker after every rank's files; then the retention rule in the store."""
         store, local = self.store, self.files.checkpoint(step)
         rank, started = distributed.world_rank(), time.monotonic()
         if rank == 0:
@@ -215,8 +216,7 @@ class Mirror(OutputLocation):
         distributed.barrier()
         if rank == 0:
             store.mark(local)
-            if keep:
-                store.rotate(keep, protect)
+            store.rotate(retention, protect)
             size = sum(path.stat().st_size for path in local.rglob("*") if path.is_file()) / 2**20
             say(f"uploaded {local.name} to {store.url} ({size:,.1f} MiB in {time.monotonic() - started:.1f} s)")
         elif local.is_dir() and not (local / TRAINER_STATE).exists():

@@ -39,6 +39,7 @@ from train.common.errors import ConfigError, EnvironmentProblem, UserError, firs
 from train.common.paths import name_problem
 from train.common.urls import without_credentials
 from train.outputs.checkpoints import problem
+from train.outputs.retention import Retention
 from train.outputs.runfiles import COMPLETE_MARKER, CUT_SHORT, RunFiles, is_checkpoint_name, step_of
 
 LABEL = "MLM_OUTPUT_DIR"
@@ -349,13 +350,16 @@ class Store:
             skipped.append((step, reason))
         return None, skipped
 
-    def rotate(self, keep: int, protect: Iterable[int] = ()) -> list[int]:
-        """save_total_limit in the store: the complete checkpoints beyond the newest ``keep`` (at least 1) are
-        removed, oldest first, and so are incomplete ones older than the newest complete one (an incomplete newer
-        one may be an upload under way). ``protect``: steps kept whatever (the best model's). Returns the removed."""
+    def rotate(self, retention: Retention, protect: Iterable[int] = ()) -> list[int]:
+        """The retention rule in the store (train/outputs/retention.py: the newest save_total_limit complete
+        checkpoints, every save_keep_every-th step, ``protect``: the best model's), the others removed, oldest
+        first, and so are incomplete ones older than the newest complete one (an incomplete newer one may be an
+        upload under way). Nothing when the rule keeps every checkpoint. Returns the removed."""
+        if not retention.newest:
+            return []
         steps = self.checkpoint_steps()
         complete = sorted((step for step, done in steps.items() if done), reverse=True)
-        keep_set = set(complete[: max(keep, 1)]) | set(protect)
+        keep_set = retention.kept(complete, protect)
         newest = complete[0] if complete else None
         doomed = [s for s in sorted(steps) if s not in keep_set and (steps[s] or (newest is not None and s < newest))]
         for step in doomed:

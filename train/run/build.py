@@ -347,11 +347,11 @@ def time_budget(
 
 
 def trainer_arguments(training: TrainingArguments, corpus: Corpus) -> TrainingArguments:
-    """The Trainer's arguments for this corpus: the parsed ones, or for a stream a copy with what it needs."""
-    if not corpus.streaming:
-        return training
+    """The Trainer's arguments for this corpus: a copy of the parsed ones without save_total_limit (the job rotates
+    checkpoints, after each marker: train/outputs/retention.py), and for a stream with what it needs."""
     changed = copy.copy(training)  # shallow: the process group and device the parsed arguments set up stay shared
-    for name, value in stream_training_overrides().items():
+    changed.save_total_limit = None
+    for name, value in (stream_training_overrides() if corpus.streaming else {}).items():
         setattr(changed, name, value)
     return changed
 

@@ -22,6 +22,7 @@ from train.outputs.base import OutputLocation
 from train.outputs.checkpoints import DATA_IDENTITY, RECIPE, resumed_options
 from train.outputs.marker import digests_written_by, mark_complete
 from train.outputs.record import recipe
+from train.outputs.retention import Retention, rotate_directory
 from train.outputs.runfiles import RunFiles, is_checkpoint_name, step_of
 from train.run.branching import PHASE_KEY
 from train.run.logs import append_record
@@ -52,8 +53,14 @@ class CheckpointCompleteMarker(TrainerCallback):
     (``make bench-checkpoints`` reads them), the time the loop waited (``save_blocking_s``) and the time written
     behind it (``save_background_s``: 0 for a synchronous save)."""
 
-    def __init__(self, files: RunFiles, options: dict[str, Any], saves: CheckpointWriter | None = None) -> None:
-        self.files, self.options, self.saves = files, options, saves
+    def __init__(
+        self,
+        files: RunFiles,
+        options: dict[str, Any],
+        saves: CheckpointWriter | None = None,
+        retention: Retention = Retention(None),
+    ) -> None:
+        self.files, self.options, self.saves, self.retention = files, options, saves, retention
         self._mark = time.monotonic()
 
     @classmethod
@@ -71,7 +78,7 @@ class CheckpointCompleteMarker(TrainerCallback):
             PHASE_KEY: phase.index if phase else None,
             RECIPE: recipe(resolved, config.sources, Handoff.from_environ()),  # what a branch of it starts from
         }
-        return cls(files, recorded, saves)
+        return cls(files, recorded, saves, retention_of(config))
 
     def _since(self, *_: Any, **__: Any) -> None:
         self._mark = time.monotonic()
@@ -88,10 +95,13 @@ class CheckpointCompleteMarker(TrainerCallback):
             record = {"event": "checkpoint", "step": state.global_step, "save_s": round(saved - self._mark, 3)}
             listed: dict[str, dict[str, Any]] = {}
 
+            protect = protected_steps(state)
+
             def mark() -> None:
                 started = time.monotonic()
                 listed.update(mark_complete(checkpoint, self.options, others))
                 record["digest_s"] = round(time.monotonic() - started, 3)
+                rotate_directory(self.files, self.retention, protect)  # once this one is complete, never before
 
             def done(background_s: float) -> None:
                 self._record(record, listed, blocking_s, background_s)
@@ -125,13 +135,22 @@ class CheckpointSaved(TrainerCallback):
     after every callback that writes into a checkpoint: the completeness marker and the stream position are in
     it by then."""
 
-    def __init__(self, location: OutputLocation) -> None:
-        self.location = location
+    def __init__(self, location: OutputLocation, retention: Retention) -> None:
+        self.location, self.retention = location, retention
 
     def on_save(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
-        best = state.best_model_checkpoint
-        protect = [step_of(Path(best))] if best and is_checkpoint_name(Path(best).name) else []
-        self.location.checkpoint_saved(state.global_step, args.save_total_limit, protect)
+        self.location.checkpoint_saved(state.global_step, self.retention, protected_steps(state))
+
+
+def retention_of(config: Config) -> Retention:
+    """The run's checkpoint retention (train/outputs/retention.py): save_total_limit and save_keep_every."""
+    return Retention(config.training.save_total_limit, config.checkpoint.save_keep_every)
+
+
+def protected_steps(state: Any) -> list[int]:
+    """The checkpoints rotation keeps whatever the rule: the best model's (load_best_model_at_end reads it back)."""
+    best = state.best_model_checkpoint
+    return [step_of(Path(best))] if best and is_checkpoint_name(Path(best).name) else []
 
 
 def finite_weights(model: torch.nn.Module) -> bool:

@@ -45,7 +45,7 @@ from train.run import crash, logs
 from train.run.banner import banner
 from train.run.budget_stop import CutShort
 from train.run.build import Prepared, prepare
-from train.run.callbacks import CheckpointSaved, finite_weights
+from train.run.callbacks import CheckpointSaved, finite_weights, retention_of
 from train.run.outcome import divergence_message, evaluation_at, final_metrics, session_rates, write_report_safely
 from train.run.preemption import EvaluationInterrupted
 from train.run.startup import Startup
@@ -121,7 +121,7 @@ def run(config: Config, location: OutputLocation, startup: Startup | None = None
         log = logs.attach(prepared.trainer, logs.callbacks(config.training, log_format, facts, handoff, startup, shown))
         prepared.trainer.add_callback(prepared.stopper)
         prepared.trainer.add_callback(prepared.guard)
-        prepared.trainer.add_callback(CheckpointSaved(location))  # after every callback that writes into one
+        prepared.trainer.add_callback(CheckpointSaved(location, retention_of(config)))  # after every writer
         budget = prepared.budget
         if budget is not None:  # last: a save's time includes its digests and upload
             budget.resumed_total = planned_steps(resume)
