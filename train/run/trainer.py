@@ -80,7 +80,15 @@ class MLMTrainer(TrainerOverrides):
         rate (thin_masks), before the Trainer counts their tokens and masked tokens. Both follow the planned steps
         as they stand (``state.max_steps``, which a time budget re-plans; a phased run's plan); a resumed run has
         its step, so its batch and rate, from the checkpoint. Their coming is timed and they are counted for the
-        records' diagnostics (train/run/diagnostics.py)."""
+        records' diagnostics (train/run/diagnostics.py). After a rollback, the batches of the steps it skips are
+        drawn and dropped first (train/run/rollback.py DataSkip), and those steps counted as taken, the learning
+        rate's schedule with them: a step's number stays the place of its batches in the data, which the
+        Trainer's resume (a restart's, a later rollback's) skips to."""
+        if self.settings.skip.due(self.state.global_step):
+            skipped = self.settings.skip.take(epoch_iterator, self.args.gradient_accumulation_steps)
+            self.state.global_step += skipped
+            for _ in range(skipped):
+                self.lr_scheduler.step()
         batches = epoch_iterator
         done, total = self.state.global_step, self.planned_steps
         warmup, rates, phase = self.settings.batch_warmup, self.settings.mask_rates, self.settings.phase
