@@ -20,7 +20,7 @@ def test_a_nan_and_a_spike_each_roll_back_skip_their_window_and_the_run_finishes
     tmp_path: Path, job_in_process: Any, capsys: pytest.CaptureFixture[str]
 ) -> None:
     """The tiny run's training split is 5 steps an epoch in batches of 64: 20 steps in 4 epochs, a log at every
-    step, a checkpoint every 2 (two kept). nan@5 is seen at step 5 (its gradient norm: logging_nan_inf_filter
+    step, a checkpoint every 2 (two kept), spike_lr_factor 0.5. nan@5 is seen at step 5 (its gradient norm: logging_nan_inf_filter
     hides the loss), the last healthy log is step 4's, so back to checkpoint-2, the batches of steps 3-5 left out;
     spike@14 (step 14's update times 10,000) shows in step 15's loss: back to checkpoint-12, steps 13-15 left out.
     The skipped steps count as taken (a step's number stays its batches' place in the data): the run ends at step
@@ -28,7 +28,7 @@ def test_a_nan_and_a_spike_each_roll_back_skip_their_window_and_the_run_finishes
     output = tmp_path / "out"
     env = tiny_env(
         output, inject_fault="nan@5,spike@14", num_train_epochs="4", logging_steps="1", save_strategy="steps",
-        save_steps="2",
+        save_steps="2", spike_lr_factor="0.5",
     )  # fmt: skip
     assert job_in_process(env) == 0
     err = capsys.readouterr().err
@@ -53,6 +53,12 @@ def test_a_nan_and_a_spike_each_roll_back_skip_their_window_and_the_run_finishes
     # each window follow the window, so that every step from 1 to 20 is logged once.
     assert [r["start_step"] for r in records if r["event"] == "banner"] == [0, 2, 12]
     assert [r["step"] for r in logged] == list(range(1, 21))
+    # The learning rate follows the steps, skipped ones included (in its warm-up: 5e-4 over 50 steps, a step s
+    # trains at (s - 1) x 1e-5), times spike_lr_factor 0.5 after the first rollback and 0.25 after the second (it
+    # went back to checkpoint-12, saved with the first one's scaled schedule).
+    factor = {s: 1.0 if s <= 5 else 0.5 if s <= 15 else 0.25 for s in range(1, 21)}
+    assert [r["learning_rate"] for r in logged] == pytest.approx([(s - 1) * 1e-5 * factor[s] for s in range(1, 21)])
+    assert (nan["learning_rate_factor"], spike["learning_rate_factor"]) == (0.5, 0.5)
     assert math.isfinite(json.loads((output / "all_results.json").read_text())["eval_loss"])
 
 
@@ -79,3 +85,22 @@ def test_a_nan_on_one_of_two_gloo_ranks_rolls_both_back_at_the_same_step(tmp_pat
     assert [r["step"] for r in records if "grad_norm" in r and "loss" in r] == list(range(1, 11))
     weights = load_file(output / "final" / "model.safetensors")
     assert all(bool(t.isfinite().all()) for t in weights.values())
+
+
+def test_one_past_the_bound_ends_exit_2_in_one_line_saying_what_was_tried(
+    tmp_path: Path, job_in_process: Any, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Four NaNs, three rollbacks by default: the fourth ends the run as a divergence does, no final/."""
+    output = tmp_path / "out"
+    env = tiny_env(
+        output, inject_fault="nan@3,nan@6,nan@9,nan@12", num_train_epochs="4", logging_steps="1",
+        save_strategy="steps", save_steps="1",
+    )  # fmt: skip
+    assert job_in_process(env) == 2
+    [line] = [line for line in capsys.readouterr().err.splitlines() if "training diverged" in line]
+    # A save at every step: the weights' check before it sees the NaN update first (then the log would).
+    assert line.startswith("mlm-trainer: error: training diverged at step 12 (the weights are not finite); after 3 ")
+    assert "(step 3 to checkpoint-1, step 6 to checkpoint-4, step 9 to checkpoint-7)" in line
+    assert "the most spike_rollbacks allows: final/ was not written" in line
+    run = json.loads((output / "run.json").read_text())
+    assert run["status"] == "diverged" and run["rollbacks"]["made"] == 3 and not (output / "final").exists()

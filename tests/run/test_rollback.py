@@ -45,7 +45,7 @@ def test_a_skip_draws_its_steps_batches_and_stops_at_the_epochs_end() -> None:
 
 
 def rollbacks(root: Path, limit: int = 3, unavailable: str = "") -> Rollbacks:
-    return Rollbacks(limit, RunFiles(root), DataSkip(), unavailable=unavailable)
+    return Rollbacks(limit, RunFiles(root), DataSkip(), unavailable=unavailable, lr_factor=0.5)
 
 
 def test_a_rollback_goes_back_moves_the_later_checkpoints_aside_and_arms_its_skip(tmp_path: Path) -> None:
@@ -56,10 +56,11 @@ def test_a_rollback_goes_back_moves_the_later_checkpoints_aside_and_arms_its_ski
     assert back == str(tmp_path / "checkpoint-4")
     assert [p.name for p in RunFiles(tmp_path).checkpoints()] == ["checkpoint-2", "checkpoint-4"]
     assert [p.name.rsplit("-", 1)[0] for p in tmp_path.glob(".invalid-*")] == [".invalid-checkpoint-6"]
-    assert (made.skip.at, made.skip.steps) == (4, 3)
+    assert (made.skip.at, made.skip.steps, made.skip.lr_factor) == (4, 3, 0.5)
     [record] = made.record()["rollbacks"]
     assert record["rolled_back_to"] == "checkpoint-4" and record["skipped_steps"] == [5, 7]
     assert record["batches_skipped_per_rank"] == 6 and record["detected"] == "spike"
+    assert record["learning_rate_factor"] == 0.5
 
 
 def test_the_bound_ends_the_next_one_saying_what_was_tried(tmp_path: Path) -> None:

@@ -72,6 +72,13 @@ class ResilienceArguments(Section):
         "steps; 0: only a value that is not finite rolls back.",
         NON_NEGATIVE,
     )
+    spike_lr_factor: float = option(
+        1.0,
+        "Each rollback multiplies the peak learning rate of the schedule it goes back to by this (0.5: half; the "
+        "checkpoints after it save the scaled schedule, so a second rollback to one of them halves it again); "
+        "1: the rate as it was.",
+        Bound(lambda v: 0 < v <= 1, "a number above 0, at most 1"),
+    )
     inject_fault: str | None = option(
         None,
         "A fault drill: nan@STEP makes that optimizer step's loss NaN, spike@STEP multiplies that step's parameter "

@@ -134,9 +134,11 @@ def run(config: Config, location: OutputLocation, startup: Startup | None = None
             prepared.trainer.add_callback(budget)
         after = [lambda: write_report_safely(files), lambda: location.sync(*files.record_files())]
         settings = prepared.trainer.settings
+        resilience = config.resilience
         rollbacks = Rollbacks(
-            config.resilience.spike_rollbacks, files, settings.skip, settings.saves, prepared.guard.unavailable
-        )
+            resilience.spike_rollbacks, files, settings.skip, settings.saves, prepared.guard.unavailable,
+            resilience.spike_lr_factor,
+        )  # fmt: skip
         live: list[Callable[[], dict[str, Any]]] = [
             lambda: {"quality_curve": log.curve, "rollbacks": rollbacks.record()},
             lambda: {"spikes_said": prepared.guard.spikes_said, "fault_drill": drill.facts() if drill else None},

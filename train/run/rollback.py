@@ -40,6 +40,7 @@ class DataSkip:
     at: int | None = None
     steps: int = 0
     record: dict[str, Any] = field(default_factory=dict)
+    lr_factor: float = 1.0  # the schedule's peaks multiplied by it as the training starts again (spike_lr_factor)
 
     def due(self, step: int) -> bool:
         return self.at is not None and self.at == step
@@ -108,6 +109,7 @@ class Rollbacks:
     skip: DataSkip
     saves: CheckpointWriter | None = None
     unavailable: str = ""
+    lr_factor: float = 1.0  # spike_lr_factor
     done: list[dict[str, Any]] = field(default_factory=list)
     refusal: str = ""  # why the last divergence was not rolled back, for the run's last line
 
@@ -142,13 +144,16 @@ class Rollbacks:
             "rolled_back_to": self.files.checkpoint(step).name,
             "skipped_steps": [first, last],
             "batches_skipped_per_rank": (last - first + 1) * per_step,
+            "learning_rate_factor": self.lr_factor,
         }
         self.done.append(record)
         self.skip.at, self.skip.steps, self.skip.record = step, last - first + 1, record
+        self.skip.lr_factor = self.lr_factor
         if distributed.is_world_zero():
             say(
                 f"rollback {len(self.done)} of at most {self.limit}: {seen.what} at step {seen.step}; training again "
-                f"from {record['rolled_back_to']}, the batches of steps {first}-{last} skipped",
+                f"from {record['rolled_back_to']}, the batches of steps {first}-{last} skipped"
+                + (f", the peak learning rate times {self.lr_factor:g}" if self.lr_factor != 1.0 else ""),
                 "warning",
             )
         return str(self.files.checkpoint(step))
