@@ -40,6 +40,7 @@ from train.config.layers import config_file, load_config
 from train.config.parser import TOKENS_SEEN_MODES, build_parser, expected_type, option_actions, tokens_seen_mode
 from train.config.phases import PHASE_OPTIONS, PhaseSpec, phase_flags, phases_in
 from train.config.reference import option_rows, options_text
+from train.config.resilience import ResilienceArguments
 from train.config.resolved import REDACTED, Config, move_hub_token_to_env
 from train.config.schema import (
     BOUNDS,
@@ -104,6 +105,7 @@ __all__ = [
     "MaskingArguments",
     "ModelArguments",
     "OutputArguments",
+    "ResilienceArguments",
     "ScheduleArguments",
     "TaskArguments",
     "build_parser",

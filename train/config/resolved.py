@@ -12,6 +12,7 @@ from transformers import TrainingArguments
 
 from train.common.urls import without_credentials
 from train.config.bounds import Section
+from train.config.resilience import ResilienceArguments
 from train.config.schema import SECRET_FIELDS, SECTION_OF
 from train.config.sections import (
     AdaptingArguments,
@@ -44,6 +45,7 @@ class Config:
     outputs: OutputArguments
     launch: LaunchArguments
     budget: BudgetArguments
+    resilience: ResilienceArguments
     task: TaskArguments
     training: TrainingArguments
     sources: dict[str, str]

@@ -30,6 +30,7 @@ from train.config.bounds import (
     non_blank,
     option,
 )
+from train.config.resilience import ResilienceArguments
 
 # Below this many rows a tokenization process costs more to start than it saves (train.data's rule, stated here
 # once so that preprocessing_num_workers' help says the number the data layer uses).
@@ -388,5 +389,6 @@ SECTIONS: tuple[tuple[str, type[Section]], ...] = (
     ("outputs", OutputArguments),
     ("launch", LaunchArguments),
     ("budget", BudgetArguments),
+    ("resilience", ResilienceArguments),
     ("task", TaskArguments),
 )

@@ -52,3 +52,5 @@ def validate(values: Mapping[str, Any], sources: Mapping[str, str]) -> None:
             fail("dataset_config_name", values["dataset_config_name"], mixed)
     if values["pad_to_multiple_of"] > values["max_seq_length"]:
         fail("pad_to_multiple_of", values["pad_to_multiple_of"], f"at most max_seq_length ({values['max_seq_length']})")
+    if values["inject_fault"] and values["push_to_hub"]:
+        fail("inject_fault", values["inject_fault"], "unset with push_to_hub: a fault drill's model is not published")

@@ -62,6 +62,12 @@ class BackgroundSaves:
         self._thread = threading.Thread(target=self._run, args=(save,), name=THREAD_NAME, daemon=True)
         self._thread.start()
 
+    def rewind(self, step: int) -> None:
+        """After a rollback to ``step`` (train/run/rollback.py): the saves after it are set aside, and the steps
+        trained again save in order from there. Waits for the save in flight first."""
+        self.wait()
+        self._last_step = step
+
     def wait(self) -> None:
         """Return once no save is in flight; raise what the last one raised (once)."""
         thread = self._thread

@@ -74,6 +74,11 @@ class RunFiles:
         return self.root / "branch.json"
 
     @property
+    def faults_fired(self) -> Path:
+        """The fault drills that fired (train/run/drills.py): kept across rollbacks and restarts, so each fires once."""
+        return self.root / "faults-fired.json"
+
+    @property
     def all_results(self) -> Path:
         return self.root / "all_results.json"
 

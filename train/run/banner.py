@@ -85,8 +85,15 @@ def banner_record(
         "logs": str(files.logs),
         # output_dir in a store: output_dir above is the staging directory mirrored there.
         "output_store": config.as_dict()["output_store"],
+        # a fault drill (train/run/drills.py): this run's divergence is rehearsed, not real
+        "fault_drill": config.resilience.inject_fault or None,
+        "spike_rollbacks": config.resilience.spike_rollbacks,
     }
     return record
+
+
+def _drill_lines(drill: str | None) -> list[str]:
+    return [f"  drill      a fault drill is on: {drill} (inject_fault)"] if drill else []
 
 
 def _cut_text(cut: dict[str, int] | None) -> str:
@@ -218,5 +225,6 @@ def banner_text(record: dict[str, Any], facts: RunFacts, log_format: str, max_st
         *([f"  mixture    {mixture_text(facts.mixture, exhausted)}"] if facts.mixture else []),
         f"  steps      {_count(steps)} ({span}){resumed}",
         f"  outputs    {facts.outputs or record['output_dir']}",  # the output location's summary, from the job
+        *_drill_lines(record["fault_drill"]),
     ]
     return "\n".join(lines)

@@ -67,6 +67,7 @@ from train.run.diagnostics import TokenFlops, rank_peak
 from train.run.model_setup import Blueprint, set_up_model, shard_for_training
 from train.run.preemption import StopOnSignal
 from train.run.resuming import ResumePoint, resume_point
+from train.run.rollback import rollback_unavailable
 from train.run.saving import CheckpointWriter, background_saves, sync_reason
 from train.run.sharding import ShardedTrainer, StateBytes, check_sharding, sharding_facts
 from train.run.startup import Startup
@@ -233,9 +234,11 @@ def prepare(
     warmup = settings.batch_warmup  # in tokens too where every row is a packed block of max_seq_length
     packs = Padding(config.data.padding).packs
     warmup_facts = warmup.record(config.data.max_seq_length if packs else None) if warmup else None
+    unavailable = rollback_unavailable(corpus.streaming, built.sharding, config.output_store)
+    guard = DivergenceGuard.of(config.resilience, unavailable)
     mark("trainer")
     return Prepared(
-        trainer=trainer, tokenizer=tokenizer, corpus=corpus, stopper=stopper, guard=DivergenceGuard(),
+        trainer=trainer, tokenizer=tokenizer, corpus=corpus, stopper=stopper, guard=guard,
         head=built.head, head_weights=built.head_weights, masking=masking, packing=packing_facts,
         resume=point.resume, budget=budget, sharding=built.sharding, sharding_choice=built.choice,
         ddp_estimate=built.estimate, state_bytes=state_bytes, setup_bytes=built.setup_bytes,

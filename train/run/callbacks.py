@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import math
 import time
 from pathlib import Path
 from typing import Any
@@ -13,10 +12,10 @@ from torch.distributed.tensor import DTensor
 from transformers import TrainerCallback
 
 from train.common import distributed
-from train.common.console import now
+from train.common.console import now, warn
 from train.common.handoff import Handoff
 from train.common.phase import PhaseFacts
-from train.config import Config
+from train.config import Config, ResilienceArguments
 from train.model.collator import MaskingCollator
 from train.outputs.base import OutputLocation
 from train.outputs.checkpoints import DATA_IDENTITY, RECIPE, resumed_options
@@ -26,7 +25,9 @@ from train.outputs.retention import Retention, rotate_directory
 from train.outputs.runfiles import RunFiles, is_checkpoint_name, step_of
 from train.run.branching import PHASE_KEY
 from train.run.logs import append_record
+from train.run.rollback import Divergence
 from train.run.saving import CheckpointWriter
+from train.run.spikes import SERIES, SpikeRule
 
 MIB = 2**20
 
@@ -169,30 +170,84 @@ def finite_weights(model: torch.nn.Module) -> bool:
 
 class DivergenceGuard(TrainerCallback):
     """Stops the run when the loss, the gradient norm or the weights stop being finite, before a checkpoint of
-    diverged weights is written; the job then publishes nothing (exit 2).
+    diverged weights is written, and when a logged loss or gradient norm spikes (train/run/spikes.py's rule;
+    ``stop_on_spike`` False: a spike is only said). The job then rolls back (train/run/rollback.py) or publishes
+    nothing (exit 2).
 
     What the Trainer lacks: it trains on with a NaN loss, saves NaN weights and ends with exit 0. The logged loss
-    is the mean over the logging window, so one NaN step shows there; the weights are checked before each save.
-    Every rank sees the same values (the loss is gathered, DDP weights are equal), so all stop at the same step.
-    """
+    is the mean over the logging window, so one NaN step shows there (its gradient norm too, where
+    logging_nan_inf_filter hides the loss); the weights are checked before each save. Every rank sees the same
+    logged values (the loss is gathered, DDP's gradients are reduced), and the verdict is agreed all the same (a
+    MAX over the ranks), so that every rank stops at the same step whatever one of them saw."""
 
-    def __init__(self) -> None:
-        self.step: int | None = None
-        self.what = ""
+    def __init__(self, rule: SpikeRule | None = None, stop_on_spike: bool = True, unavailable: str = "") -> None:
+        self.rule = rule or SpikeRule(threshold=0.0)
+        self.stop_on_spike = stop_on_spike
+        self.unavailable = unavailable  # why this run cannot roll back (train/run/rollback.py), "" where it can
+        self.seen: Divergence | None = None
+        self.healthy = 0  # the last step whose log was judged healthy
+        self.spikes_said: list[dict[str, Any]] = []  # spikes seen where they do not stop the run
+        self.rollbacks = 0  # the rollbacks made (rearm's count)
 
-    def _diverged(self, state: Any, control: Any, what: str) -> None:
-        if self.step is None:
-            self.step, self.what = state.global_step, what
-        control.should_save = False
+    @classmethod
+    def of(cls, resilience: ResilienceArguments, unavailable: str) -> DivergenceGuard:
+        """The job's guard: spikes by spike_threshold, stopping the run where it can roll back (``unavailable``
+        empty and spike_rollbacks above 0)."""
+        rolls_back = resilience.spike_rollbacks > 0 and not unavailable
+        return cls(SpikeRule(resilience.spike_threshold), rolls_back, unavailable)
+
+    @property
+    def step(self) -> int | None:
+        return self.seen.step if self.seen else None
+
+    @property
+    def what(self) -> str:
+        return self.seen.what if self.seen else ""
+
+    def rearm(self) -> None:
+        """After a rollback: the next divergence is a new one."""
+        self.seen = None
+        self.rollbacks += 1
+
+    def _diverged(self, state: Any, control: Any, kind: str, what: str) -> None:
+        if self.seen is None:
+            self.seen = Divergence(state.global_step, kind, what, self.healthy)
+        control.should_save = control.should_evaluate = False
         control.should_training_stop = True
 
     def on_step_end(self, args: Any, state: Any, control: Any, model: Any = None, **kwargs: Any) -> None:
         if control.should_save and model is not None and not finite_weights(model):
-            self._diverged(state, control, "the weights are not finite")
+            self._diverged(state, control, NON_FINITE, "the weights are not finite")
 
     def on_log(self, args: Any, state: Any, control: Any, logs: dict[str, Any] | None = None, **kwargs: Any) -> None:
-        for key in ("loss", "grad_norm"):
-            value = (logs or {}).get(key)
-            if isinstance(value, (int, float)) and not math.isfinite(value):
-                self._diverged(state, control, f"{key} is {value}")
-                return
+        logged = logs or {}
+        if not any(key in logged for key in SERIES):  # an evaluation's or the end's record
+            return
+        verdict = self.rule.judge(logged)
+        kind, what = verdict or ("", "")
+        agreed = agreed_verdict(VERDICTS.index(kind))
+        if agreed and not what:
+            kind, what = VERDICTS[agreed], f"another rank saw a {VERDICTS[agreed]} value"
+        if kind == NON_FINITE or (kind == SPIKE and self.stop_on_spike):
+            self._diverged(state, control, kind, what)
+        elif kind == SPIKE:
+            self.spikes_said.append({"step": state.global_step, "what": what})
+            if distributed.is_world_zero():
+                warn(f"a spike at step {state.global_step}: {what} (no rollback: training on)")
+        else:
+            self.healthy = state.global_step
+
+
+NON_FINITE, SPIKE = "non-finite", "spike"
+VERDICTS = ("", SPIKE, NON_FINITE)  # in order of weight: the ranks agree on the heaviest
+
+
+def agreed_verdict(mine: int) -> int:
+    """The heaviest of the ranks' verdicts (an index into VERDICTS): a MAX over the ranks, a collective every rank
+    calls at the same log."""
+    if not distributed.initialized():
+        return mine
+    backend_device = "cuda" if dist.get_backend() == "nccl" else "cpu"
+    flag = torch.tensor(mine, device=backend_device)
+    dist.all_reduce(flag, op=dist.ReduceOp.MAX)
+    return int(flag.item())

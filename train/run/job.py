@@ -33,21 +33,24 @@ from train.common.errors import (
 from train.common.handoff import Handoff, global_batch
 from train.common.lifetime import end_children
 from train.common.writable import check_cache_dir, disk_full
-from train.config import Config, DataArguments, load_config, move_hub_token_to_env
+from train.config import Config, DataArguments, ResilienceArguments, load_config, move_hub_token_to_env
+from train.config.resilience import parse_faults
 from train.data import no_training_example
 from train.outputs.base import OutputLocation
 from train.outputs.checkpoints import newest_resumable, planned_steps
 from train.outputs.location import output_location
 from train.outputs.record import RecordHooks, RunRecord, write_json_atomic
-from train.outputs.runfiles import CUT_SHORT, step_of
+from train.outputs.runfiles import CUT_SHORT, RunFiles, step_of
 from train.publish import CARD, publish_run
 from train.run import crash, logs
 from train.run.banner import banner
 from train.run.budget_stop import CutShort
 from train.run.build import Prepared, prepare
 from train.run.callbacks import CheckpointSaved, finite_weights, retention_of
+from train.run.drills import FaultDrill
 from train.run.outcome import divergence_message, evaluation_at, final_metrics, session_rates, write_report_safely
 from train.run.preemption import EvaluationInterrupted
+from train.run.rollback import Rollbacks
 from train.run.startup import Startup
 from train.run.trainer import apply_ddp_timeout, tokens_seen_this_session
 
@@ -121,18 +124,30 @@ def run(config: Config, location: OutputLocation, startup: Startup | None = None
         log = logs.attach(prepared.trainer, logs.callbacks(config.training, log_format, facts, handoff, startup, shown))
         prepared.trainer.add_callback(prepared.stopper)
         prepared.trainer.add_callback(prepared.guard)
+        drill = fault_drill(config.resilience, files)
+        if drill is not None:
+            prepared.trainer.add_callback(drill)
         prepared.trainer.add_callback(CheckpointSaved(location, retention_of(config)))  # after every writer
         budget = prepared.budget
         if budget is not None:  # last: a save's time includes its digests and upload
             budget.resumed_total = planned_steps(resume)
             prepared.trainer.add_callback(budget)
         after = [lambda: write_report_safely(files), lambda: location.sync(*files.record_files())]
-        live: list[Callable[[], dict[str, Any]]] = [lambda: {"quality_curve": log.curve}]
+        settings = prepared.trainer.settings
+        resilience = config.resilience
+        rollbacks = Rollbacks(
+            resilience.spike_rollbacks, files, settings.skip, settings.saves, prepared.guard.unavailable,
+            resilience.spike_lr_factor,
+        )  # fmt: skip
+        live: list[Callable[[], dict[str, Any]]] = [
+            lambda: {"quality_curve": log.curve, "rollbacks": rollbacks.record()},
+            lambda: {"spikes_said": prepared.guard.spikes_said, "fault_drill": drill.facts() if drill else None},
+        ]
         if budget is not None:
             live.append(lambda: {"time_budget": budget.plan.record()})
         record = RunRecord(config, files, facts, handoff, started, RecordHooks(after, live))
-        metrics = train(config.training, prepared, resume)
-        end_if_diverged(prepared, record, config.training.learning_rate)
+        metrics = train(config.training, prepared, resume, rollbacks)
+        end_if_diverged(prepared, record, config.training.learning_rate, rollbacks.refusal)
         end_if_nothing_trained(config.data, prepared, record, resume)
         cut = budget.cut if budget is not None else None  # a budgeted run's stop, and the steps after its checkpoint
         if prepared.stopper.stopped and not (cut and cut.whole_plan):
@@ -173,15 +188,25 @@ def agreed_resume(location: OutputLocation) -> str | None:
     return resume
 
 
-def train(training: TrainingArguments, prepared: Prepared, resume: str | None) -> dict[str, Any]:
+def train(training: TrainingArguments, prepared: Prepared, resume: str | None, rollbacks: Rollbacks) -> dict[str, Any]:
     """Train (from ``resume``), then evaluate the final weights unless the run stopped or diverged; a stop during
-    an evaluation saves the step it came at. The end of training waits for a checkpoint written in the background
-    (train/run/saving.py), and so does a failure's exit."""
+    an evaluation saves the step it came at. A divergence or spike the guard stopped at is rolled back while
+    ``rollbacks`` allows: trained again from the checkpoint it chose, through the Trainer's own resume, the batches
+    that led into it skipped (train/run/rollback.py). The end of training waits for a checkpoint written in the
+    background (train/run/saving.py), and so does a failure's exit."""
     trainer, stopper, guard = prepared.trainer, prepared.stopper, prepared.guard
     metrics: dict[str, Any] = {}
     start = step_of(Path(resume)) if resume else 0
     try:
-        metrics.update(trainer.train(resume_from_checkpoint=resume).metrics)
+        result = trainer.train(resume_from_checkpoint=resume)
+        while guard.seen is not None and not stopper.stopped:
+            back = rollbacks.back_from(guard.seen, training.gradient_accumulation_steps)
+            if back is None:
+                break
+            guard.rearm()
+            start = step_of(Path(back))
+            result = trainer.train(resume_from_checkpoint=back)
+        metrics.update(result.metrics)
         end = trainer.state.global_step
         batch = global_batch(
             training.per_device_train_batch_size, training.world_size, training.gradient_accumulation_steps
@@ -208,15 +233,16 @@ def train(training: TrainingArguments, prepared: Prepared, resume: str | None) -
     return metrics
 
 
-def end_if_diverged(prepared: Prepared, record: RunRecord, learning_rate: float) -> None:
-    """A diverged run publishes nothing (exit 2); its words suggest a lower rate than ``learning_rate``."""
+def end_if_diverged(prepared: Prepared, record: RunRecord, learning_rate: float, refusal: str = "") -> None:
+    """A diverged run publishes nothing (exit 2); its words suggest a lower rate than ``learning_rate``, and say why
+    it was not rolled back (``refusal``: train/run/rollback.py)."""
     trainer, guard = prepared.trainer, prepared.guard
     if guard.step is not None or not finite_weights(trainer.model):
         record.write("diverged")
         good, _ = newest_resumable(record.files)
         step = guard.step if guard.step is not None else trainer.state.global_step
         what = guard.what or "the weights are not finite"
-        raise ConfigError(divergence_message(step, what, good.name if good else None, learning_rate))
+        raise ConfigError(divergence_message(step, what, good.name if good else None, learning_rate, refusal))
 
 
 def end_if_nothing_trained(data: DataArguments, prepared: Prepared, record: RunRecord, resume: str | None) -> None:
@@ -293,7 +319,7 @@ def finish(
         write_json_atomic(files.all_results, results)
         record.write("finished" if cut is None else "preempted")
         if cut is None:
-            say(f"finished: model in {location.final_shown}")
+            say(f"finished: model in {location.final_shown}{rolled_back(prepared.guard.rollbacks)}")
     # The other ranks wait for final/ here, not for the upload: a push of a large model outlasts ddp_timeout, and
     # a rank waiting in a collective that long would time out and fail a finished run.
     distributed.barrier()
@@ -304,6 +330,17 @@ def finish(
             publish_run(config, files, step=prepared.trainer.state.global_step)
         finally:
             location.sync(files.final / CARD)  # the model card the push or MLflow wrote into final/
+
+
+def rolled_back(count: int) -> str:
+    """What the finished line adds for a run that rolled back (run.json's rollbacks says where and why)."""
+    return f", after {count} rollback{'s' if count != 1 else ''} (run.json: rollbacks)" if count else ""
+
+
+def fault_drill(resilience: ResilienceArguments, files: RunFiles) -> FaultDrill | None:
+    """The fault drill inject_fault names (train/run/drills.py), or None."""
+    faults = parse_faults(resilience.inject_fault)
+    return FaultDrill(faults, files.faults_fired) if faults else None
 
 
 def write_cut_short(write_model: Callable[[Path], None], cut: CutShort, final: Path) -> None:

@@ -57,13 +57,17 @@ def real_tokens_per_second(
     return None
 
 
-def divergence_message(step: int, what: str, kept_checkpoint: str | None, learning_rate: float) -> str:
-    """The one line a diverged run ends with: where, why, what is kept and what to change."""
+def divergence_message(
+    step: int, what: str, kept_checkpoint: str | None, learning_rate: float, refusal: str = ""
+) -> str:
+    """The one line a diverged run ends with: where, why, why it was not rolled back (``refusal``, from
+    train/run/rollback.py), what is kept and what to change."""
     kept = f"the last good checkpoint, {kept_checkpoint}, is kept" if kept_checkpoint else "no checkpoint was saved"
+    tried = f"; {refusal}" if refusal else ""
     return (
-        f"training diverged at step {step} ({what}): final/ was not written and {kept}; lower learning_rate (now "
-        f"{learning_rate:g}) or add warmup_steps, and start over with MLM_RESUME=never (a resumed optimizer keeps "
-        "the old learning rate)"
+        f"training diverged at step {step} ({what}){tried}: final/ was not written and {kept}; lower "
+        f"learning_rate (now {learning_rate:g}) or add warmup_steps, and start over with MLM_RESUME=never (a "
+        "resumed optimizer keeps the old learning rate)"
     )
 
 

@@ -164,6 +164,11 @@ class CheckpointWriter(TrainerCallback):
         """Once the save in flight is written; raises what its write raised (a full disk's OSError)."""
         self.saves.wait()
 
+    def rewind(self, step: int) -> None:
+        """After a rollback to ``step``: the next save is in order after it (train/outputs/background.py)."""
+        self.pending = None
+        self.saves.rewind(step)
+
     def close(self) -> None:
         """At the job's exit on a failure: the save in flight is finished; its own failure said, not raised (the
         job's is the one that ends it)."""

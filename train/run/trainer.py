@@ -24,6 +24,7 @@ with contextlib.redirect_stdout(sys.stderr):
     from transformers import Trainer, TrainingArguments, get_scheduler
     from transformers.trainer_utils import EvalLoopOutput
 
+from train.borrowed.torch_optim import scale_peaks
 from train.borrowed.transformers_trainer import (
     TrainerOverrides,
     mark_scheduler_created,
@@ -80,7 +81,19 @@ class MLMTrainer(TrainerOverrides):
         rate (thin_masks), before the Trainer counts their tokens and masked tokens. Both follow the planned steps
         as they stand (``state.max_steps``, which a time budget re-plans; a phased run's plan); a resumed run has
         its step, so its batch and rate, from the checkpoint. Their coming is timed and they are counted for the
-        records' diagnostics (train/run/diagnostics.py)."""
+        records' diagnostics (train/run/diagnostics.py). After a rollback, the batches of the steps it skips are
+        drawn and dropped first (train/run/rollback.py DataSkip), and those steps counted as taken, the learning
+        rate's schedule with them: a step's number stays the place of its batches in the data, which the
+        Trainer's resume (a restart's, a later rollback's) skips to; the schedule's peaks scaled by the rollback's
+        spike_lr_factor."""
+        skip = self.settings.skip
+        if skip.due(self.state.global_step):
+            skipped = skip.take(epoch_iterator, self.args.gradient_accumulation_steps)
+            self.state.global_step += skipped
+            for _ in range(skipped):
+                self.lr_scheduler.step()
+            if skip.lr_factor != 1.0:
+                scale_peaks(self.lr_scheduler, skip.lr_factor)  # and the step ahead's rate
         batches = epoch_iterator
         done, total = self.state.global_step, self.planned_steps
         warmup, rates, phase = self.settings.batch_warmup, self.settings.mask_rates, self.settings.phase

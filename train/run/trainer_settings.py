@@ -7,7 +7,7 @@ position."""
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from transformers import TrainingArguments
@@ -21,6 +21,7 @@ from train.data import Corpus, StreamPosition
 from train.machine.peaks import Peak
 from train.model.collator import MaskingCollator, evaluation_rate
 from train.run.diagnostics import TokenFlops
+from train.run.rollback import DataSkip
 from train.run.saving import CheckpointWriter
 
 
@@ -55,6 +56,8 @@ class TrainerSettings:
     token_flops: TokenFlops | None  # the model's sizes a step's FLOPs are counted from (train/run/diagnostics.py)
     peak: Peak | None  # the device's peak the records' MFU is a share of (train/machine/peaks.py); None: no MFU
     saves: CheckpointWriter | None  # checkpoints saved behind the loop (train/run/saving.py); None: synchronously
+    # the batches a rollback leaves out, drawn and dropped when the loop starts again (train/run/rollback.py)
+    skip: DataSkip = field(default_factory=DataSkip)
 
 
 def evaluation_collator(masking: MaskingArguments, collator: MaskingCollator) -> MaskingCollator:

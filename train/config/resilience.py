@@ -1,0 +1,89 @@
+"""The resilience section: a loss spike or a non-finite step rolled back to the last good checkpoint, its bound,
+and the fault drills that rehearse it (``MLM_INJECT_FAULT``). The grammar of a drill is here, pure, so that the
+option's check (train/config/validate.py) and the drills themselves (train/run/drills.py) read it alike."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from train.config.bounds import NON_NEGATIVE, Bound, Section, integers, option
+
+FAULT_KINDS = ("nan", "spike")
+FAULT = re.compile(r"(nan|spike)@([0-9]+)(?::([0-9]+))?")
+FAULT_FORM = "nan@STEP or spike@STEP (STEP from 1; :RANK after it for one world rank), several separated by commas"
+MAX_ROLLBACKS = 1000
+
+
+@dataclass(frozen=True)
+class Fault:
+    """One injected fault: ``kind`` (nan: the step's loss becomes NaN; spike: the step's parameter update is
+    multiplied after clipping) at optimizer step ``step`` (the Trainer's count, from 1), on every rank or on world
+    rank ``rank`` alone."""
+
+    kind: str
+    step: int
+    rank: int | None = None
+
+    @property
+    def name(self) -> str:
+        """As the option writes it, and as run.json records what fired."""
+        return f"{self.kind}@{self.step}" + (f":{self.rank}" if self.rank is not None else "")
+
+    def hits(self, rank: int) -> bool:
+        return self.rank is None or self.rank == rank
+
+
+def parse_faults(text: str | None) -> tuple[Fault, ...] | None:
+    """The faults ``MLM_INJECT_FAULT`` names (none for an unset or empty option), or None where it does not read
+    as FAULT_FORM (a step 0, a repeated fault)."""
+    if text is None or not text.strip():
+        return ()
+    faults = []
+    for item in text.split(","):
+        found = FAULT.fullmatch(item.strip())
+        if found is None or int(found.group(2)) < 1:
+            return None
+        rank = found.group(3)
+        faults.append(Fault(found.group(1), int(found.group(2)), int(rank) if rank is not None else None))
+    return tuple(faults) if len({f.name for f in faults}) == len(faults) else None
+
+
+FAULTS = Bound(lambda v: parse_faults(v) is not None, FAULT_FORM)
+
+
+@dataclass
+class ResilienceArguments(Section):
+    """What a run does when its loss or gradient norm stops being finite or spikes, and the drills rehearsing it."""
+
+    spike_rollbacks: int = option(
+        3,
+        "Rollbacks a run may make: a non-finite loss or gradient norm, non-finite weights, or a spike (spike_"
+        "threshold) rolls every rank back to the newest complete checkpoint before it, skips the batches that led "
+        "into it, and trains on (docs/outputs.md); one past the bound ends the run, exit 2. 0: no rollback, a "
+        "non-finite step ends the run (exit 2) and a spike is only said.",
+        integers(0, MAX_ROLLBACKS),
+    )
+    spike_threshold: float = option(
+        8.0,
+        "How far above its recent level a logged loss or gradient norm is a spike: its robust z-score (distance "
+        "from the median of the last 50 logged values, in median absolute deviations scaled to a standard "
+        "deviation) above this, and at least 1.25 (a loss) or 4 (a gradient norm) times that median, after 10 logged "
+        "steps; 0: only a value that is not finite rolls back.",
+        NON_NEGATIVE,
+    )
+    spike_lr_factor: float = option(
+        1.0,
+        "Each rollback multiplies the peak learning rate of the schedule it goes back to by this (0.5: half; the "
+        "checkpoints after it save the scaled schedule, so a second rollback to one of them halves it again); "
+        "1: the rate as it was.",
+        Bound(lambda v: 0 < v <= 1, "a number above 0, at most 1"),
+    )
+    inject_fault: str | None = option(
+        None,
+        "A fault drill: nan@STEP makes that optimizer step's loss NaN, spike@STEP multiplies that step's parameter "
+        "update by 10,000 after clipping; :RANK after the step for one world rank only (nan@40:1); several separated "
+        "by commas. Each fires once in a run (output_dir's faults-fired.json: a rollback or a restart does not fire "
+        "it again). The banner and run.json say a drill is on; refused with push_to_hub.",
+        FAULTS,
+    )
