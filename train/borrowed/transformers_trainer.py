@@ -19,6 +19,11 @@ from train.borrowed.touch import borrows
 # stdout when WANDB_MODE=offline (transformers 5.25): stdout carries only our JSON records, so that goes to stderr.
 with contextlib.redirect_stdout(sys.stderr):
     from transformers import Trainer
+
+    # public names of the trainer module, imported here (the first import of it) for the redirect: re-exported
+    from transformers.trainer import OPTIMIZER_NAME as OPTIMIZER_NAME
+    from transformers.trainer import SCALER_NAME as SCALER_NAME
+    from transformers.trainer import SCHEDULER_NAME as SCHEDULER_NAME
     from transformers.trainer_callback import ExportableState
     from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR, SaveStrategy, rotate_checkpoints
     from transformers.training_args import ParallelMode

@@ -5,7 +5,9 @@ The rules it keeps, whatever the caller hands it:
 
 - **one write in flight at most**: a save starts only once the one before has ended (:meth:`BackgroundSaves.start`
   waits for it first), so the host memory of one snapshot suffices and saves end in the order they began;
-- **in step order**: a save of a step not after the last one started is refused (a bug, never a silent overwrite);
+- **in step order**: a save of a step before the last one started is refused (a bug, never a silent overwrite); a
+  second save of the same step (a phase's last step saved by its end and by the Trainer's own rule) is written
+  again once the first is whole, as the Trainer's synchronous save overwrites it;
 - **the marker, then the rotation, last**: a save writes its files, then its ``.complete`` marker, and only then
   rotates the older checkpoints away, so the newest complete checkpoint is never deleted while another is written
   (the Trainer's own save rotates before it has finished: train/outputs/checkpoints.py);
@@ -56,7 +58,7 @@ class BackgroundSaves:
         """Write ``save`` behind the caller, once the save in flight (if any) has ended; that one's failure is
         raised here instead, and ``save`` is not started."""
         self.wait()
-        if self._last_step is not None and save.step <= self._last_step:
+        if self._last_step is not None and save.step < self._last_step:
             raise ValueError(f"a save of step {save.step} after one of step {self._last_step}: saves go in step order")
         self._last_step = save.step
         self._thread = threading.Thread(target=self._run, args=(save,), name=THREAD_NAME, daemon=True)

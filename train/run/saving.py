@@ -37,9 +37,8 @@ from typing import Any
 
 import torch
 from transformers import TrainerCallback
-from transformers.trainer import OPTIMIZER_NAME, SCALER_NAME, SCHEDULER_NAME
 
-from train.borrowed.transformers_trainer import save_checkpoint_in_parts
+from train.borrowed.transformers_trainer import OPTIMIZER_NAME, SCALER_NAME, SCHEDULER_NAME, save_checkpoint_in_parts
 from train.common import distributed
 from train.common.console import say, warn
 from train.config import CheckpointArguments

@@ -37,9 +37,9 @@ from torch.distributed.fsdp import FSDPModule, MixedPrecisionPolicy, fully_shard
 from torch.distributed.tensor import DTensor
 from transformers import TrainerCallback, TrainingArguments
 from transformers.modeling_layers import GradientCheckpointingLayer
-from transformers.trainer import OPTIMIZER_NAME, SCHEDULER_NAME
 
 from train.borrowed.accelerate import give_no_sync, leave_unwrapped
+from train.borrowed.transformers_trainer import OPTIMIZER_NAME, SCHEDULER_NAME
 from train.common import distributed
 from train.common.errors import ConfigError
 from train.common.safe_dcp import SafeFileSystemReader, SafeFileSystemWriter, SafeLoadPlanner
