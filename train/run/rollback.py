@@ -162,10 +162,15 @@ class Rollbacks:
         """World rank 0 chooses the checkpoint and moves the later ones aside; every rank gets its step."""
         choice: list[int | None] = [None]
         if distributed.is_world_zero():
-            usable = [step_of(c) for c in self.files.checkpoints() if problem(c) is None]
-            choice = [rollback_point(usable, healthy)]
-            if choice[0] is not None:
-                self.move_aside_after(choice[0])
+            # newest first, each verified only when it is the candidate (a checkpoint's digests read it whole)
+            steps = [step_of(c) for c in self.files.checkpoints()]
+            point = rollback_point(steps, healthy)
+            while point is not None and problem(self.files.checkpoint(point)) is not None:
+                steps.remove(point)
+                point = rollback_point(steps, healthy)
+            choice = [point]
+            if point is not None:
+                self.move_aside_after(point)
         if distributed.initialized():
             dist.broadcast_object_list(choice, src=0)
         distributed.barrier()
