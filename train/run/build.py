@@ -235,7 +235,7 @@ def prepare(
     packs = Padding(config.data.padding).packs
     warmup_facts = warmup.record(config.data.max_seq_length if packs else None) if warmup else None
     unavailable = rollback_unavailable(corpus.streaming, built.sharding, config.output_store)
-    guard = DivergenceGuard.of(config.resilience, unavailable)
+    guard = DivergenceGuard.of(config.resilience, unavailable, training.max_grad_norm)
     mark("trainer")
     return Prepared(
         trainer=trainer, tokenizer=tokenizer, corpus=corpus, stopper=stopper, guard=guard,

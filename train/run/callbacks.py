@@ -190,11 +190,12 @@ class DivergenceGuard(TrainerCallback):
         self.rollbacks = 0  # the rollbacks made (rearm's count)
 
     @classmethod
-    def of(cls, resilience: ResilienceArguments, unavailable: str) -> DivergenceGuard:
-        """The job's guard: spikes by spike_threshold, stopping the run where it can roll back (``unavailable``
-        empty and spike_rollbacks above 0)."""
+    def of(cls, resilience: ResilienceArguments, unavailable: str, max_grad_norm: float = 0.0) -> DivergenceGuard:
+        """The job's guard: spikes by spike_threshold (a gradient norm's only without clipping: ``max_grad_norm``
+        0), stopping the run where it can roll back (``unavailable`` empty and spike_rollbacks above 0)."""
         rolls_back = resilience.spike_rollbacks > 0 and not unavailable
-        return cls(SpikeRule(resilience.spike_threshold), rolls_back, unavailable)
+        clipped = bool(max_grad_norm and max_grad_norm > 0)
+        return cls(SpikeRule(resilience.spike_threshold, clipped=clipped), rolls_back, unavailable)
 
     @property
     def step(self) -> int | None:
