@@ -115,9 +115,9 @@ def test_a_run_that_learnt_its_data_does_not_spike_on_its_noise() -> None:
         assert rule.judge(logged) is None and unclipped.judge(logged) is None
     assert rule.judge({"loss": 0.0005, "grad_norm": 0.0234}) is None
     assert rule.judge({"loss": 0.004, "grad_norm": 3.3}) is None
-    assert rule.judge({"loss": 0.09, "grad_norm": 0.0016}) is None  # 300 times the level, but 0.09 nats
-    kind, what = rule.judge({"loss": 0.5, "grad_norm": 0.0016}) or ("", "")
-    assert kind == "spike" and what.startswith("loss 0.5 is ")
+    assert rule.judge({"loss": 0.4, "grad_norm": 0.0016}) is None  # 1,300 times the level, but 0.4 nats
+    kind, what = rule.judge({"loss": 0.6, "grad_norm": 0.0016}) or ("", "")
+    assert kind == "spike" and what.startswith("loss 0.6 is ")
     kind, what = unclipped.judge({"loss": 0.0003, "grad_norm": 3.3}) or ("", "")
     assert kind == "spike" and what.startswith("grad_norm 3.3 is ")
     assert rule.judge({"loss": 0.0003, "grad_norm": math.inf}) == ("non-finite", "grad_norm is inf")

@@ -69,7 +69,7 @@ class ResilienceArguments(Section):
         "How far above its recent level a logged loss or gradient norm is a spike: its robust z-score (distance "
         "from the median of the last 50 logged values, in median absolute deviations scaled to a standard "
         "deviation) above this, and at least 1.25 (a loss) or 4 (a gradient norm) times that median, after 10 logged "
-        "steps; a loss at least 0.1 above it, a gradient norm only without clipping (max_grad_norm 0); 0: only a "
+        "steps; a loss at least 0.5 above it, a gradient norm only without clipping (max_grad_norm 0); 0: only a "
         "value that is not finite rolls back.",
         NON_NEGATIVE,
     )

@@ -30,7 +30,7 @@ MIN_HISTORY = 10  # logged values known before a spike can be called
 # level in a healthy run (small batches, a rare long document; the demo run's did 3x at z 5.3), a loss does not.
 RATIO = {"loss": 1.25, "grad_norm": 4.0}
 FLOOR = 0.01  # the deviation's floor, a share of the median
-MIN_LOSS_RISE = 0.1  # nats above the median: a loss spike is a rise a person would call one
+MIN_LOSS_RISE = 0.5  # nats above the median: a rise a person would call a spike (a real one: 2 to 4, or 7)
 MAD_TO_SD = 1.4826  # a normal distribution's standard deviation per median absolute deviation
 SERIES = ("loss", "grad_norm")
 
