@@ -79,7 +79,7 @@ def test_a_user_error_is_one_line_and_its_exit_code_unless_debugging(
 def test_a_ranks_traceback_reaches_the_console_through_the_launcher() -> None:
     """What MLM_DEBUG=1 shows of a rank's error under torchrun: its traceback, passed on whole (only the agent's
     report and its SignalException are held back)."""
-    from train.launch.torchrun import _StderrRelay
+    from train.launch.relay import StderrRelay
 
     traceback = (
         b"Traceback (most recent call last):\n"
@@ -88,7 +88,7 @@ def test_a_ranks_traceback_reaches_the_console_through_the_launcher() -> None:
         b"train.common.errors.ConfigError: MLM_DATASET='missing.txt': no such file or directory\n"
     )
     sink = io.BytesIO()
-    relay = _StderrRelay(sink, keep_noise=True)
+    relay = StderrRelay(sink, keep_noise=True)
     relay.feed(traceback)
     relay.finish(drop_report=False)
     assert sink.getvalue() == traceback

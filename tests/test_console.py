@@ -92,7 +92,7 @@ def test_a_process_that_loaded_triton_ends_on_its_last_word_unless_the_launchers
     import sys
 
     from train.common.handoff import HANDOFF_ENV
-    from train.launch.torchrun import _StderrRelay
+    from train.launch.relay import StderrRelay
 
     script = "import sys, triton; from train.common.errors import exit_process; print('last word', file=sys.stderr)"
     alone = {k: v for k, v in os.environ.items() if k not in (HANDOFF_ENV, "MLM_DEBUG")}
@@ -102,7 +102,7 @@ def test_a_process_that_loaded_triton_ends_on_its_last_word_unless_the_launchers
     done = subprocess.run([sys.executable, "-c", script + "; exit_process(3)"], capture_output=True, env=launched)
     assert done.returncode == 3 and done.stderr.startswith(b"last word\nnanobind: leaked"), done.stderr[:500]
     sink = io.BytesIO()
-    relay = _StderrRelay(sink)
+    relay = StderrRelay(sink)
     relay.feed(done.stderr)
     relay.finish(drop_report=True)
     assert sink.getvalue() == b"last word\n"

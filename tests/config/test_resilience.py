@@ -13,6 +13,7 @@ from train.config.resilience import Fault, parse_faults
 def test_faults_parse_with_their_step_and_rank() -> None:
     assert parse_faults("nan@5") == (Fault("nan", 5),)
     assert parse_faults(" nan@5 , spike@12:1") == (Fault("nan", 5), Fault("spike", 12, 1))
+    assert parse_faults("hang@3:1") == (Fault("hang", 3, 1),)
     assert parse_faults(None) == () and parse_faults("") == ()
     assert Fault("spike", 12, 1).name == "spike@12:1" and Fault("nan", 5).name == "nan@5"
     assert Fault("nan", 5).hits(3) and Fault("nan", 5, 1).hits(1) and not Fault("nan", 5, 1).hits(0)
@@ -30,7 +31,10 @@ def test_a_bad_drill_is_one_line_naming_the_option_and_the_form(monkeypatch: pyt
     with pytest.raises(ConfigError) as raised:
         load_config([])
     message = str(raised.value)
-    assert message.startswith("MLM_INJECT_FAULT='nan5': expected nan@STEP or spike@STEP") and "\n" not in message
+    assert (
+        message.startswith("MLM_INJECT_FAULT='nan5': expected nan@STEP, spike@STEP or hang@STEP")
+        and "\n" not in message
+    )
     assert raised.value.exit_code == 2
 
 
@@ -39,6 +43,12 @@ def test_a_drill_is_refused_with_a_hub_push() -> None:
         load_config(["--inject_fault", "nan@3", "--push_to_hub", "true", "--hub_model_id", "me/model"])
 
 
-def test_the_defaults_roll_back_three_times() -> None:
+def test_the_defaults_roll_back_three_times_and_derive_the_hang_bound() -> None:
     resilience = load_config([]).resilience
-    assert (resilience.spike_rollbacks, resilience.inject_fault) == (3, None)
+    assert (resilience.spike_rollbacks, resilience.inject_fault, resilience.hang_timeout) == (3, None, 0)
+
+
+def test_a_hang_bound_under_ten_seconds_is_one_line_naming_the_option() -> None:
+    with pytest.raises(ConfigError, match=r"^--hang_timeout=5: expected 0 \(derived\) or at least 10"):
+        load_config(["--hang_timeout", "5"])
+    assert load_config(["--hang_timeout", "10"]).resilience.hang_timeout == 10

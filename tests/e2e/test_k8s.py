@@ -45,7 +45,7 @@ from tests.e2e.k8s_manifests import (
     validate,
     workload,
 )
-from train.common.errors import EXIT_CONFIG, EXIT_ENVIRONMENT, EXIT_PREEMPTED
+from train.common.errors import EXIT_CONFIG, EXIT_ENVIRONMENT, EXIT_HUNG, EXIT_PREEMPTED
 from train.config import NON_OPTION_ENV, load_config
 
 # The downstream evaluation's Job: every checkpoint of the run on the output claim, on the task on the data claim.
@@ -316,6 +316,7 @@ def test_pod_failure_policy_uses_the_documented_exit_codes(rendered, overlay):
         EXIT_CONFIG: "FailJob",
         EXIT_ENVIRONMENT: "FailJob",
         EXIT_PREEMPTED: "Ignore",
+        EXIT_HUNG: "Count",
         ("DisruptionTarget", "True"): "Ignore",
     }
     # A replacement pod starts only once the failed one is gone (never two pods of one node at once).
@@ -386,8 +387,9 @@ def test_jobset_failure_policy_uses_the_documented_exit_codes(rendered, overlay)
     # Preempted with a checkpoint, or evicted / node drained or lost: restart every node, not counted.
     assert action(EXIT_PREEMPTED) == "RestartJobSetAndIgnoreMaxRestarts"
     assert action(137, "DisruptionTarget") == action(143, "DisruptionTarget") == "RestartJobSetAndIgnoreMaxRestarts"
-    # A crash, torchrun's 1 after losing a peer, the OOM killer: counted against maxRestarts.
-    assert action(1) == action(137) == "RestartJobSet"
+    # A crash, torchrun's 1 after losing a peer, the OOM killer, a hung node: counted against maxRestarts.
+    assert action(1) == action(137) == action(EXIT_HUNG) == "RestartJobSet"
+    assert any(rule["name"] == "Hung" for rule in spec["failurePolicy"]["rules"])
     assert spec["failurePolicy"]["maxRestarts"] >= 1
     # All old pods are gone before the new ones start: never two pods of one node (nor two leases) at once.
     assert spec["failurePolicy"]["restartStrategy"] == "BlockingRecreate"

@@ -410,3 +410,28 @@ def test_the_branches_script_runs_one_branch_per_array_task(tmp_path):
     assert no_file.returncode == 2 and "branch-2.yaml: no such file" in no_file.stderr
     no_array = subprocess.run(["bash", str(script)], env=env, capture_output=True, text=True, timeout=30, check=False)
     assert no_array.returncode == 2 and "SLURM_ARRAY_TASK_ID: unset" in no_array.stderr
+
+
+@pytest.mark.parametrize(
+    ("exit_code", "restarts", "requeued"),
+    [(75, "5", "preempted (exit 75)"), (76, "2", "hung (exit 76"), (76, "3", None), (1, "0", None), (2, "0", None)],
+)
+def test_the_train_script_requeues_a_preempted_job_and_a_hung_one_a_bounded_number_of_times(
+    tmp_path, exit_code, restarts, requeued
+):
+    """slurm/train.sbatch with srun exiting as the launchers did and scontrol standing in: 75 requeued always,
+    76 (hung) while the job was restarted fewer than 3 times, anything else never; the script exits with the code."""
+    script = Path(__file__).resolve().parents[2] / "slurm" / "train.sbatch"
+    (tmp_path / "srun").write_text(f"#!/bin/sh\nexit {exit_code}\n")
+    (tmp_path / "scontrol").write_text('#!/bin/sh\nprintf "%s\\n" "$@" > "$SCONTROL_ARGS"\n')
+    for tool in ("srun", "scontrol"):
+        (tmp_path / tool).chmod(0o755)
+    env = {"PATH": f"{tmp_path}:/usr/bin:/bin", "SLURM_JOB_ID": "7", "SLURM_JOB_NODELIST": "gpu01",
+           "SLURM_RESTART_COUNT": restarts, "SCONTROL_ARGS": str(tmp_path / "requeue")}  # fmt: skip
+    done = subprocess.run(["bash", str(script)], env=env, capture_output=True, text=True, timeout=30, check=False)
+    assert done.returncode == exit_code, done.stderr
+    if requeued:
+        assert f"mlm-trainer: {requeued}" in done.stderr and "requeueing job 7" in done.stderr
+        assert (tmp_path / "requeue").read_text().split() == ["requeue", "7"]
+    else:
+        assert "requeueing" not in done.stderr and not (tmp_path / "requeue").exists()

@@ -257,7 +257,7 @@ def test_the_relay_drops_c10d_hostname_warnings_unless_debugging() -> None:
     stderr and a person's console get none of them. MLM_DEBUG=1 keeps them."""
     import io
 
-    from train.launch.torchrun import _StderrRelay
+    from train.launch.relay import StderrRelay
 
     noise = (
         b"[W1201 14:00:00.000000000 socket.cpp:767] [c10d] The hostname of the client socket cannot be retrieved. "
@@ -265,7 +265,7 @@ def test_the_relay_drops_c10d_hostname_warnings_unless_debugging() -> None:
     )
     for keep, expected in ((False, b"before\nafter\n"), (True, b"before\n" + noise + b"after\n")):
         sink = io.BytesIO()
-        relay = _StderrRelay(sink, keep_noise=keep)
+        relay = StderrRelay(sink, keep_noise=keep)
         relay.feed(b"before\n" + noise + b"after\n")
         relay.finish(drop_report=True)
         assert sink.getvalue() == expected
@@ -276,7 +276,7 @@ def test_the_relay_drops_the_leak_report_of_a_rank_that_froze_its_objects() -> N
     bindings then print nanobind's leak report after the rank's last word. The relay drops it; MLM_DEBUG=1 keeps it."""
     import io
 
-    from train.launch.torchrun import _StderrRelay
+    from train.launch.relay import StderrRelay
 
     report = (
         b"nanobind: leaked 4 instances!\n"
@@ -290,7 +290,7 @@ def test_the_relay_drops_the_leak_report_of_a_rank_that_froze_its_objects() -> N
     last = b"mlm-trainer: finished: model in /out/final\n"
     for keep, expected in ((False, last), (True, last + report)):
         sink = io.BytesIO()
-        relay = _StderrRelay(sink, keep_noise=keep)
+        relay = StderrRelay(sink, keep_noise=keep)
         relay.feed(last + report)
         relay.finish(drop_report=True)
         assert sink.getvalue() == expected
@@ -302,7 +302,7 @@ def test_the_relay_drops_the_leak_report_of_a_rank_that_froze_its_objects() -> N
     )
     for size in (len(stream), 7):
         sink = io.BytesIO()
-        relay = _StderrRelay(sink)
+        relay = StderrRelay(sink)
         for at in range(0, len(stream), size):
             relay.feed(stream[at : at + size])
         assert relay.reporting
@@ -315,10 +315,10 @@ def test_a_held_signal_traceback_does_not_hold_back_the_lines_after_it() -> None
     that comes after it is not."""
     import io
 
-    from train.launch.torchrun import _StderrRelay
+    from train.launch.relay import StderrRelay
 
     sink = io.BytesIO()
-    relay = _StderrRelay(sink)
+    relay = StderrRelay(sink)
     relay.feed(
         b'--- Logging error ---\nTraceback (most recent call last):\n  File "api.py", line 1, in _poll\n'
         b"torch.distributed.elastic.multiprocessing.api.SignalException: Process 7 got signal: 15\n"
@@ -336,7 +336,7 @@ def test_a_chain_of_tracebacks_that_ends_in_the_stop_signal_is_held_back_whole()
     ends in another exception is shown whole."""
     import io
 
-    from train.launch.torchrun import _StderrRelay
+    from train.launch.relay import StderrRelay
 
     inner = (
         b"Traceback (most recent call last):\n"
@@ -354,7 +354,7 @@ def test_a_chain_of_tracebacks_that_ends_in_the_stop_signal_is_held_back_whole()
     for last, shown in ((signal, False), (b"RuntimeError: something else\n", True)):
         for tail in (after, b""):  # the next line ends the chain, or the end of the output does
             sink = io.BytesIO()
-            relay = _StderrRelay(sink)
+            relay = StderrRelay(sink)
             relay.feed(b"before\n" + inner + last + tail)
             relay.finish(drop_report=True)
             assert sink.getvalue() == b"before\n" + (inner + last if shown else b"") + tail

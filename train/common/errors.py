@@ -9,6 +9,7 @@ podFailurePolicy):
 2     configuration or input error: retrying cannot help
 3     environment error: GPU required but absent, driver too old, output not writable, disk full
 75    preempted (SIGTERM): a checkpoint was saved, running the same command again resumes (EX_TEMPFAIL)
+76    hung: no rank of a node made progress within the hang bound; the launcher ended them (retry: it resumes)
 1     a crash, or a transient failure worth retrying (a lost rank, a master that never resolved)
 else  a crash (128+N: killed by signal N)
 ====  =========================================================================================
@@ -33,6 +34,7 @@ EXIT_CRASH = 1
 EXIT_CONFIG = 2
 EXIT_ENVIRONMENT = 3
 EXIT_PREEMPTED = 75
+EXIT_HUNG = 76  # set by the launcher's hang watchdog (train/launch/watchdog.py), never by a rank
 # The signals that mean "save a checkpoint and exit EXIT_PREEMPTED": SIGTERM (docker stop, the kubelet), SIGINT
 # (Ctrl-C), SIGUSR1/SIGUSR2 (Slurm's --signal). The launcher forwards them, torchrun passes them on, the ranks act.
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGUSR1, signal.SIGUSR2)

@@ -9,17 +9,21 @@ from dataclasses import dataclass
 
 from train.config.bounds import NON_NEGATIVE, Bound, Section, integers, option
 
-FAULT_KINDS = ("nan", "spike")
-FAULT = re.compile(r"(nan|spike)@([0-9]+)(?::([0-9]+))?")
-FAULT_FORM = "nan@STEP or spike@STEP (STEP from 1; :RANK after it for one world rank), several separated by commas"
+FAULT_KINDS = ("nan", "spike", "hang")
+FAULT = re.compile(r"(nan|spike|hang)@([0-9]+)(?::([0-9]+))?")
+FAULT_FORM = (
+    "nan@STEP, spike@STEP or hang@STEP (STEP from 1; :RANK after it for one world rank), several separated by commas"
+)
 MAX_ROLLBACKS = 1000
+# An explicit hang bound below this would take a slow first evaluation batch or a log write for a hang.
+MIN_HANG_TIMEOUT_S = 10
 
 
 @dataclass(frozen=True)
 class Fault:
     """One injected fault: ``kind`` (nan: the step's loss becomes NaN; spike: the step's parameter update is
-    multiplied after clipping) at optimizer step ``step`` (the Trainer's count, from 1), on every rank or on world
-    rank ``rank`` alone."""
+    multiplied after clipping; hang: the rank stops making progress, without exiting) at optimizer step ``step``
+    (the Trainer's count, from 1), on every rank or on world rank ``rank`` alone."""
 
     kind: str
     step: int
@@ -84,7 +88,18 @@ class ResilienceArguments(Section):
         None,
         "A fault drill: nan@STEP makes that optimizer step's loss NaN, spike@STEP multiplies that step's parameter "
         "update by 10,000 after clipping; :RANK after the step for one world rank only (nan@40:1); several separated "
-        "by commas. Each fires once in a run (output_dir's faults-fired.json: a rollback or a restart does not fire "
-        "it again). The banner and run.json say a drill is on; refused with push_to_hub.",
+        "by commas; hang@STEP:RANK makes that rank stop at that step's start without exiting (the hang watchdog's "
+        "drill: hang_timeout). Each fires once in a run (output_dir's faults-fired.json: a rollback or a restart "
+        "does not fire it again). The banner and run.json say a drill is on; refused with push_to_hub.",
         FAULTS,
+    )
+    hang_timeout: int = option(
+        0,
+        "Seconds without progress (a training step, an evaluation batch, a finished save) after which the launcher "
+        "takes the run for hung: each rank's Python stack goes to output_dir/logs/stacks-rank-N.txt, one line names "
+        "the rank(s) that stopped and where, every process of the node is ended, exit 76 (retryable: the same "
+        "command resumes from the last checkpoint; docs/launching.md). 0: derived from the run itself, 5 times the "
+        "longest gap between two progress events so far, at least 180 s; before a rank's first step and while it "
+        "saves, ddp_timeout bounds it instead.",
+        Bound(lambda v: v == 0 or v >= MIN_HANG_TIMEOUT_S, f"0 (derived) or at least {MIN_HANG_TIMEOUT_S}"),
     )

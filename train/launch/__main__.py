@@ -9,6 +9,7 @@ import os
 import sys
 import time
 from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
 
 from train.common.console import Console, resolve_format
 from train.common.errors import ConfigError, exit_process, run_main
@@ -46,6 +47,7 @@ from train.launch.replay import (
     withheld,
 )
 from train.launch.torchrun import launch
+from train.launch.watchdog import HangBound
 from train.machine.gpus import detect, torch_cuda_version
 from train.machine.resources import shm_size, usable_cpus
 from train.outputs.base import OutputLocation
@@ -135,7 +137,13 @@ def start(config: Config, plan: Plan, environ: Mapping[str, str], log: Console) 
     log(plan.batch.banner)
     if plan.deadline:
         log(deadline_line(plan.deadline))
-    return launch(plan, environ, log, config.launch.rdzv_timeout)
+    hang = HangBound(
+        config.resilience.hang_timeout,
+        float(config.training.ddp_timeout),
+        Path(config.training.output_dir) / "logs",
+        config.source_of("hang_timeout"),
+    )
+    return launch(plan, environ, log, config.launch.rdzv_timeout, hang)
 
 
 def replay(args: Sequence[str], environ: Mapping[str, str]) -> int:

@@ -13,7 +13,6 @@ from __future__ import annotations
 import contextlib
 import io
 import os
-import re
 import shutil
 import signal
 import subprocess
@@ -24,15 +23,15 @@ import traceback
 import warnings
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import NoReturn
 
 from train.borrowed.stdlib import forget_exit_handlers, run_exit_handlers
-from train.borrowed.torchrun import agent_reports_a_failure, is_agent_signal_exception, rank_killed_by_signal
-from train.borrowed.triton import leak_report_part, may_become_leak_report
+from train.borrowed.torchrun import rank_killed_by_signal
 from train.common.errors import (
     DOCUMENTED_EXITS,
     EXIT_CRASH,
     EXIT_DIR_ENV,
+    EXIT_HUNG,
     EXIT_PREEMPTED,
     RANK_REMEDY,
     STOP_SIGNALS,
@@ -43,7 +42,9 @@ from train.common.errors import (
 )
 from train.common.lifetime import die_with_parent
 from train.launch.plan import Plan, torchrun_path
+from train.launch.relay import StderrRelay
 from train.launch.rendezvous import wait_for_address
+from train.launch.watchdog import HangBound, HangWatch
 
 
 def _child_env(environ: Mapping[str, str], plan: Plan, exit_dir: str) -> dict[str, str]:
@@ -173,102 +174,6 @@ def start_torchrun(command: Sequence[str], env: Mapping[str, str]) -> ForkedTorc
     )
 
 
-# torchrun's agent reports a failed rank with an ERROR log line followed by its own traceback and a summary table;
-# and when it stops on a signal it ends with the traceback of its own SignalException (their text:
-# train/borrowed/torchrun.py). When the ranks exited with a documented code they have already printed the one line
-# a user needs, so both are held back and dropped.
-_TRACEBACK = b"Traceback (most recent call last):"
-# Python's words between the tracebacks of a chain: a stop signal that lands while the agent handles another
-# exception (torch 2.15: a logging call's cache miss, KeyError) ends in a chain whose last exception is the signal's.
-_CHAINED = (
-    b"During handling of the above exception, another exception occurred:",
-    b"The above exception was the direct cause of the following exception:",
-)
-# c10d warns on every connection whose peer has no reverse DNS name, which is the rule in containers and network
-# namespaces ("W... socket.cpp:...] [c10d] The hostname of the client socket cannot be retrieved. err=-3"): news to
-# nobody, and not a JSON line in JSON mode. Dropped (MLM_DEBUG=1 keeps them), as is the leak report triton's bindings
-# print after a rank's last word (train/common/errors.py exit_process).
-_NOISE = re.compile(rb"\[c10d\] The hostname of the client socket cannot be retrieved")
-
-
-class _StderrRelay:
-    """Passes torchrun's stderr through as it comes, holding back the agent's failure report and its signal
-    traceback until the exit code says whether they are news."""
-
-    def __init__(self, sink: Any, keep_noise: bool = False) -> None:
-        self.sink = sink
-        self.keep_noise = keep_noise
-        self.partial = b""
-        self.held: list[bytes] = []
-        self.reporting = False  # inside the agent's failure report: everything up to the exit is part of it
-        self.traceback: list[bytes] | None = None  # a traceback being read: shown once it turns out not torchrun's
-        self.exception = b""  # its last exception line so far ("" while a traceback of the chain is still open)
-
-    def _line(self, line: bytes) -> None:
-        if not self.keep_noise and _NOISE.search(line):
-            return
-        if not self.keep_noise and (dropped := leak_report_part(line)):
-            if line[dropped:].strip():  # a line glued to the report's last one, which has no newline
-                self._line(line[dropped:])
-            return
-        if self.reporting or (self.traceback is None and agent_reports_a_failure(line)):
-            # Only the report holds back what follows it; a held SignalException traceback does not (a second
-            # stop signal, e.g. Slurm's to every process of the step, can land while the agent logs: the ranks'
-            # own lines after it must still come through).
-            self.reporting = True
-            self.held.append(line)
-        elif self.traceback is not None:
-            if self.exception and line.strip() and not line.startswith(_TRACEBACK) and line.strip() not in _CHAINED:
-                self._end_traceback()  # the chain ended with the exception line before this one
-                self._line(line)
-                return
-            self.traceback.append(line)
-            if line.startswith(_TRACEBACK) or line.strip() in _CHAINED:
-                self.exception = b""
-            elif line.strip() and not line[:1].isspace():  # an exception line: the chain may go on after it
-                self.exception = line
-        elif line.startswith(_TRACEBACK):
-            self.traceback = [line]
-        else:
-            self.sink.write(line)
-
-    def _end_traceback(self) -> None:
-        """A whole chain of tracebacks: held back when its last exception is the agent's stop signal."""
-        block, self.traceback, last, self.exception = self.traceback or [], None, self.exception, b""
-        if is_agent_signal_exception(last):
-            self.held += block
-        else:
-            self.sink.write(b"".join(block))
-
-    def feed(self, chunk: bytes) -> None:
-        lines = (self.partial + chunk).split(b"\n")
-        self.partial = lines.pop()
-        for line in lines:
-            self._line(line + b"\n")
-        # Progress bars redraw with \r and no newline: show them now, unless this may start a held line.
-        if self.partial and not self.reporting and self.traceback is None and not self._may_be_held(self.partial):
-            self.sink.write(self.partial)
-            self.partial = b""
-        self.sink.flush()
-
-    def _may_be_held(self, partial: bytes) -> bool:
-        """Whether a line whose end has not arrived may turn out to be held back or dropped: a log line of torchrun's
-        agent (its level's letter first) or a line of the leak report."""
-        return re.match(rb"[EWIT]", partial) is not None or (not self.keep_noise and may_become_leak_report(partial))
-
-    def finish(self, drop_report: bool) -> None:
-        if self.partial:
-            self._line(self.partial)
-            self.partial = b""
-        if self.traceback is not None and self.exception:
-            self._end_traceback()
-        elif self.traceback is not None:  # cut off: not a report, show it
-            self.sink.write(b"".join(self.traceback))
-        if not drop_report:
-            self.sink.write(b"".join(self.held))
-        self.sink.flush()
-
-
 # Deliveries of one signal closer together than this are one press: `timeout` and other wrappers re-send to their
 # child the signal the whole process group got, so one Ctrl-C arrives twice within a millisecond or so; a person
 # pressing twice is several times slower than this.
@@ -307,7 +212,12 @@ def abort(torchrun_pid: int) -> None:
 
 
 def run_torchrun(
-    command: Sequence[str], env: Mapping[str, str], log: Callable[..., None], exit_dir: str, debug: bool = False
+    command: Sequence[str],
+    env: Mapping[str, str],
+    log: Callable[..., None],
+    exit_dir: str,
+    debug: bool = False,
+    watch: HangWatch | None = None,
 ) -> tuple[int, list[int]]:
     """Run torchrun as a child in its own process group, forwarding the stop signals (a second SIGINT aborts).
 
@@ -317,6 +227,7 @@ def run_torchrun(
     on to the ranks), instead of every process receiving it twice. The handlers are in place before the child
     starts, so a signal arriving in between is held and delivered, not lost. Its stderr is relayed so that the
     agent's failure report can be dropped when a rank already said what went wrong (MLM_DEBUG=1 keeps it).
+    ``watch``, the hang watchdog, runs while torchrun does; a node it ended says nothing more than its verdict.
     """
     child: ForkedTorchrun | subprocess.Popen[bytes] | None = None
     received: list[int] = []
@@ -344,19 +255,26 @@ def run_torchrun(
             child.send_signal(signum)
 
     previous = {sig: signal.signal(sig, forward) for sig in STOP_SIGNALS}
-    relay = _StderrRelay(sys.stderr.buffer, keep_noise=debug)
+    relay = StderrRelay(sys.stderr.buffer, keep_noise=debug)
     try:
         child = start_torchrun(command, env)
         for signum in pending:  # arrived before torchrun existed
             child.send_signal(signum)
+        if watch is not None:
+            watch.start(child.pid)
         assert isinstance(child.stderr, io.BufferedReader)  # both ways opened unbuffered bytes: "rb", PIPE
         while chunk := child.stderr.read1(65536):
             relay.feed(chunk)
         status = child.wait()
     finally:
+        if watch is not None:
+            watch.stop()
         for sig, handler in previous.items():
             signal.signal(sig, handler)
     codes = read_exit_codes(exit_dir)
+    if watch is not None and watch.verdict:
+        relay.finish(drop_report=not debug)
+        return status, codes
     # A rank that recorded its code has said in one line what went wrong; one that died of a signal could not,
     # and the agent's report says which it was. When torchrun itself succeeded, what it held back is the report of
     # an attempt it restarted (--max-restarts) and the lines of the attempt that finished: shown, not dropped.
@@ -373,17 +291,25 @@ def run_torchrun(
     return (128 + -status if status < 0 else status), codes
 
 
-def launch(plan: Plan, environ: Mapping[str, str], log: Callable[..., None], rdzv_timeout: int) -> int:
+def launch(
+    plan: Plan, environ: Mapping[str, str], log: Callable[..., None], rdzv_timeout: int, hang: HangBound | None = None
+) -> int:
+    """torchrun with the plan, watched for hangs under ``hang`` (train/launch/watchdog.py; None: not watched, as
+    for a stand-in of torchrun); the documented exit code."""
     target = plan.topology.address_to_wait_for
     if target:
         wait_for_address(*target, timeout_s=rdzv_timeout, log=lambda m: log(m, "warning"), environ=environ)
     exit_dir = tempfile.mkdtemp(prefix="mlm-exit-")
+    watch = HangWatch(exit_dir, plan.nproc_per_node, hang, abort) if hang is not None else None
     try:
         log("torchrun: " + " ".join(plan.command))
         child_env = _child_env(environ, plan, exit_dir)
-        status, codes = run_torchrun(plan.command, child_env, log, exit_dir, debug_enabled(environ))
+        status, codes = run_torchrun(plan.command, child_env, log, exit_dir, debug_enabled(environ), watch)
     finally:
         shutil.rmtree(exit_dir, ignore_errors=True)
+    if watch is not None and watch.verdict:
+        log(watch.verdict, "error")
+        return EXIT_HUNG
     # Every rank of this node recorded 0: they finished the run after a stop signal (train/run/budget.py), and
     # torchrun, signalled, exits 1 whatever its ranks did.
     finished = len(codes) == plan.nproc_per_node and not any(codes)

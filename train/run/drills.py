@@ -6,6 +6,8 @@ drill's callback when the option is set; nothing else imports this module.
   gradients, gradient norm and update are NaN as a real one's would be.
 - ``spike@STEP``: that step's parameter update, after clipping and the optimizer, is multiplied by SPIKE_FACTOR
   (the parameters before the optimizer's step copied, then moved SPIKE_FACTOR times as far): a real spike.
+- ``hang@STEP``: the rank stops at that step's start and sleeps without exiting, as a rank stuck in a driver call
+  or a frozen node would: the launcher's hang watchdog (train/launch/watchdog.py) is what ends it.
 
 ``:RANK`` after the step fires it on that world rank alone (DDP's reduction carries a NaN to every rank; a spike
 on one rank leaves the ranks' weights apart until the rollback reloads them). Each fault fires once in a run:
@@ -16,6 +18,7 @@ from __future__ import annotations
 
 import json
 import math
+import time
 from pathlib import Path
 from typing import Any
 
@@ -60,6 +63,10 @@ class FaultDrill(TrainerCallback):
                 say(f"fault drill: {fault.name} fires", "warning")
             if fault.hits(rank):
                 self.armed.add(fault.kind)
+        if "hang" in self.armed:  # before the progress report's callback: this rank never says it began the step
+            say(f"fault drill: rank {rank} stops making progress at step {step}", "warning")
+            while True:
+                time.sleep(60)
 
     def nan_loss(self, module: Any, inputs: Any, output: Any) -> Any:
         if "nan" in self.armed and module.training and getattr(output, "loss", None) is not None:

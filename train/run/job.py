@@ -50,6 +50,7 @@ from train.run.callbacks import CheckpointSaved, finite_weights, retention_of
 from train.run.drills import FaultDrill
 from train.run.outcome import divergence_message, evaluation_at, final_metrics, session_rates, write_report_safely
 from train.run.preemption import EvaluationInterrupted
+from train.run.progress import progress_report
 from train.run.rollback import Rollbacks
 from train.run.startup import Startup
 from train.run.trainer import apply_ddp_timeout, tokens_seen_this_session
@@ -132,6 +133,9 @@ def run(config: Config, location: OutputLocation, startup: Startup | None = None
         if budget is not None:  # last: a save's time includes its digests and upload
             budget.resumed_total = planned_steps(resume)
             prepared.trainer.add_callback(budget)
+        progress = progress_report()
+        if progress is not None:  # after every other: it reads the save and evaluation they asked for
+            prepared.trainer.add_callback(progress)
         after = [lambda: write_report_safely(files), lambda: location.sync(*files.record_files())]
         settings = prepared.trainer.settings
         resilience = config.resilience

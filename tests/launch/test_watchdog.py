@@ -1,0 +1,97 @@
+"""The hang watchdog's rules (train/common/progress.py) and the watchdog itself (train/launch/watchdog.py) on a
+real process that reports progress and writes its stack on SIGQUIT as a rank does (train/run/progress.py)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+
+from train.common.progress import FLOOR_S, Progress, hung, read_progress, stopped_ranks, write_progress
+from train.launch.watchdog import HangBound, HangWatch
+
+
+def report(rank: int, step: int, began: bool = False, at: float = 0.0, **kw: object) -> Progress:
+    where = f"training step {step + 1}" if began else f"finished step {step}"
+    return Progress(rank, rank, 1000 + rank, step, where, at, began=began, **kw)  # type: ignore[arg-type]
+
+
+def test_the_bound_is_the_collective_timeout_while_busy_else_the_option_else_derived_from_the_gaps() -> None:
+    assert report(0, 3, busy=True).bound(10, 1800.0) == 1800.0
+    assert report(0, 3, gap_s=2.0).bound(10, 1800.0) == 10.0
+    assert report(0, 3, gap_s=2.0).bound(0, 1800.0) == FLOOR_S
+    assert report(0, 3, gap_s=100.0).bound(0, 1800.0) == 500.0
+
+
+def test_a_node_is_hung_only_when_no_rank_moved_within_its_bound() -> None:
+    assert not hung([], 1000.0, 10, 1800.0)  # before any first step: the collective timeout acts alone
+    assert hung([report(0, 3, at=980.0), report(1, 2, at=985.0)], 1000.0, 10, 1800.0)
+    assert not hung([report(0, 3, at=980.0), report(1, 2, at=995.0)], 1000.0, 10, 1800.0)
+    assert not hung([report(0, 3, at=980.0, busy=True), report(1, 2, at=980.0)], 1000.0, 10, 1800.0)
+
+
+def test_the_ranks_named_are_the_silent_then_those_behind_then_those_without_a_stack() -> None:
+    assert stopped_ranks([report(0, 2)], 2, {0}) == ["local rank 1"]
+    behind = stopped_ranks([report(0, 2, began=True), report(1, 2)], 2, {0, 1})
+    assert behind == ["rank 1 (its last progress: finished step 2)"]
+    silent = stopped_ranks([report(0, 2, began=True), report(1, 2, began=True)], 2, {0})
+    assert silent == ["rank 1 (its last progress: training step 3; it wrote no stack: stopped?)"]
+    assert stopped_ranks([report(0, 2), report(1, 2)], 2, {0, 1}) == []
+
+
+def test_a_record_that_does_not_read_is_skipped(tmp_path: Path) -> None:
+    write_progress(tmp_path, report(0, 1, at=5.0))
+    (tmp_path / "progress-rank-1.json").write_text("{not json")
+    assert read_progress(tmp_path) == [report(0, 1, at=5.0)]
+
+
+RANK = """
+import faulthandler, os, signal, sys, time
+from train.common.progress import Progress, stacks_file, write_progress
+directory = sys.argv[1]
+stacks = open(stacks_file(directory, 0), "w")
+faulthandler.register(signal.SIGQUIT, file=stacks, all_threads=True, chain=False)
+write_progress(directory, Progress(0, 0, os.getpid(), 4, "training step 5", time.time() - 60, began=True))
+def stuck_in_step_5():
+    while True:
+        time.sleep(1)
+stuck_in_step_5()
+"""
+
+
+@pytest.mark.parametrize("stopped", [False, True])
+def test_a_hung_rank_is_asked_for_its_stack_named_and_ended(tmp_path: Path, stopped: bool) -> None:
+    """A process standing for a rank that last moved a minute ago; stopped (SIGSTOP), it cannot write its stack."""
+    runs = tmp_path / "launch"
+    runs.mkdir()
+    rank = subprocess.Popen([sys.executable, "-c", textwrap.dedent(RANK), str(runs)], cwd=Path(__file__).parents[2])
+    try:
+        deadline = time.monotonic() + 60
+        while not read_progress(runs):
+            assert time.monotonic() < deadline and rank.poll() is None
+            time.sleep(0.05)
+        if stopped:
+            rank.send_signal(subprocess.signal.SIGSTOP)  # type: ignore[attr-defined]
+        ended: list[int] = []
+        watch = HangWatch(str(runs), 2, HangBound(30, 1800.0, tmp_path / "logs", "MLM_HANG_TIMEOUT"), ended.append, 2.0)
+        watch.start(4242)
+        deadline = time.monotonic() + 60
+        while watch.verdict is None:
+            assert time.monotonic() < deadline
+            time.sleep(0.1)
+        watch.stop()
+    finally:
+        rank.kill()
+        rank.wait()
+    assert ended == [4242]
+    # Local rank 1 never reported: it is the one named, whatever rank 0 did.
+    assert watch.verdict.startswith("hung: no progress for 30 s (MLM_HANG_TIMEOUT=30): local rank 1 stopped;")
+    if stopped:
+        assert watch.verdict.endswith("; no rank wrote its stack") and not (tmp_path / "logs").exists()
+    else:
+        assert watch.verdict.endswith(f"stacks in {tmp_path / 'logs'}/stacks-rank-N.txt")
+        assert "in stuck_in_step_5" in (tmp_path / "logs" / "stacks-rank-0.txt").read_text()
