@@ -34,13 +34,16 @@ def test_a_node_is_hung_only_when_no_rank_moved_within_its_bound() -> None:
     assert not hung([report(0, 3, at=980.0, busy=True), report(1, 2, at=980.0)], 1000.0, 10, 1800.0)
 
 
-def test_the_ranks_named_are_the_silent_then_those_behind_then_those_without_a_stack() -> None:
+def test_the_ranks_named_are_the_silent_then_those_behind_then_those_without_a_stack_else_all() -> None:
     assert stopped_ranks([report(0, 2)], 2, {0}) == ["local rank 1"]
     behind = stopped_ranks([report(0, 2, began=True), report(1, 2)], 2, {0, 1})
     assert behind == ["rank 1 (its last progress: finished step 2)"]
     silent = stopped_ranks([report(0, 2, began=True), report(1, 2, began=True)], 2, {0})
     assert silent == ["rank 1 (its last progress: training step 3; it wrote no stack: stopped?)"]
-    assert stopped_ranks([report(0, 2), report(1, 2)], 2, {0, 1}) == []
+    assert stopped_ranks([report(0, 2), report(1, 2)], 2, {0, 1}) == [
+        "rank 0 (its last progress: finished step 2)",
+        "rank 1 (its last progress: finished step 2)",
+    ]
 
 
 def test_a_record_that_does_not_read_is_skipped(tmp_path: Path) -> None:

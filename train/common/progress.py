@@ -88,16 +88,18 @@ def hung(reports: list[Progress], now: float, hang_timeout: int, collective_time
 
 
 def stopped_ranks(reports: list[Progress], nproc: int, answered: set[int]) -> list[str]:
-    """The ranks to name: those of the node's ``nproc`` that never reported (by local rank), else those behind
-    the others, else those that did not write their stack when asked (stopped, or stuck outside Python); empty
-    when every rank stood at the same place and answered (all waited on something outside the node)."""
+    """The ranks to name, in words: those of the node's ``nproc`` that never reported (by local rank), else those
+    behind the others, else those that did not write their stack when asked (stopped, or stuck outside Python),
+    else every rank (all stood at the same place: their stacks say where; with several nodes, perhaps waiting for
+    another node's)."""
     reported = {p.local_rank for p in reports}
     missing = [f"local rank {r}" for r in range(nproc) if r not in reported]
     if missing:
         return missing
     furthest = max(p.order() for p in reports)
-    behind = [p for p in reports if p.order() < furthest]
-    if behind:
-        return [f"rank {p.rank} (its last progress: {p.where})" for p in behind]
-    silent = [p for p in reports if p.rank not in answered]
-    return [f"rank {p.rank} (its last progress: {p.where}; it wrote no stack: stopped?)" for p in silent]
+    named = [p for p in reports if p.order() < furthest] or [p for p in reports if p.rank not in answered] or reports
+    return [
+        f"rank {p.rank} (its last progress: {p.where}"
+        + ("; it wrote no stack: stopped?)" if p.rank not in answered else ")")
+        for p in named
+    ]

@@ -89,7 +89,7 @@ class HangWatch:
         named = stopped_ranks(reports, self.nproc, answered)
         kept = self._keep_stacks(answered)
         self.end(agent_pid)
-        who = ", ".join(named) + " stopped" if named else "every rank stood at the same place (another node's?)"
+        who = ", ".join(named) + " stopped"
         stacks = f"; stacks in {kept}/stacks-rank-N.txt" if answered else "; no rank wrote its stack"
         return (
             f"hung: no progress for {self.bound.words(reports)}: {who}; every process of this node was ended, "
