@@ -8,6 +8,7 @@
 #   bash bench/gpu.sh packing # the same for the packing series (below)
 #   bash bench/gpu.sh fsdp    # the memory series, ddp against fsdp, one rank a GPU (below)
 #   bash bench/gpu.sh mfu     # one BERT-base run; its records' MFU against the GPU's peak, pass or fail (below)
+#   bash bench/gpu.sh hang    # a hung rank on 2+ GPUs: our watchdog against NCCL's own, pass or fail (below)
 #
 # On this workplace's device tool: run(command="bash bench/gpu.sh", carry=[".whl"], timeout_s=540), and the
 # same with "bash bench/gpu.sh heads" or "bash bench/gpu.sh packing".
@@ -46,6 +47,13 @@
 # launcher picks them, through ./entrypoint.sh; the training records' median MFU (train/run/diagnostics.py) against
 # the GPU's dense bf16 peak (train/machine/peaks.py): PASS at 25 % or more with the steps waiting for data 5 % of the
 # time or less. Not yet run on a GPU.
+#
+# hang (2 or more GPUs; NCCL will not put two ranks on one): the demo model on two GPUs, world rank 1 stopped at
+# step 20 by the drill (MLM_INJECT_FAULT=hang@20:1), twice: with our watchdog at MLM_HANG_TIMEOUT=60 (ddp_timeout
+# 1,800 s), then with it out of the way (MLM_HANG_TIMEOUT=100000) and MLM_DDP_TIMEOUT=120, which leaves it to NCCL's
+# own watchdog. PASS when ours ends the run with exit 76 within 300 s of its launch (start-up and 20 steps, the
+# 60 s bound, 120 s), rank 1 named and both stacks in logs/; NCCL's time and exit code are printed beside it. Not
+# yet run on a GPU.
 set -Eeuo pipefail
 
 readonly BUDGET_S=${BENCH_BUDGET_S:-450}   # bench.run's share of the 8 minutes (start-up and copying aside)
@@ -102,6 +110,39 @@ mfu_run() {
   "$PYTHON" -m bench.mfu "$output"
 }
 
+# One hung run: its seconds from the drill's line to the launcher's exit, and its exit code, on stdout.
+hang_run() {
+  local output=$WORKDIR/hang-$1 started code=0
+  shift
+  rm -rf "$output"
+  started=$SECONDS
+  env MLM_PYTHON="$PYTHON" MLM_CONFIG=configs/demo.yaml MLM_NPROC_PER_NODE=2 MLM_INJECT_FAULT=hang@20:1 \
+    MLM_SAVE_STRATEGY=steps MLM_SAVE_STEPS=10 MLM_LOG_FORMAT=text MLM_OUTPUT_DIR="$output" "$@" \
+    timeout --signal=TERM --kill-after=15 "$BUDGET_S" ./entrypoint.sh >"$output.log" 2>&1 || code=$?
+  echo "$((SECONDS - started)) $code"
+}
+
+hang_compare() {
+  if (($(nvidia-smi --list-gpus | wc -l) < 2)); then
+    log "hang needs 2 or more GPUs (NCCL puts one rank on each): nothing measured"
+    return 2
+  fi
+  local ours ours_s ours_code nccl_s nccl_code
+  read -r ours_s ours_code < <(hang_run ours MLM_HANG_TIMEOUT=60)
+  read -r nccl_s nccl_code < <(hang_run nccl MLM_HANG_TIMEOUT=100000 MLM_DDP_TIMEOUT=120)
+  ours=$WORKDIR/hang-ours
+  log "ours: exit $ours_code after $ours_s s from launch; NCCL's watchdog (ddp_timeout 120 s): exit $nccl_code after $nccl_s s"
+  grep -m1 "hung: no progress" "$ours.log" || true
+  if [[ $ours_code == 76 ]] && ((ours_s <= 300)) && grep -q "hung: no progress.*rank 1 (" "$ours.log" &&
+    [[ -s $ours/logs/stacks-rank-0.txt && -s $ours/logs/stacks-rank-1.txt ]]; then
+    log "PASS: exit 76 within 300 s of launch, rank 1 named, both stacks kept"
+  else
+    log "FAIL: expected exit 76 within 300 s of launch naming rank 1 with both stacks; the log's end:"
+    tail -20 "$ours.log"
+    return 1
+  fi
+}
+
 main() {
   local series=${1:-demo} latest
   case $series in
@@ -119,8 +160,14 @@ main() {
       mfu_run
       return
       ;;
+    hang)
+      install_wheels
+      preflight
+      hang_compare
+      return
+      ;;
     *)
-      log "unknown argument '$series': expected fetch, demo, heads, packing, fsdp or mfu"
+      log "unknown argument '$series': expected fetch, demo, heads, packing, fsdp, mfu or hang"
       return 2
       ;;
   esac
