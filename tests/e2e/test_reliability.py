@@ -23,6 +23,7 @@ from tests.e2e.runs import (
     continues,
     entrypoint,
     is_descendant,
+    launcher_here,
     logged_losses,
     mask_rates,
     rank_pids,
@@ -37,6 +38,9 @@ from train.outputs.marker import mark_complete
 from train.outputs.runfiles import OPTIONS_NAME
 
 pytestmark = pytest.mark.slow
+# The stops, kills and launches are real; what follows them and is not about processes (a resume, a refusal by the
+# job or by the launcher before torchrun) runs the job's or the launcher's main() in this process, whose libraries
+# are imported already: each launch spends seconds of CPU starting up, the tiny runs train for a second.
 # The test marked alone works to a deadline (two presses further apart than ONE_PRESS_S, closer than a step): make
 # test runs it one at a time, beside nothing. The others wait for what they need (a checkpoint, the evaluation's
 # record) and then signal; beside another run they only take longer, with bounds far above that.
@@ -191,7 +195,9 @@ def newest_checkpoints(output: Path) -> list[Path]:
 STOP_NOISE = ("Traceback", "SignalException", "KeyboardInterrupt", "error: stopped")
 
 
-def test_one_ctrl_c_under_timeout_during_a_long_evaluation_saves_without_finishing_it(tmp_path: Path) -> None:
+def test_one_ctrl_c_under_timeout_during_a_long_evaluation_saves_without_finishing_it(
+    tmp_path: Path, job_in_process: Any, capsys: pytest.CaptureFixture[str]
+) -> None:
     """Ctrl-C means what SIGTERM means. `timeout` re-sends the SIGINT its process group got to the launcher: two
     deliveries of one press, which must save and exit 75 as one press does, not abort as two presses do. Landing
     inside step 20's evaluation, the stop saves without finishing it, and the checkpoint resumes."""
@@ -209,9 +215,9 @@ def test_one_ctrl_c_under_timeout_during_a_long_evaluation_saves_without_finishi
     assert [r["step"] for r in records(log) if r["event"] == "eval"] == [10]  # the interrupted one left no record
     assert (output / "checkpoint-20" / "trainer_state.json").exists()
     # Resumed at its last step: only the final evaluation is left, over fewer examples than the long one.
-    resumed = entrypoint(env={**env, "MLM_MAX_EVAL_SAMPLES": "32"})
-    assert resumed.returncode == 0, resumed.stderr[-3000:]
-    assert "resuming from" in resumed.stderr and (output / "final" / "model.safetensors").exists()
+    capsys.readouterr()
+    assert job_in_process({**env, "MLM_MAX_EVAL_SAMPLES": "32"}) == 0
+    assert "resuming from" in capsys.readouterr().err and (output / "final" / "model.safetensors").exists()
 
 
 @pytest.mark.alone
@@ -237,7 +243,9 @@ def test_a_second_ctrl_c_aborts_at_once(tmp_path: Path) -> None:
     assert ranks and not [pid for pid in ranks if running(pid)]  # no rank left behind
 
 
-def test_a_planted_pickle_runs_nothing_and_its_checkpoint_is_set_aside(tmp_path: Path) -> None:
+def test_a_planted_pickle_runs_nothing_and_its_checkpoint_is_set_aside(
+    tmp_path: Path, job_in_process: Any, capsys: pytest.CaptureFixture[str]
+) -> None:
     """A hostile writer of the volume plants pickles and rewrites the markers to agree: one where the resume would
     unpickle it (the newest checkpoint's optimizer.pt), one in the file the Trainer never reads back (the older
     checkpoint's training_args.bin, the one resumed from). Nothing runs; the newest is set aside, named.
@@ -261,10 +269,12 @@ def test_a_planted_pickle_runs_nothing_and_its_checkpoint_is_set_aside(tmp_path:
     torch.save(Payload(ran), older / "training_args.bin")
     for path in (older, newest):
         mark_complete(path, json.loads((path / OPTIONS_NAME).read_text()))
-    resumed = entrypoint(env=env)
-    assert resumed.returncode == 0, resumed.stderr[-3000:]
-    assert f"cannot resume from {newest.name} (optimizer.pt: fails the safe load" in resumed.stderr
-    assert f"resuming from {older.name} instead" in resumed.stderr
+    capsys.readouterr()
+    resumed = job_in_process(env)  # here: a pickle that ran would leave its file all the same
+    said = capsys.readouterr().err
+    assert resumed == 0, said[-3000:]
+    assert f"cannot resume from {newest.name} (optimizer.pt: fails the safe load" in said
+    assert f"resuming from {older.name} instead" in said
     assert (output / "final" / "model.safetensors").exists() and not ran.exists()
 
 
@@ -303,15 +313,20 @@ def test_a_two_rank_run_resumed_on_one_keeps_its_global_batch(tmp_path: Path) ->
     assert batch_rows(output) == batch_rows(tmp_path / "straight")  # and the same global rows
 
 
-def test_a_second_job_on_the_same_output_dir_is_refused_and_the_first_is_unharmed(tmp_path: Path) -> None:
+def test_a_second_job_on_the_same_output_dir_is_refused_and_the_first_is_unharmed(
+    tmp_path: Path, job_in_process: Any, capsys: pytest.CaptureFixture[str]
+) -> None:
     output = tmp_path / "out"
     env = tiny_env(output, **{**RESUMABLE, "demo_samples": "32000"})  # 1,600 steps: still running meanwhile
     first = start(env=env)
     wait_for(output / "checkpoint-10" / ".complete", first)
-    second = entrypoint(env=env, timeout=300)
-    assert second.returncode == 3, second.stderr[-3000:]
-    errors = [line for line in second.stderr.splitlines() if line.startswith("mlm-trainer: error:")]
-    assert len(errors) == 1 and "is in use by another run (pid" in errors[0], second.stderr[-3000:]
+    capsys.readouterr()
+    # The second job's rank 0 here: the lease it is refused is held by the first's, a process of this host.
+    second = job_in_process(env)
+    said = capsys.readouterr().err
+    assert second == 3, said[-3000:]
+    errors = [line for line in said.splitlines() if line.startswith("mlm-trainer: error:")]
+    assert len(errors) == 1 and "is in use by another run (pid" in errors[0], said[-3000:]
     assert first.poll() is None  # the first trains on
     first.send_signal(signal.SIGTERM)
     _, stderr = first.communicate(timeout=120)
@@ -320,12 +335,16 @@ def test_a_second_job_on_the_same_output_dir_is_refused_and_the_first_is_unharme
     assert [p.name for p in output.iterdir() if p.name.startswith(".invalid-")] == []  # nothing of it moved aside
 
 
-def test_a_diverged_run_publishes_nothing(tmp_path: Path) -> None:
+def test_a_diverged_run_publishes_nothing(
+    tmp_path: Path, job_in_process: Any, capsys: pytest.CaptureFixture[str]
+) -> None:
     output = tmp_path / "out"
     env = tiny_env(output, learning_rate="1e30", logging_steps="5", save_strategy="steps", save_steps="5")
-    result = entrypoint(env=env)
-    assert result.returncode == 2, result.stderr[-3000:]
-    assert "training diverged at step 5" in result.stderr and "final/ was not written" in result.stderr
+    capsys.readouterr()
+    diverged = job_in_process(env)
+    said = capsys.readouterr().err
+    assert diverged == 2, said[-3000:]
+    assert "training diverged at step 5" in said and "final/ was not written" in said
     assert not (output / "final").exists() and not list(output.glob("checkpoint-*"))
     assert json.loads((output / "run.json").read_text())["status"] == "diverged"
 
@@ -364,24 +383,28 @@ def small_mount(tmp_path: Path):
     subprocess.run(["umount", "-l", str(mount)], check=False)
 
 
-def test_a_disk_that_fills_while_checkpointing_is_exit_3_in_one_line(small_mount: Path) -> None:
+def test_a_disk_that_fills_while_checkpointing_is_exit_3_in_one_line(
+    small_mount: Path, job_in_process: Any, capsys: pytest.CaptureFixture[str]
+) -> None:
     env = tiny_env(small_mount / "out", **RESUMABLE)
-    result = entrypoint(env=env)
-    assert result.returncode == 3, result.stderr[-3000:]
-    errors = [line for line in result.stderr.splitlines() if line.startswith("mlm-trainer: error:")]
-    assert len(errors) == 1 and "no space left on the device while writing" in errors[0], result.stderr[-3000:]
-    assert "Traceback" not in result.stderr
+    capsys.readouterr()
+    result = job_in_process(env)
+    said = capsys.readouterr().err
+    assert result == 3, said[-3000:]
+    errors = [line for line in said.splitlines() if line.startswith("mlm-trainer: error:")]
+    assert len(errors) == 1 and "no space left on the device while writing" in errors[0], said[-3000:]
+    assert "Traceback" not in said
     assert not (small_mount / "out" / "final").exists()
 
 
-def test_an_unwritable_hf_home_is_exit_3_in_one_line(tmp_path: Path) -> None:
+def test_an_unwritable_hf_home_is_exit_3_in_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     blocker = tmp_path / "a-file"
     blocker.write_text("")
     env = tiny_env(tmp_path / "out")
     env["HF_HOME"] = str(blocker / "hf")  # under a file: not creatable, even for root
-    result = entrypoint(env=env, timeout=300)
-    assert result.returncode == 3, result.stderr[-3000:]
-    errors = [line for line in result.stderr.splitlines() if line.startswith("mlm-trainer: error:")]
+    code, said = launcher_here(capsys, env)  # refused before torchrun: the launcher's main() here
+    assert code == 3, said[-3000:]
+    errors = [line for line in said.splitlines() if line.startswith("mlm-trainer: error:")]
     assert len(errors) == 1 and errors[0].startswith(f"mlm-trainer: error: HF_HOME='{blocker / 'hf'}': not writable")
 
 
