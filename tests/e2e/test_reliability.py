@@ -8,6 +8,7 @@ import re
 import signal
 import subprocess
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -278,10 +279,13 @@ def test_a_planted_pickle_runs_nothing_and_its_checkpoint_is_set_aside(
     assert (output / "final" / "model.safetensors").exists() and not ran.exists()
 
 
-def test_a_two_rank_run_resumed_on_one_keeps_its_global_batch(tmp_path: Path) -> None:
+def test_a_two_rank_run_resumed_on_one_keeps_its_global_batch(
+    tmp_path: Path, job_in_process: Any, capsys: pytest.CaptureFixture[str]
+) -> None:
     """Capacity changed between the stop and the resume: the global batch (16) is kept by accumulating, said in
     one line, the epoch count goes on from where it was, and the losses go on as the uninterrupted run's (within
-    2 %: the same weights and optimizer state, the examples in another order)."""
+    2 %: the same weights and optimizer state, the examples in another order). The two-rank runs and the stop are
+    real; the one-rank resume is the job's main() in this process."""
     output = tmp_path / "out"
     options = {
         **RESUMABLE, **SCHEDULED_MASKING, **GROWING_BATCH, "demo_samples": "800", "per_device_train_batch_size": "8",
@@ -294,15 +298,17 @@ def test_a_two_rank_run_resumed_on_one_keeps_its_global_batch(tmp_path: Path) ->
     process.send_signal(signal.SIGTERM)
     process.communicate(timeout=60)
     assert process.returncode == 75
-    resumed = entrypoint(env=tiny_env(output, nproc_per_node="1", **options))
-    assert resumed.returncode == 0, resumed.stderr[-3000:]
-    assert "keeping its global batch, 1 rank(s) x 8 per device x 2 accumulation step(s)" in resumed.stderr
+    capsys.readouterr()
+    resumed = job_in_process(tiny_env(output, nproc_per_node="1", **options))
+    said = capsys.readouterr().err
+    assert resumed == 0, said[-3000:]
+    assert "keeping its global batch, 1 rank(s) x 8 per device x 2 accumulation step(s)" in said
     log = records(output / "logs" / "train.jsonl")
     assert [r["global_batch_size"] for r in log if r["event"] == "banner"] == [16, 16]
     epochs = [r["epoch"] for r in log if r["event"] == "train"]
     assert epochs == sorted(epochs) and epochs[-1] == pytest.approx(1.0, abs=0.05), epochs
     # Each logged loss averages the 5 steps before it: compare those whose steps were all trained after the resume.
-    stop = int(re.findall(r"resuming from \S+/checkpoint-(\d+)", resumed.stderr)[0])
+    stop = int(re.findall(r"resuming from \S+/checkpoint-(\d+)", said)[0])
     second = max(i for i, r in enumerate(log) if r["event"] == "banner")
     whole = {
         r["step"]: r["loss"] for r in log[second:] if r["event"] == "train" and "loss" in r and r["step"] - 5 >= stop
@@ -349,10 +355,30 @@ def test_a_diverged_run_publishes_nothing(
     assert json.loads((output / "run.json").read_text())["status"] == "diverged"
 
 
-def test_a_token_given_as_a_flag_reaches_no_file_and_no_command_line(tmp_path: Path) -> None:
-    canary = "hf_canary_flag_0123456789"
-    output = tmp_path / "out"
-    process = start("train", "--hub_token", canary, env=tiny_env(output, **RESUMABLE))
+CANARY = "hf_canary_flag_0123456789"
+
+
+@dataclass
+class Ended:
+    """What a run given a token as a flag showed: its processes' command lines while it trained, its output, and
+    whether a SIGTERM reached it after run.json said "finished" (before it exited)."""
+
+    output: Path
+    family: list[int]
+    seen: list[tuple[int, bytes]]
+    signalled_late: bool
+    returncode: int
+    stdout: str
+    stderr: str
+
+
+@pytest.fixture(scope="module")
+def token_run_stopped_late(tmp_path_factory: pytest.TempPathFactory) -> Ended:
+    """One launch for two facts that one run shows (a launch's start-up is the most of a tiny run's cost): a token
+    given as a flag, looked for while it trains; then, as a pod deleted while its run ends, a SIGTERM that lands
+    once run.json says "finished" while the rank and torchrun are still shutting down."""
+    output = tmp_path_factory.mktemp("token") / "out"
+    process = start("train", "--hub_token", CANARY, env=tiny_env(output, log_format="text", **RESUMABLE))
     wait_for(output / "checkpoint-10" / ".complete", process)
     family = [process.pid, *[p for p in rank_pids(process.pid)]]
     seen = []
@@ -362,14 +388,31 @@ def test_a_token_given_as_a_flag_reaches_no_file_and_no_command_line(tmp_path: P
                 seen.append((int(proc.name), (proc / "cmdline").read_bytes()))
             except OSError:
                 continue
+    run = output / "run.json"
+    while process.poll() is None:
+        try:
+            if json.loads(run.read_text())["status"] == "finished":
+                break
+        except (OSError, ValueError, KeyError):
+            pass  # not written yet, or being replaced
+        time.sleep(0.02)
+    signalled_late = process.poll() is None
+    if signalled_late:
+        process.send_signal(signal.SIGTERM)
     stdout, stderr = process.communicate(timeout=600)
-    assert process.returncode == 0, stderr[-3000:]
-    assert len(seen) >= 3 and set(family) <= {pid for pid, _ in seen}  # launcher, torchrun, the rank
-    assert not [pid for pid, cmdline in seen if canary.encode() in cmdline]
-    assert canary not in stdout + stderr
-    files = [path for path in output.rglob("*") if path.is_file()]
+    return Ended(output, family, seen, signalled_late, process.returncode, stdout, stderr)
+
+
+def test_a_token_given_as_a_flag_reaches_no_file_and_no_command_line(token_run_stopped_late: Ended) -> None:
+    ended = token_run_stopped_late
+    assert ended.returncode == 0, ended.stderr[-3000:]
+    seen = ended.seen
+    assert len(seen) >= 3 and set(ended.family) <= {pid for pid, _ in seen}  # launcher, torchrun, the rank
+    assert not [pid for pid, cmdline in seen if CANARY.encode() in cmdline]
+    assert CANARY not in ended.stdout + ended.stderr
+    files = [path for path in ended.output.rglob("*") if path.is_file()]
     assert any(path.name == "training_args.bin" for path in files)  # the Trainer's pickle of its arguments
-    assert not [path for path in files if canary.encode() in path.read_bytes()]
+    assert not [path for path in files if CANARY.encode() in path.read_bytes()]  # logs/train.jsonl's records too
 
 
 @pytest.fixture
@@ -408,22 +451,11 @@ def test_an_unwritable_hf_home_is_exit_3_in_one_line(tmp_path: Path, capsys: pyt
     assert len(errors) == 1 and errors[0].startswith(f"mlm-trainer: error: HF_HOME='{blocker / 'hf'}': not writable")
 
 
-def test_a_sigterm_after_the_run_finished_is_no_crash(tmp_path: Path) -> None:
+def test_a_sigterm_after_the_run_finished_is_no_crash(token_run_stopped_late: Ended) -> None:
     """A pod deleted as its run ends: the stop signal lands once run.json says "finished", while the rank and
     torchrun are still shutting down (torchrun, signalled, exits 1 whatever its ranks did). The launcher exits 0
     with no error line and no traceback: the rank recorded that it finished."""
-    output = tmp_path / "out"
-    process = start(env=tiny_env(output, log_format="text"))
-    run = output / "run.json"
-    while process.poll() is None:
-        try:
-            if json.loads(run.read_text())["status"] == "finished":
-                break
-        except (OSError, ValueError, KeyError):
-            pass  # not written yet, or being replaced
-        time.sleep(0.02)
-    assert process.poll() is None, "the run had exited before the signal: the case was not tried"
-    process.send_signal(signal.SIGTERM)
-    _, stderr = process.communicate(timeout=120)
-    assert process.returncode == 0, stderr[-3000:]
-    assert "error" not in stderr.lower() and "Traceback" not in stderr, stderr[-3000:]
+    ended = token_run_stopped_late
+    assert ended.signalled_late, "the run had exited before the signal: the case was not tried"
+    assert ended.returncode == 0, ended.stderr[-3000:]
+    assert "error" not in ended.stderr.lower() and "Traceback" not in ended.stderr, ended.stderr[-3000:]
