@@ -8,6 +8,7 @@ import re
 import signal
 import subprocess
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +24,7 @@ from tests.e2e.runs import (
     continues,
     entrypoint,
     is_descendant,
+    launcher_here,
     logged_losses,
     mask_rates,
     rank_pids,
@@ -37,6 +39,9 @@ from train.outputs.marker import mark_complete
 from train.outputs.runfiles import OPTIONS_NAME
 
 pytestmark = pytest.mark.slow
+# The stops, kills and launches are real; what follows them and is not about processes (a resume, a refusal by the
+# job or by the launcher before torchrun) runs the job's or the launcher's main() in this process, whose libraries
+# are imported already: each launch spends seconds of CPU starting up, the tiny runs train for a second.
 # The test marked alone works to a deadline (two presses further apart than ONE_PRESS_S, closer than a step): make
 # test runs it one at a time, beside nothing. The others wait for what they need (a checkpoint, the evaluation's
 # record) and then signal; beside another run they only take longer, with bounds far above that.
@@ -191,7 +196,9 @@ def newest_checkpoints(output: Path) -> list[Path]:
 STOP_NOISE = ("Traceback", "SignalException", "KeyboardInterrupt", "error: stopped")
 
 
-def test_one_ctrl_c_under_timeout_during_a_long_evaluation_saves_without_finishing_it(tmp_path: Path) -> None:
+def test_one_ctrl_c_under_timeout_during_a_long_evaluation_saves_without_finishing_it(
+    tmp_path: Path, job_in_process: Any, capsys: pytest.CaptureFixture[str]
+) -> None:
     """Ctrl-C means what SIGTERM means. `timeout` re-sends the SIGINT its process group got to the launcher: two
     deliveries of one press, which must save and exit 75 as one press does, not abort as two presses do. Landing
     inside step 20's evaluation, the stop saves without finishing it, and the checkpoint resumes."""
@@ -209,9 +216,9 @@ def test_one_ctrl_c_under_timeout_during_a_long_evaluation_saves_without_finishi
     assert [r["step"] for r in records(log) if r["event"] == "eval"] == [10]  # the interrupted one left no record
     assert (output / "checkpoint-20" / "trainer_state.json").exists()
     # Resumed at its last step: only the final evaluation is left, over fewer examples than the long one.
-    resumed = entrypoint(env={**env, "MLM_MAX_EVAL_SAMPLES": "32"})
-    assert resumed.returncode == 0, resumed.stderr[-3000:]
-    assert "resuming from" in resumed.stderr and (output / "final" / "model.safetensors").exists()
+    capsys.readouterr()
+    assert job_in_process({**env, "MLM_MAX_EVAL_SAMPLES": "32"}) == 0
+    assert "resuming from" in capsys.readouterr().err and (output / "final" / "model.safetensors").exists()
 
 
 @pytest.mark.alone
@@ -237,7 +244,9 @@ def test_a_second_ctrl_c_aborts_at_once(tmp_path: Path) -> None:
     assert ranks and not [pid for pid in ranks if running(pid)]  # no rank left behind
 
 
-def test_a_planted_pickle_runs_nothing_and_its_checkpoint_is_set_aside(tmp_path: Path) -> None:
+def test_a_planted_pickle_runs_nothing_and_its_checkpoint_is_set_aside(
+    tmp_path: Path, job_in_process: Any, capsys: pytest.CaptureFixture[str]
+) -> None:
     """A hostile writer of the volume plants pickles and rewrites the markers to agree: one where the resume would
     unpickle it (the newest checkpoint's optimizer.pt), one in the file the Trainer never reads back (the older
     checkpoint's training_args.bin, the one resumed from). Nothing runs; the newest is set aside, named.
@@ -261,17 +270,22 @@ def test_a_planted_pickle_runs_nothing_and_its_checkpoint_is_set_aside(tmp_path:
     torch.save(Payload(ran), older / "training_args.bin")
     for path in (older, newest):
         mark_complete(path, json.loads((path / OPTIONS_NAME).read_text()))
-    resumed = entrypoint(env=env)
-    assert resumed.returncode == 0, resumed.stderr[-3000:]
-    assert f"cannot resume from {newest.name} (optimizer.pt: fails the safe load" in resumed.stderr
-    assert f"resuming from {older.name} instead" in resumed.stderr
+    capsys.readouterr()
+    resumed = job_in_process(env)  # here: a pickle that ran would leave its file all the same
+    said = capsys.readouterr().err
+    assert resumed == 0, said[-3000:]
+    assert f"cannot resume from {newest.name} (optimizer.pt: fails the safe load" in said
+    assert f"resuming from {older.name} instead" in said
     assert (output / "final" / "model.safetensors").exists() and not ran.exists()
 
 
-def test_a_two_rank_run_resumed_on_one_keeps_its_global_batch(tmp_path: Path) -> None:
+def test_a_two_rank_run_resumed_on_one_keeps_its_global_batch(
+    tmp_path: Path, job_in_process: Any, capsys: pytest.CaptureFixture[str]
+) -> None:
     """Capacity changed between the stop and the resume: the global batch (16) is kept by accumulating, said in
     one line, the epoch count goes on from where it was, and the losses go on as the uninterrupted run's (within
-    2 %: the same weights and optimizer state, the examples in another order)."""
+    2 %: the same weights and optimizer state, the examples in another order). The two-rank runs and the stop are
+    real; the one-rank resume is the job's main() in this process."""
     output = tmp_path / "out"
     options = {
         **RESUMABLE, **SCHEDULED_MASKING, **GROWING_BATCH, "demo_samples": "800", "per_device_train_batch_size": "8",
@@ -284,15 +298,17 @@ def test_a_two_rank_run_resumed_on_one_keeps_its_global_batch(tmp_path: Path) ->
     process.send_signal(signal.SIGTERM)
     process.communicate(timeout=60)
     assert process.returncode == 75
-    resumed = entrypoint(env=tiny_env(output, nproc_per_node="1", **options))
-    assert resumed.returncode == 0, resumed.stderr[-3000:]
-    assert "keeping its global batch, 1 rank(s) x 8 per device x 2 accumulation step(s)" in resumed.stderr
+    capsys.readouterr()
+    resumed = job_in_process(tiny_env(output, nproc_per_node="1", **options))
+    said = capsys.readouterr().err
+    assert resumed == 0, said[-3000:]
+    assert "keeping its global batch, 1 rank(s) x 8 per device x 2 accumulation step(s)" in said
     log = records(output / "logs" / "train.jsonl")
     assert [r["global_batch_size"] for r in log if r["event"] == "banner"] == [16, 16]
     epochs = [r["epoch"] for r in log if r["event"] == "train"]
     assert epochs == sorted(epochs) and epochs[-1] == pytest.approx(1.0, abs=0.05), epochs
     # Each logged loss averages the 5 steps before it: compare those whose steps were all trained after the resume.
-    stop = int(re.findall(r"resuming from \S+/checkpoint-(\d+)", resumed.stderr)[0])
+    stop = int(re.findall(r"resuming from \S+/checkpoint-(\d+)", said)[0])
     second = max(i for i, r in enumerate(log) if r["event"] == "banner")
     whole = {
         r["step"]: r["loss"] for r in log[second:] if r["event"] == "train" and "loss" in r and r["step"] - 5 >= stop
@@ -303,15 +319,20 @@ def test_a_two_rank_run_resumed_on_one_keeps_its_global_batch(tmp_path: Path) ->
     assert batch_rows(output) == batch_rows(tmp_path / "straight")  # and the same global rows
 
 
-def test_a_second_job_on_the_same_output_dir_is_refused_and_the_first_is_unharmed(tmp_path: Path) -> None:
+def test_a_second_job_on_the_same_output_dir_is_refused_and_the_first_is_unharmed(
+    tmp_path: Path, job_in_process: Any, capsys: pytest.CaptureFixture[str]
+) -> None:
     output = tmp_path / "out"
     env = tiny_env(output, **{**RESUMABLE, "demo_samples": "32000"})  # 1,600 steps: still running meanwhile
     first = start(env=env)
     wait_for(output / "checkpoint-10" / ".complete", first)
-    second = entrypoint(env=env, timeout=300)
-    assert second.returncode == 3, second.stderr[-3000:]
-    errors = [line for line in second.stderr.splitlines() if line.startswith("mlm-trainer: error:")]
-    assert len(errors) == 1 and "is in use by another run (pid" in errors[0], second.stderr[-3000:]
+    capsys.readouterr()
+    # The second job's rank 0 here: the lease it is refused is held by the first's, a process of this host.
+    second = job_in_process(env)
+    said = capsys.readouterr().err
+    assert second == 3, said[-3000:]
+    errors = [line for line in said.splitlines() if line.startswith("mlm-trainer: error:")]
+    assert len(errors) == 1 and "is in use by another run (pid" in errors[0], said[-3000:]
     assert first.poll() is None  # the first trains on
     first.send_signal(signal.SIGTERM)
     _, stderr = first.communicate(timeout=120)
@@ -320,20 +341,44 @@ def test_a_second_job_on_the_same_output_dir_is_refused_and_the_first_is_unharme
     assert [p.name for p in output.iterdir() if p.name.startswith(".invalid-")] == []  # nothing of it moved aside
 
 
-def test_a_diverged_run_publishes_nothing(tmp_path: Path) -> None:
+def test_a_diverged_run_publishes_nothing(
+    tmp_path: Path, job_in_process: Any, capsys: pytest.CaptureFixture[str]
+) -> None:
     output = tmp_path / "out"
     env = tiny_env(output, learning_rate="1e30", logging_steps="5", save_strategy="steps", save_steps="5")
-    result = entrypoint(env=env)
-    assert result.returncode == 2, result.stderr[-3000:]
-    assert "training diverged at step 5" in result.stderr and "final/ was not written" in result.stderr
+    capsys.readouterr()
+    diverged = job_in_process(env)
+    said = capsys.readouterr().err
+    assert diverged == 2, said[-3000:]
+    assert "training diverged at step 5" in said and "final/ was not written" in said
     assert not (output / "final").exists() and not list(output.glob("checkpoint-*"))
     assert json.loads((output / "run.json").read_text())["status"] == "diverged"
 
 
-def test_a_token_given_as_a_flag_reaches_no_file_and_no_command_line(tmp_path: Path) -> None:
-    canary = "hf_canary_flag_0123456789"
-    output = tmp_path / "out"
-    process = start("train", "--hub_token", canary, env=tiny_env(output, **RESUMABLE))
+CANARY = "hf_canary_flag_0123456789"
+
+
+@dataclass
+class Ended:
+    """What a run given a token as a flag showed: its processes' command lines while it trained, its output, and
+    whether a SIGTERM reached it after run.json said "finished" (before it exited)."""
+
+    output: Path
+    family: list[int]
+    seen: list[tuple[int, bytes]]
+    signalled_late: bool
+    returncode: int
+    stdout: str
+    stderr: str
+
+
+@pytest.fixture(scope="module")
+def token_run_stopped_late(tmp_path_factory: pytest.TempPathFactory) -> Ended:
+    """One launch for two facts that one run shows (a launch's start-up is the most of a tiny run's cost): a token
+    given as a flag, looked for while it trains; then, as a pod deleted while its run ends, a SIGTERM that lands
+    once run.json says "finished" while the rank and torchrun are still shutting down."""
+    output = tmp_path_factory.mktemp("token") / "out"
+    process = start("train", "--hub_token", CANARY, env=tiny_env(output, log_format="text", **RESUMABLE))
     wait_for(output / "checkpoint-10" / ".complete", process)
     family = [process.pid, *[p for p in rank_pids(process.pid)]]
     seen = []
@@ -343,14 +388,31 @@ def test_a_token_given_as_a_flag_reaches_no_file_and_no_command_line(tmp_path: P
                 seen.append((int(proc.name), (proc / "cmdline").read_bytes()))
             except OSError:
                 continue
+    run = output / "run.json"
+    while process.poll() is None:
+        try:
+            if json.loads(run.read_text())["status"] == "finished":
+                break
+        except (OSError, ValueError, KeyError):
+            pass  # not written yet, or being replaced
+        time.sleep(0.02)
+    signalled_late = process.poll() is None
+    if signalled_late:
+        process.send_signal(signal.SIGTERM)
     stdout, stderr = process.communicate(timeout=600)
-    assert process.returncode == 0, stderr[-3000:]
-    assert len(seen) >= 3 and set(family) <= {pid for pid, _ in seen}  # launcher, torchrun, the rank
-    assert not [pid for pid, cmdline in seen if canary.encode() in cmdline]
-    assert canary not in stdout + stderr
-    files = [path for path in output.rglob("*") if path.is_file()]
+    return Ended(output, family, seen, signalled_late, process.returncode, stdout, stderr)
+
+
+def test_a_token_given_as_a_flag_reaches_no_file_and_no_command_line(token_run_stopped_late: Ended) -> None:
+    ended = token_run_stopped_late
+    assert ended.returncode == 0, ended.stderr[-3000:]
+    seen = ended.seen
+    assert len(seen) >= 3 and set(ended.family) <= {pid for pid, _ in seen}  # launcher, torchrun, the rank
+    assert not [pid for pid, cmdline in seen if CANARY.encode() in cmdline]
+    assert CANARY not in ended.stdout + ended.stderr
+    files = [path for path in ended.output.rglob("*") if path.is_file()]
     assert any(path.name == "training_args.bin" for path in files)  # the Trainer's pickle of its arguments
-    assert not [path for path in files if canary.encode() in path.read_bytes()]
+    assert not [path for path in files if CANARY.encode() in path.read_bytes()]  # logs/train.jsonl's records too
 
 
 @pytest.fixture
@@ -364,43 +426,36 @@ def small_mount(tmp_path: Path):
     subprocess.run(["umount", "-l", str(mount)], check=False)
 
 
-def test_a_disk_that_fills_while_checkpointing_is_exit_3_in_one_line(small_mount: Path) -> None:
+def test_a_disk_that_fills_while_checkpointing_is_exit_3_in_one_line(
+    small_mount: Path, job_in_process: Any, capsys: pytest.CaptureFixture[str]
+) -> None:
     env = tiny_env(small_mount / "out", **RESUMABLE)
-    result = entrypoint(env=env)
-    assert result.returncode == 3, result.stderr[-3000:]
-    errors = [line for line in result.stderr.splitlines() if line.startswith("mlm-trainer: error:")]
-    assert len(errors) == 1 and "no space left on the device while writing" in errors[0], result.stderr[-3000:]
-    assert "Traceback" not in result.stderr
+    capsys.readouterr()
+    result = job_in_process(env)
+    said = capsys.readouterr().err
+    assert result == 3, said[-3000:]
+    errors = [line for line in said.splitlines() if line.startswith("mlm-trainer: error:")]
+    assert len(errors) == 1 and "no space left on the device while writing" in errors[0], said[-3000:]
+    assert "Traceback" not in said
     assert not (small_mount / "out" / "final").exists()
 
 
-def test_an_unwritable_hf_home_is_exit_3_in_one_line(tmp_path: Path) -> None:
+def test_an_unwritable_hf_home_is_exit_3_in_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     blocker = tmp_path / "a-file"
     blocker.write_text("")
     env = tiny_env(tmp_path / "out")
     env["HF_HOME"] = str(blocker / "hf")  # under a file: not creatable, even for root
-    result = entrypoint(env=env, timeout=300)
-    assert result.returncode == 3, result.stderr[-3000:]
-    errors = [line for line in result.stderr.splitlines() if line.startswith("mlm-trainer: error:")]
+    code, said = launcher_here(capsys, env)  # refused before torchrun: the launcher's main() here
+    assert code == 3, said[-3000:]
+    errors = [line for line in said.splitlines() if line.startswith("mlm-trainer: error:")]
     assert len(errors) == 1 and errors[0].startswith(f"mlm-trainer: error: HF_HOME='{blocker / 'hf'}': not writable")
 
 
-def test_a_sigterm_after_the_run_finished_is_no_crash(tmp_path: Path) -> None:
+def test_a_sigterm_after_the_run_finished_is_no_crash(token_run_stopped_late: Ended) -> None:
     """A pod deleted as its run ends: the stop signal lands once run.json says "finished", while the rank and
     torchrun are still shutting down (torchrun, signalled, exits 1 whatever its ranks did). The launcher exits 0
     with no error line and no traceback: the rank recorded that it finished."""
-    output = tmp_path / "out"
-    process = start(env=tiny_env(output, log_format="text"))
-    run = output / "run.json"
-    while process.poll() is None:
-        try:
-            if json.loads(run.read_text())["status"] == "finished":
-                break
-        except (OSError, ValueError, KeyError):
-            pass  # not written yet, or being replaced
-        time.sleep(0.02)
-    assert process.poll() is None, "the run had exited before the signal: the case was not tried"
-    process.send_signal(signal.SIGTERM)
-    _, stderr = process.communicate(timeout=120)
-    assert process.returncode == 0, stderr[-3000:]
-    assert "error" not in stderr.lower() and "Traceback" not in stderr, stderr[-3000:]
+    ended = token_run_stopped_late
+    assert ended.signalled_late, "the run had exited before the signal: the case was not tried"
+    assert ended.returncode == 0, ended.stderr[-3000:]
+    assert "error" not in ended.stderr.lower() and "Traceback" not in ended.stderr, ended.stderr[-3000:]
