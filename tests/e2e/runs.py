@@ -1,7 +1,7 @@
 """Starting end-to-end runs through the front door (./entrypoint.sh -> launcher -> torchrun -> ranks) and watching
-them: the one launch helper (:func:`entrypoint`, :func:`start` for a run to signal or kill, :func:`launcher_here` for
-a refusal before torchrun, in this process), the processes of a run, and the environments shared by several test
-modules. Fixtures live in tests/e2e/conftest.py."""
+them: the one launch helper (:func:`entrypoint`, :func:`start` for a run to signal or kill, :func:`launcher_here`
+for a refusal before torchrun), the processes of a run, and the environments shared by several test modules.
+Fixtures live in tests/e2e/conftest.py."""
 
 from __future__ import annotations
 
@@ -50,22 +50,23 @@ def entrypoint(
     )
 
 
-def start(*args: str, env: dict[str, str], wrapper: Sequence[str] = (), **popen: Any) -> subprocess.Popen:
-    """``./entrypoint.sh ARGS`` started, for a test to signal, kill or wait for: stdout and stderr piped as text
-    unless ``popen`` says otherwise (``stderr=subprocess.STDOUT``, ``cwd``, ``start_new_session``...)."""
-    options: dict[str, Any] = {"stdout": subprocess.PIPE, "stderr": subprocess.PIPE, "text": True, **popen}
-    return subprocess.Popen([*wrapper, str(ENTRYPOINT), *args], env=env, **options)
-
-
 def launcher_here(capsys: Any, env: dict[str, str], *args: str) -> tuple[int, str]:
     """The launcher's main() in this process, as ./entrypoint.sh would run it with ``args`` and ``env``: its exit
-    code and what it wrote to stderr. For the refusals, which end before torchrun (a launch's start-up is seconds)."""
+    code and what it wrote to stderr. For the refusals, which end before torchrun (a launch's start-up is seconds;
+    a store's client reads its AWS_* variables from this process's environment: set them too)."""
     from train.common.errors import run_main
     from train.launch.__main__ import main as launcher
 
     capsys.readouterr()
     code = run_main(lambda argv: launcher(argv, env), list(args))
     return code, capsys.readouterr().err
+
+
+def start(*args: str, env: dict[str, str], wrapper: Sequence[str] = (), **popen: Any) -> subprocess.Popen:
+    """``./entrypoint.sh ARGS`` started, for a test to signal, kill or wait for: stdout and stderr piped as text
+    unless ``popen`` says otherwise (``stderr=subprocess.STDOUT``, ``cwd``, ``start_new_session``...)."""
+    options: dict[str, Any] = {"stdout": subprocess.PIPE, "stderr": subprocess.PIPE, "text": True, **popen}
+    return subprocess.Popen([*wrapper, str(ENTRYPOINT), *args], env=env, **options)
 
 
 def wait_for(path: Path, process: subprocess.Popen, timeout: float = 300) -> None:

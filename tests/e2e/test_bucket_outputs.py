@@ -12,14 +12,16 @@ import signal
 import subprocess
 import sys
 import time
+import uuid
 from pathlib import Path
+from typing import Any, NamedTuple
 
 import pytest
 
 from tests.conftest import tiny_env
-from tests.e2e.runs import REPO_ID, entrypoint, node_env, push_env, start
+from tests.e2e.runs import REPO_ID, entrypoint, launcher_here, node_env, push_env, start
 from tests.hub_server import HubServer
-from tests.servers import S3_SECRET, FlakyProxy, free_port
+from tests.servers import S3_SECRET, FlakyProxy, aws_environment, free_port
 
 pytestmark = pytest.mark.slow
 
@@ -42,16 +44,16 @@ def filesystem(aws: dict[str, str]):  # noqa: ANN201 - s3fs is imported here onl
 
 
 def machine_env(
-    tmp_path: Path, url: str, aws: dict[str, str], machine: str, cache: str = "", **options: str
+    tmp_path: Path, url: str, aws: dict[str, str], machine: str, cache: Path | None = None, **options: str
 ) -> dict[str, str]:
     """A run on its own "machine": its own staging directory and its own (empty at first) cache, or the cache of
-    machine ``cache``."""
+    the machine whose directory is ``cache``."""
     env = tiny_env(tmp_path / machine / "unused", log_format="text", **{**RESUMABLE, **options})
     env.update(aws)
     env.update(
         MLM_OUTPUT_DIR=url,
         MLM_STAGING_DIR=str(tmp_path / machine / "staging"),
-        HF_HOME=str(tmp_path / (cache or machine) / "hf"),
+        HF_HOME=str((cache or tmp_path / machine) / "hf"),
         PATH=f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}",
     )
     return env
@@ -82,17 +84,43 @@ def assert_no_secret(aws: dict[str, str], prefix: str | None, *places: Path, tex
         assert SECRET.encode() not in fs.cat_file(key), key
 
 
-def test_a_stopped_run_resumes_on_a_fresh_machine_from_the_bucket_with_identical_weights(
-    tmp_path: Path, aws: dict[str, str], bucket: str
-) -> None:
-    straight = entrypoint(env=machine_env(tmp_path, f"s3://{bucket}/straight", aws, "a"))
-    assert straight.returncode == 0, straight.stderr[-3000:]
-    assert f"finished: model in s3://{bucket}/straight/final" in straight.stderr
+class Straight(NamedTuple):
+    """The uninterrupted run: its bucket, the directory of its machine ("a": staging, cache, token file) and what it
+    wrote to stderr."""
 
+    bucket: str
+    machine: Path
+    stderr: str
+
+
+@pytest.fixture(scope="module")
+def straight(
+    tmp_path_factory: pytest.TempPathFactory, s3_endpoint: str, hub: HubServer, mlflow_server: str
+) -> Straight:
+    """The uninterrupted run into a bucket of its own, pushing to the hub and logging its model to MLflow: one run
+    that both the resume on a fresh machine (its weights) and the push (the hub's and MLflow's copies) are checked
+    against. The push and the tracker change no weight: a change would show as the resume's weights differing."""
+    root, aws = tmp_path_factory.mktemp("straight"), aws_environment(s3_endpoint, S3_SECRET)
+    name = f"bucket-{uuid.uuid4().hex[:12]}"
+    filesystem(aws).mkdir(name)
+    hub.reset()
+    env = push_env(root / "out", hub)
+    env.update(machine_env(root, f"s3://{name}/straight", aws, "a", push_to_hub="true", report_to="mlflow"))
+    env.update(MLFLOW_TRACKING_URI=mlflow_server, MLFLOW_EXPERIMENT_NAME=f"bucket-{name}")
+    env.pop("HF_HUB_OFFLINE", None)  # the push needs the hub; the data and the model are local anyway
+    done = entrypoint(env=env)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert f"finished: model in s3://{name}/straight/final" in done.stderr
+    return Straight(name, root / "a", done.stderr)
+
+
+def test_a_stopped_run_resumes_on_a_fresh_machine_from_the_bucket_with_identical_weights(
+    tmp_path: Path, aws: dict[str, str], bucket: str, straight: Straight
+) -> None:
     # evaluate-only, from the bucket to the bucket, on a machine with nothing of a's: the model downloaded and
     # verified, the figures written there. (A damaged checkpoint in the bucket set aside for the one before:
     # tests/test_mirror.py, tests/test_store.py.)
-    fs, model = filesystem(aws), f"s3://{bucket}/straight/final"
+    fs, model = filesystem(aws), f"s3://{straight.bucket}/straight/final"
     scored = entrypoint(
         "evaluate", "--model_name_or_path", model, env=machine_env(tmp_path, f"s3://{bucket}/scores", aws, "e")
     )
@@ -103,7 +131,7 @@ def test_a_stopped_run_resumes_on_a_fresh_machine_from_the_bucket_with_identical
 
     # The same machine's cache, so the same tokenizer: two trainings of one differ (train/model/tokenizer_training.py).
     url = f"s3://{bucket}/run"
-    first = start(env=machine_env(tmp_path, url, aws, "b", cache="a"))
+    first = start(env=machine_env(tmp_path, url, aws, "b", cache=straight.machine))
     wait_for_object(aws, f"{bucket}/run/checkpoint-10/.complete", first)
     first.send_signal(signal.SIGTERM)
     _, stopped = first.communicate(timeout=120)  # a bound against a hang, not a measurement
@@ -115,33 +143,41 @@ def test_a_stopped_run_resumes_on_a_fresh_machine_from_the_bucket_with_identical
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     assert "resuming from" in resumed.stderr
     weights = "final/model.safetensors"
-    assert fs.cat_file(f"{bucket}/run/{weights}") == fs.cat_file(f"{bucket}/straight/{weights}")
+    assert fs.cat_file(f"{bucket}/run/{weights}") == fs.cat_file(f"{straight.bucket}/straight/{weights}")
     assert fs.exists(f"{bucket}/run/final/.complete") and fs.exists(f"{bucket}/run/run.json")
     history = fs.cat_file(f"{bucket}/run/logs/train.jsonl").decode()
     assert history.count('"event": "banner"') == 2  # the stopped run's log, appended to on the other machine
-    assert_no_secret(aws, f"{bucket}/run", tmp_path, texts=(straight.stderr, stopped, resumed.stderr))
+    assert_no_secret(aws, f"{bucket}/run", tmp_path, straight.machine, texts=(straight.stderr, stopped, resumed.stderr))
 
 
-def test_a_missing_bucket_is_exit_2_before_training(tmp_path: Path, aws: dict[str, str]) -> None:
-    result = entrypoint(env=machine_env(tmp_path, "s3://no-such-bucket-here/run", aws, "a"))
-    assert result.returncode == 2, result.stderr[-3000:]
-    assert "MLM_OUTPUT_DIR='s3://no-such-bucket-here/run': the bucket does not exist" in result.stderr
-    assert "Traceback" not in result.stderr and "Tokenizing" not in result.stderr
-    assert_no_secret(aws, None, tmp_path, texts=(result.stderr, result.stdout))
+# The two refusals below are the launcher's (its output check, before torchrun): its main() in this process, with the
+# run's AWS_* variables in this process's environment too (botocore reads them there).
+
+
+def test_a_missing_bucket_is_exit_2_before_training(tmp_path: Path, aws: dict[str, str], capsys: Any) -> None:
+    code, said = launcher_here(capsys, machine_env(tmp_path, "s3://no-such-bucket-here/run", aws, "a"), "train")
+    assert code == 2, said[-3000:]
+    assert "MLM_OUTPUT_DIR='s3://no-such-bucket-here/run': the bucket does not exist" in said
+    assert "Traceback" not in said and "Tokenizing" not in said
+    assert_no_secret(aws, None, tmp_path, texts=(said, capsys.readouterr().out))
 
 
 def test_refused_credentials_are_exit_3_before_training(
     tmp_path: Path,
     aws: dict[str, str],
     authenticating: tuple[str, str, str],
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: Any,
 ) -> None:
     endpoint, key_id, _ = authenticating
     env = machine_env(tmp_path, "s3://any-bucket/run", {**aws, "AWS_ENDPOINT_URL": endpoint}, "a")
     env["AWS_ACCESS_KEY_ID"] = key_id  # a key the server knows, with the wrong secret
-    result = entrypoint(env=env)
-    assert result.returncode == 3, result.stderr[-3000:]
-    assert "MLM_OUTPUT_DIR='s3://any-bucket/run':" in result.stderr and "refused" in result.stderr
-    assert SECRET not in result.stderr + result.stdout and "Tokenizing" not in result.stderr
+    for name in ("AWS_ENDPOINT_URL", "AWS_ACCESS_KEY_ID"):
+        monkeypatch.setenv(name, env[name])
+    code, said = launcher_here(capsys, env, "train")
+    assert code == 3, said[-3000:]
+    assert "MLM_OUTPUT_DIR='s3://any-bucket/run':" in said and "refused" in said
+    assert SECRET not in said + capsys.readouterr().out and "Tokenizing" not in said
 
 
 def test_a_server_failing_mid_upload_is_exit_3_and_the_next_run_uploads_what_was_kept(
@@ -214,28 +250,17 @@ def test_two_nodes_with_their_own_staging_resume_from_the_bucket(
 
 
 def test_a_bucket_run_pushes_to_the_hub_and_logs_its_model_to_mlflow(
-    tmp_path: Path,
-    aws: dict[str, str],
-    bucket: str,
-    hub: HubServer,
-    mlflow_server: str,
+    aws: dict[str, str], hub: HubServer, mlflow_server: str, straight: Straight
 ) -> None:
     """The hub push and MLflow's artifact upload read the staged final/: the same bytes as the bucket's."""
     from mlflow.tracking import MlflowClient
 
-    hub.reset()
-    env = push_env(tmp_path / "out", hub)
-    env.update(machine_env(tmp_path, f"s3://{bucket}/run", aws, "a", push_to_hub="true", report_to="mlflow"))
-    env.update(MLFLOW_TRACKING_URI=mlflow_server, MLFLOW_EXPERIMENT_NAME=f"bucket-{bucket}")
-    env.pop("HF_HUB_OFFLINE", None)  # the push needs the hub; the data and the model are local anyway
-    result = entrypoint(env=env)
-    assert result.returncode == 0, result.stderr[-3000:]
-    fs, final = filesystem(aws), f"{bucket}/run/final"
+    fs, final = filesystem(aws), f"{straight.bucket}/straight/final"
     weights = fs.cat_file(f"{final}/model.safetensors")
     assert hub.repos[REPO_ID].files["model.safetensors"] == weights
     assert fs.cat_file(f"{final}/README.md") == hub.repos[REPO_ID].files["README.md"]  # the card, in the bucket too
     client = MlflowClient(tracking_uri=mlflow_server)
-    [run] = client.search_runs([client.get_experiment_by_name(f"bucket-{bucket}").experiment_id])
+    [run] = client.search_runs([client.get_experiment_by_name(f"bucket-{straight.bucket}").experiment_id])
     assert "final/model.safetensors" in {a.path for a in client.list_artifacts(run.info.run_id, "final")}
 
 
@@ -252,7 +277,8 @@ def test_a_second_job_on_the_same_bucket_is_refused_and_the_first_is_unharmed(
     tmp_path: Path, aws: dict[str, str], bucket: str
 ) -> None:
     url = f"s3://{bucket}/run"
-    first = start(env=machine_env(tmp_path, url, aws, "a", demo_samples="32000"))  # 1,600 steps: still running
+    # 1,600 steps, still running: 50 epochs of 32 (32,000 samples for one epoch would cost their tokenizing first)
+    first = start(env=machine_env(tmp_path, url, aws, "a", num_train_epochs="50"))
     wait_for_object(aws, f"{bucket}/run/checkpoint-10/.complete", first)
     second = entrypoint(env=machine_env(tmp_path, url, aws, "b"))
     assert second.returncode == 3, second.stderr[-3000:]

@@ -10,23 +10,14 @@ from typing import Any
 import pytest
 
 from tests.conftest import tiny_env
-from tests.e2e.runs import entrypoint
+from tests.e2e.runs import entrypoint, launcher_here
 
 pytestmark = pytest.mark.slow
 
 
-def launcher_here(capsys: Any, env: dict[str, str], *args: str) -> tuple[int, str]:
-    """The launcher's main() in this process, as ./entrypoint.sh would run it with ``args`` and ``env``: its exit
-    code and what it wrote to stderr. For the refusals, which end before torchrun (a launch's start-up is seconds)."""
-    from train.common.errors import run_main
-    from train.launch.__main__ import main as launcher
-
-    capsys.readouterr()
-    code = run_main(lambda argv: launcher(argv, env), list(args))
-    return code, capsys.readouterr().err
-
-
-def test_a_run_replays_to_identical_files_and_differences_are_refused_or_said(tmp_path: Path, capsys: Any) -> None:
+def test_a_run_replays_to_identical_files_and_differences_are_refused_or_said(
+    tmp_path: Path, capsys: Any, job_in_process: Any
+) -> None:
     corpus = tmp_path / "corpus.txt"
     corpus.write_text("".join(f"line {i} of a small corpus for the replay test\n" for i in range(300)))
     original = tmp_path / "run"
@@ -69,14 +60,16 @@ def test_a_run_replays_to_identical_files_and_differences_are_refused_or_said(tm
     assert code == 2 and "final is not a mapping of final/'s file names" in said
     assert "Traceback" not in said and not (tmp_path / "r5").exists()
 
-    # a resume from the run's checkpoint on the corpus replaced in place: refused, then asked for and recorded
+    # a resume from the run's checkpoint on the corpus replaced in place: refused, then asked for and recorded (the
+    # rank's decision, train/run/resuming.py: the job's main() in this process)
     resumed = tiny_env(tmp_path / "resumed", dataset=str(corpus), max_steps="6", resume=str(original / "checkpoint-4"))
-    refused = entrypoint(env=resumed)
-    assert refused.returncode == 2, refused.stderr[-3000:]
-    assert "checkpoint-4 was saved while training on other data (corpus.txt: " in refused.stderr
-    assert "MLM_RESUME_ON_CHANGED_DATA=true" in refused.stderr and "Traceback" not in refused.stderr
-    told = entrypoint(env={**resumed, "MLM_RESUME_ON_CHANGED_DATA": "true"})
-    assert told.returncode == 0, told.stderr[-3000:]
+    capsys.readouterr()
+    code = job_in_process(resumed)
+    said = capsys.readouterr().err
+    assert code == 2, said[-3000:]
+    assert "checkpoint-4 was saved while training on other data (corpus.txt: " in said
+    assert "MLM_RESUME_ON_CHANGED_DATA=true" in said and "Traceback" not in said
+    assert job_in_process({**resumed, "MLM_RESUME_ON_CHANGED_DATA": "true"}) == 0, capsys.readouterr().err[-3000:]
     run_json = json.loads((tmp_path / "resumed" / "run.json").read_text())
     assert run_json["resumed_on_changed_data"][0].startswith("corpus.txt: ")
     assert "| resumed on changed data | corpus.txt: " in (tmp_path / "resumed" / "final" / "README.md").read_text()

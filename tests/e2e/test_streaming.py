@@ -1,7 +1,8 @@
 """A streamed corpus through the real front door: two ranks with DataLoader workers, preempted and resumed on as many
 ranks (the same weights, bit for bit), and resumed on one rank from two and on two from one (the old ranks'
 positions redistributed, train/data/stream_resume.py: the losses go on as the uninterrupted run's, within 2 %).
-About 45 s, 25 s and 35 s; the two refusals about 10 s each (the one-rank refusal in this process)."""
+A single rank that is not itself under test (the one-rank run resumed from, the one rank resuming, the one-rank
+refusal) is the job's main() in this process: a launch's start-up is seconds of CPU."""
 
 from __future__ import annotations
 
@@ -75,34 +76,43 @@ def test_a_preempted_stream_resumes_where_it_stopped_and_ends_with_identical_wei
     assert (output / "final" / "model.safetensors").read_bytes() == first
 
 
-def resumed_elsewhere(checkpoint: Path, output: Path, env: dict[str, str], from_ranks: int) -> dict[int, float]:
-    """``checkpoint`` resumed in an output directory of its own with ``env``; the losses it logged."""
-    shutil.copytree(checkpoint, output / checkpoint.name)
-    resumed = entrypoint(env=env)
-    assert resumed.returncode == 0, resumed.stderr[-3000:]
-    said = resumed.stdout + resumed.stderr
+def went_on(checkpoint: Path, output: Path, said: str, from_ranks: int) -> dict[int, float]:
+    """A resume of ``checkpoint`` (copied into ``output``, a directory of its own) that said ``said``: it resumed from
+    it with the stream's positions and logged ``from_ranks`` as the old world size; the losses it logged."""
     assert f"resuming from {output / checkpoint.name}" in said and "stream starts over" not in said
     banners = [r for r in records(output / "logs" / "train.jsonl") if r.get("event") == "banner"]
     assert banners[-1]["resumed_from_ranks"] == from_ranks
     return logged_losses(output)
 
 
-def test_a_stream_of_two_ranks_resumes_on_one(tmp_path: Path, corpus: Path, straight: Path) -> None:
-    output = tmp_path / "one"
-    env = tiny_env(output, dataset=str(corpus), **{**STREAMED, "nproc_per_node": "1"})
-    went_on = resumed_elsewhere(straight / "checkpoint-20", output, env, from_ranks=2)
-    continues(went_on, logged_losses(straight), steps=[25, 30])
+def test_a_stream_of_two_ranks_resumes_on_one(
+    tmp_path: Path, corpus: Path, straight: Path, job_in_process: Any, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The one rank that resumes is the job's main() in this process: what is under test is how the two old ranks'
+    positions are redistributed (train/data/stream_resume.py), not a process of its own."""
+    output, checkpoint = tmp_path / "one", straight / "checkpoint-20"
+    shutil.copytree(checkpoint, output / checkpoint.name)
+    capsys.readouterr()
+    code = job_in_process(tiny_env(output, dataset=str(corpus), **{**STREAMED, "nproc_per_node": "1"}))
+    said = capsys.readouterr()
+    assert code == 0, said.err[-3000:]
+    continues(went_on(checkpoint, output, said.out + said.err, 2), logged_losses(straight), steps=[25, 30])
 
 
-def test_a_stream_of_one_rank_resumes_on_two(tmp_path: Path, corpus: Path) -> None:
+def test_a_stream_of_one_rank_resumes_on_two(
+    tmp_path: Path, corpus: Path, job_in_process: Any, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The one-rank run resumed from is the job's main() in this process; the two ranks resuming it are real."""
     one = {**STREAMED, "nproc_per_node": "1", "max_steps": "20"}
     alone = tmp_path / "alone"  # the global batch of the two-rank runs: 1 rank x 8 x 2 accumulation steps
-    done = entrypoint(env=tiny_env(alone, dataset=str(corpus), gradient_accumulation_steps="2", **one))
-    assert done.returncode == 0, done.stderr[-3000:]
-    output = tmp_path / "two"
-    env = tiny_env(output, dataset=str(corpus), **{**one, "nproc_per_node": "2"})
-    went_on = resumed_elsewhere(alone / "checkpoint-10", output, env, from_ranks=1)
-    continues(went_on, logged_losses(alone), steps=[15, 20])
+    capsys.readouterr()
+    code = job_in_process(tiny_env(alone, dataset=str(corpus), gradient_accumulation_steps="2", **one))
+    assert code == 0, capsys.readouterr().err[-3000:]
+    output, checkpoint = tmp_path / "two", alone / "checkpoint-10"
+    shutil.copytree(checkpoint, output / checkpoint.name)
+    resumed = entrypoint(env=tiny_env(output, dataset=str(corpus), **{**one, "nproc_per_node": "2"}))
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    continues(went_on(checkpoint, output, resumed.stdout + resumed.stderr, 1), logged_losses(alone), steps=[15, 20])
 
 
 def test_a_stream_left_empty_by_its_held_out_examples_is_exit_2_without_a_final_model(
