@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import os
 import signal
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 import pytest
@@ -53,14 +53,20 @@ def sigterm_at(step: int) -> Any:
 @pytest.fixture
 def job_in_process(monkeypatch: pytest.MonkeyPatch) -> Iterator[Any]:
     """A function running the job's main() here with an environment (``stop_at``: a real SIGTERM at that step's
-    end); the stop signals' handlers and the libraries' progress bars restored after."""
+    end), or another command's main (``main``: evaluate's, average's) on ``args``; the stop signals' handlers and
+    the libraries' progress bars restored after."""
     from train.common.errors import STOP_SIGNALS, run_main
     from train.run import job
 
     handlers = {signum: signal.getsignal(signum) for signum in STOP_SIGNALS}
     prepare = job.prepare
 
-    def run(env: dict[str, str], stop_at: int | None = None) -> int:
+    def run(
+        env: dict[str, str],
+        stop_at: int | None = None,
+        main: Callable[[list[str] | None], int] | None = None,
+        args: Sequence[str] = (),
+    ) -> int:
         for name in [n for n in os.environ if n.startswith("MLM_")]:
             monkeypatch.delenv(name)
         for name, value in env.items():
@@ -75,7 +81,7 @@ def job_in_process(monkeypatch: pytest.MonkeyPatch) -> Iterator[Any]:
 
             monkeypatch.setattr(job, "prepare", prepare_and_stop)
         try:
-            return run_main(job.main, [])
+            return run_main(main or job.main, list(args))
         finally:
             monkeypatch.setattr(job, "prepare", prepare)
 

@@ -1,18 +1,25 @@
 """Decay branches from one stable checkpoint, through the front door: a warmup-stable-decay parent, two branches
-with different decays started side by side from its checkpoint, their average, and each scored by ``evaluate``."""
+with different decays started side by side from its checkpoint, their average, and each scored by ``evaluate``.
+The branches are real launches; the parent, the average, the score and the launcher's refusal run here, in this
+process (a launch is about 15 CPU-seconds of start-up; ``average`` and ``evaluate`` through ./entrypoint.sh:
+tests/e2e/test_job.py)."""
 
 from __future__ import annotations
 
 import json
 import re
 from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
 from transformers import AutoModelForMaskedLM
 
 from tests.conftest import tiny_env
-from tests.e2e.runs import entrypoint, logged_losses, records, start
+from tests.e2e.runs import logged_losses, records, start
+from tests.e2e.test_replay import launcher_here
+from train.commands.average import main as average
+from train.commands.evaluate import main as evaluate
 
 pytestmark = pytest.mark.slow
 
@@ -30,12 +37,12 @@ PARENT = {
 }
 
 
-@pytest.fixture(scope="module")
-def parent(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """The parent run (its own decay in its last 20 %): checkpoint-20 is in its stable phase."""
-    output = tmp_path_factory.mktemp("parent") / "out"
-    done = entrypoint(env=tiny_env(output, **PARENT))
-    assert done.returncode == 0, done.stderr[-3000:]
+@pytest.fixture
+def parent(tmp_path: Path, job_in_process: Any) -> Path:
+    """The parent run (its own decay in its last 20 %): checkpoint-20 is in its stable phase. The job's main() in
+    this process: what a branch reads of it is the checkpoint a rank wrote, whoever started the rank."""
+    output = tmp_path / "parent"
+    assert job_in_process(tiny_env(output, **PARENT)) == 0
     return output
 
 
@@ -44,7 +51,7 @@ def rates(output: Path) -> dict[int, float]:
 
 
 def test_two_decay_branches_from_one_stable_checkpoint_train_side_by_side_and_average(
-    parent: Path, tmp_path: Path
+    parent: Path, tmp_path: Path, job_in_process: Any, capsys: Any
 ) -> None:
     point = parent / "checkpoint-20"
     short, long = tmp_path / "short", tmp_path / "long"
@@ -90,15 +97,14 @@ def test_two_decay_branches_from_one_stable_checkpoint_train_side_by_side_and_av
     assert [rates(long)[step] for step in range(21, 25)] == pytest.approx([5e-4] * 4)  # stable at its own peak
 
     averaged = tmp_path / "averaged"
-    done = entrypoint("average", str(short / "final"), str(long / "final"), "--output_dir", str(averaged),
-                      env=tiny_env(averaged))  # fmt: skip
-    assert done.returncode == 0, done.stderr[-3000:]
+    inputs = [str(short / "final"), str(long / "final"), "--output_dir", str(averaged)]
+    assert job_in_process(tiny_env(averaged), main=average, args=inputs) == 0
     models = [AutoModelForMaskedLM.from_pretrained(d / "final") for d in (short, long, averaged)]
     for name, mean in models[2].state_dict().items():
         assert torch.allclose(mean, (models[0].state_dict()[name] + models[1].state_dict()[name]) / 2, atol=1e-6)
-    scored = entrypoint("evaluate", env=tiny_env(tmp_path / "scored", model_name_or_path=str(averaged / "final")))
-    assert scored.returncode == 0, scored.stderr[-3000:]
+    scoring = tiny_env(tmp_path / "scored", model_name_or_path=str(averaged / "final"))
+    assert job_in_process(scoring, main=evaluate) == 0
     assert "eval_loss" in json.loads((tmp_path / "scored" / "eval_results.json").read_text())
 
-    again = entrypoint("branch", str(point), "--max_steps", "25", env=tiny_env(short, **PARENT))
-    assert again.returncode == 2 and "holds a finished model" in again.stderr, again.stderr[-2000:]
+    code, said_again = launcher_here(capsys, tiny_env(short, **PARENT), "branch", str(point), "--max_steps", "25")
+    assert code == 2 and "holds a finished model" in said_again, said_again[-2000:]

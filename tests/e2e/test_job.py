@@ -14,6 +14,7 @@ from transformers import AutoModelForMaskedLM, AutoTokenizer
 
 from tests.conftest import REPO, run_torchrun, tiny_env
 from tests.e2e.runs import entrypoint
+from train.commands.evaluate import main as evaluate
 from train.outputs.verify import verify
 
 pytestmark = pytest.mark.slow
@@ -76,19 +77,30 @@ def test_every_final_carries_its_model_card(finished_run: Path) -> None:
 
 
 @pytest.mark.parametrize("ranks", ["1", "2"])
-def test_evaluate_scores_a_final_model_as_training_evaluated_it(finished_run: Path, tmp_path: Path, ranks: str) -> None:
+def test_evaluate_scores_a_final_model_as_training_evaluated_it(
+    finished_run: Path, tmp_path: Path, ranks: str, job_in_process: Any, capsys: pytest.CaptureFixture[str]
+) -> None:
     """The same held-out text and masks: one rank gives training's own figure; two, the same within their batches'
-    means (each rank's batch is a mean of its own masked tokens)."""
+    means (each rank's batch is a mean of its own masked tokens). Two ranks through ./entrypoint.sh; one rank's
+    figure is the scoring's, not the processes': evaluate's main() in this process (a launch is about 15
+    CPU-seconds of start-up)."""
     env = tiny_env(tmp_path / "scores", demo_samples="2000", nproc_per_node=ranks, log_format="text")
-    scored = entrypoint("evaluate", "--model_name_or_path", str(finished_run / "final"), env=env)
-    assert scored.returncode == 0, scored.stderr[-3000:]
-    assert "evaluated" in scored.stderr and "perplexity" in scored.stderr
+    model = ["--model_name_or_path", str(finished_run / "final")]
+    if ranks == "1":
+        capsys.readouterr()
+        assert job_in_process(env, main=evaluate, args=model) == 0
+        said = capsys.readouterr().err
+    else:
+        scored = entrypoint("evaluate", *model, env=env)
+        assert scored.returncode == 0, scored.stderr[-3000:]
+        said = scored.stderr
+    assert "evaluated" in said and "perplexity" in said, said[-3000:]
     results = json.loads((tmp_path / "scores" / "eval_results.json").read_text())
     trained = json.loads((finished_run / "all_results.json").read_text())
     assert results["world_size"] == int(ranks) and results["eval_samples"] == trained["eval_samples"]
     assert results["eval_loss"] == pytest.approx(trained["eval_loss"], rel=1e-6 if ranks == "1" else 1e-2)
     assert results["head"] == "masked-only" and results["eval_samples_per_second"] > 0  # masked positions alone
-    assert f"held-out samples of {results['data']}: loss" in scored.stderr  # the data scored, named in both
+    assert f"held-out samples of {results['data']}: loss" in said  # the data scored, named in both
     assert not (tmp_path / "scores" / "final").exists() and not list((tmp_path / "scores").glob("checkpoint-*"))
 
 

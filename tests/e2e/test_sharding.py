@@ -28,7 +28,9 @@ pytestmark = pytest.mark.slow
 STEPS = 20
 
 
-SAVING = {"save_strategy": "steps", "save_steps": "10"}
+# Every 5 steps, all four kept: a run resumed from checkpoint-10 keeps saving on the checkpoint's schedule (the
+# Trainer's state carries save_steps), and on_one_rank's checkpoint-15 is the one it hands on.
+SAVING = {"save_strategy": "steps", "save_steps": "5", "save_total_limit": "4"}
 
 
 def sharded_env(output_dir: Path, sharding: str, ranks: int = 2, **options: str) -> dict[str, str]:
@@ -46,6 +48,12 @@ def trained(output_dir: Path, sharding: str, ranks: int = 2, **options: str) -> 
     """A whole run; its run.json, with the logged losses by step under "losses"."""
     done = entrypoint(env=sharded_env(output_dir, sharding, ranks, **options))
     assert done.returncode == 0, done.stderr[-3000:]
+    return finished(output_dir)
+
+
+def finished(output_dir: Path) -> dict[str, Any]:
+    """A finished run's run.json, with the logged losses by step under "losses" and the ranks of the checkpoint it
+    resumed from under "resumed_from_ranks"."""
     run = json.loads((output_dir / "run.json").read_text())
     run["losses"] = logged_losses(output_dir)
     banners = [r for r in records(output_dir / "logs" / "train.jsonl") if r.get("event") == "banner"]
@@ -55,9 +63,18 @@ def trained(output_dir: Path, sharding: str, ranks: int = 2, **options: str) -> 
 
 @pytest.fixture(scope="module")
 def whole(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """An uninterrupted fsdp run on two ranks, saving at steps 10 and 20: its output directory."""
+    """An uninterrupted fsdp run on two ranks, saving every 5 steps: its output directory."""
     output = tmp_path_factory.mktemp("whole") / "out"
     trained(output, "fsdp", **SAVING)
+    return output
+
+
+@pytest.fixture(scope="module")
+def on_one_rank(tmp_path_factory: pytest.TempPathFactory, whole: Path) -> Path:
+    """``whole``'s checkpoint-10 resumed on one rank, saving at steps 15 and 20: its output directory. Its
+    checkpoint-15 is one rank's, to resume on two (one launch for both directions of the resharding)."""
+    output = tmp_path_factory.mktemp("one") / "out"
+    trained(output, "fsdp", ranks=1, resume=str(whole / "checkpoint-10"), **SAVING)
     return output
 
 
@@ -136,7 +153,9 @@ def test_weights_rank_0_cannot_load_end_every_rank_with_its_words(tmp_path: Path
     assert not any((tmp_path / "out").iterdir())  # bad input: the output directory as it was
 
 
-def test_fsdp_stopped_by_sigterm_resumes_bit_identically(tmp_path: Path, whole: Path) -> None:
+def test_fsdp_stopped_by_sigterm_resumes_bit_identically(
+    tmp_path: Path, whole: Path, job_in_process: Any, capsys: pytest.CaptureFixture[str]
+) -> None:
     checkpoint = whole / "checkpoint-10"
     listed = json.loads((checkpoint / ".complete").read_text())["files"]
     for state in ("model_dcp", "optimizer_dcp"):  # each rank's shard, listed in the marker with its digest
@@ -144,8 +163,12 @@ def test_fsdp_stopped_by_sigterm_resumes_bit_identically(tmp_path: Path, whole: 
     # no rank's shard passed off as the whole state, and no rank gathered the whole model to save it
     assert not (checkpoint / "optimizer.pt").exists() and not (checkpoint / "model.safetensors").exists()
     assert {"config.json", "tokenizer.json", "trainer_state.json"} <= set(listed)
-    refused = entrypoint(env=sharded_env(tmp_path / "other", "fsdp", model_name_or_path=str(checkpoint)))
-    assert refused.returncode == 2 and "not a model; resume it (MLM_RESUME=" in refused.stderr, refused.stderr[-3000:]
+    # The rank's refusal, before any process group: the job's main() in this process (a launch of two ranks costs
+    # about 30 CPU-seconds of start-up; every rank refusing alike is test_weights_rank_0_cannot_load_...'s point).
+    capsys.readouterr()
+    refused = job_in_process(sharded_env(tmp_path / "other", "fsdp", model_name_or_path=str(checkpoint)))
+    said = capsys.readouterr().err
+    assert refused == 2 and "not a model; resume it (MLM_RESUME=" in said, said[-3000:]
 
     output = tmp_path / "stopped"
     env = sharded_env(output, "fsdp", **SAVING)
@@ -165,24 +188,21 @@ def test_fsdp_stopped_by_sigterm_resumes_bit_identically(tmp_path: Path, whole: 
     assert all(bool((uninterrupted[name] == resumed[name]).all()) for name in uninterrupted)
 
 
-RESUMED_STEPS = list(range(11, STEPS + 1))
-
-
-def test_fsdp_of_two_ranks_resumes_on_one(tmp_path: Path, whole: Path) -> None:
-    went_on = trained(tmp_path / "one", "fsdp", ranks=1, resume=str(whole / "checkpoint-10"))
+def test_fsdp_of_two_ranks_resumes_on_one(whole: Path, on_one_rank: Path) -> None:
+    went_on = finished(on_one_rank)
     assert went_on["resumed_from_ranks"] == 2 and len(went_on["sharding"]["state_bytes_per_rank"]) == 1
-    continues(went_on["losses"], logged_losses(whole), RESUMED_STEPS)
+    continues(went_on["losses"], logged_losses(whole), list(range(11, STEPS + 1)))
 
 
-def test_a_checkpoint_of_one_rank_resumes_on_two(tmp_path: Path) -> None:
+def test_a_checkpoint_of_one_rank_resumes_on_two(tmp_path: Path, on_one_rank: Path) -> None:
     """The weights and the optimizer state of one rank go on on two, resharded, the global batch kept (ddp changes
-    world size in tests/e2e/test_reliability.py, 2 -> 1; the batch rule both ways: tests/test_checkpoints.py)."""
+    world size in tests/e2e/test_reliability.py, 2 -> 1; the batch rule both ways: tests/test_checkpoints.py).
+    The one rank's run is on_one_rank, which went on at the two-rank runs' global batch (1 rank x 8 x 2
+    accumulation steps): its checkpoint-15 resumed on two goes on as that run did."""
     sharding = "fsdp"
-    alone = tmp_path / "alone"  # the global batch of the two-rank runs: 1 rank x 8 x 2 accumulation steps
-    uninterrupted = trained(alone, sharding, ranks=1, gradient_accumulation_steps="2", **SAVING)["losses"]
-    went_on = trained(tmp_path / "two", sharding, resume=str(alone / "checkpoint-10"))
+    went_on = trained(tmp_path / "two", sharding, resume=str(on_one_rank / "checkpoint-15"))
     assert went_on["resumed_from_ranks"] == 1 and went_on["sharding"]["mode"] == sharding
-    continues(went_on["losses"], uninterrupted, RESUMED_STEPS)
+    continues(went_on["losses"], logged_losses(on_one_rank), list(range(16, STEPS + 1)))
 
 
 # The types the issue names beyond DistilBERT: BERT's layers, DeBERTa-v2's shared relative embeddings (read by every
