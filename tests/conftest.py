@@ -38,6 +38,7 @@ LONGEST_FIRST = (
     "tests/e2e/test_streaming.py",
     "tests/e2e/test_job.py",
     "tests/e2e/test_replay.py",
+    "tests/e2e/test_hang.py",
     "tests/e2e/test_models.py",
     "tests/e2e/test_model_matrix.py",
     "tests/e2e/test_phases.py",

@@ -16,8 +16,7 @@ import torch
 from transformers import AutoModelForMaskedLM
 
 from tests.conftest import tiny_env
-from tests.e2e.runs import logged_losses, records, start
-from tests.e2e.test_replay import launcher_here
+from tests.e2e.runs import launcher_here, logged_losses, records, start
 from train.commands.average import main as average
 from train.commands.evaluate import main as evaluate
 
