@@ -9,6 +9,7 @@ stopped outright, can answer nothing, and the launcher must still see how long a
 from __future__ import annotations
 
 import json
+import math
 import os
 import signal
 from dataclasses import asdict, dataclass
@@ -40,11 +41,13 @@ class Progress:
     gap_s: float = 0.0
     began: bool = False  # the record of a step's start (a rank that began step N+1 waits for one that did not)
 
-    def bound(self, hang_timeout: int, collective_timeout: float) -> float:
-        """Seconds without progress after which this rank counts as stopped: the collective timeout while it is
-        busy, else ``hang_timeout`` when set, else GAP_FACTOR times its longest gap, at least FLOOR_S."""
+    def bound(self, hang_timeout: int) -> float:
+        """Seconds without progress after which this rank counts as stopped: none while it is busy (a save, the
+        final evaluation's end, the publication: a publication longer than ddp_timeout is no hang, and the ranks
+        waiting for a stuck save meet ddp_timeout in their next collective), else ``hang_timeout`` when set, else
+        GAP_FACTOR times its longest gap, at least FLOOR_S."""
         if self.busy:
-            return collective_timeout
+            return math.inf
         if hang_timeout:
             return float(hang_timeout)
         return max(FLOOR_S, GAP_FACTOR * self.gap_s)
@@ -81,10 +84,10 @@ def read_progress(directory: str | Path) -> list[Progress]:
     return sorted(found, key=lambda p: p.rank)
 
 
-def hung(reports: list[Progress], now: float, hang_timeout: int, collective_timeout: float) -> bool:
+def hung(reports: list[Progress], now: float, hang_timeout: int) -> bool:
     """Whether the node is hung: some rank has reported (before any rank's first step the collective timeout acts
     alone), and none has moved within its bound."""
-    return bool(reports) and all(now - p.at > p.bound(hang_timeout, collective_timeout) for p in reports)
+    return bool(reports) and all(now - p.at > p.bound(hang_timeout) for p in reports)
 
 
 def stopped_ranks(reports: list[Progress], nproc: int, answered: set[int]) -> list[str]:

@@ -99,7 +99,7 @@ class ResilienceArguments(Section):
         "takes the run for hung: each rank's Python stack goes to output_dir/logs/stacks-rank-N.txt, one line names "
         "the rank(s) that stopped and where, every process of the node is ended, exit 76 (retryable: the same "
         "command resumes from the last checkpoint; docs/launching.md). 0: derived from the run itself, 5 times the "
-        "longest gap between two progress events so far, at least 180 s; before a rank's first step and while it "
-        "saves, ddp_timeout bounds it instead.",
+        "longest gap between two progress events so far, at least 180 s. Before a rank's first step, and while it "
+        "saves a checkpoint or the final model, it is not watched (ddp_timeout bounds what waits for it).",
         Bound(lambda v: v == 0 or v >= MIN_HANG_TIMEOUT_S, f"0 (derived) or at least {MIN_HANG_TIMEOUT_S}"),
     )

@@ -35,17 +35,15 @@ POLL_S = 1.0
 
 @dataclass(frozen=True)
 class HangBound:
-    """The watchdog's settings: ``timeout`` (hang_timeout, 0: derived from the run), ``collective_s`` (ddp_timeout:
-    the bound while a rank is busy), ``logs`` (where the stacks are kept: output_dir/logs on this node), ``source``
-    (how an explicit timeout was set, as errors name options)."""
+    """The watchdog's settings: ``timeout`` (hang_timeout, 0: derived from the run), ``logs`` (where the stacks are
+    kept: output_dir/logs on this node), ``source`` (how an explicit timeout was set, as errors name options)."""
 
     timeout: int
-    collective_s: float
     logs: Path
     source: str = "hang_timeout"
 
     def words(self, reports: list[Progress]) -> str:
-        longest = max(p.bound(self.timeout, self.collective_s) for p in reports)
+        longest = max(p.bound(self.timeout) for p in reports)
         if self.timeout:
             return f"{longest:.0f} s ({self.source}={self.timeout})"
         return f"{longest:.0f} s (5x the run's longest gap between two steps, at least 180 s; {self.source} sets it)"
@@ -76,7 +74,7 @@ class HangWatch:
     def _watch(self, agent_pid: int) -> None:
         while not self._stop.wait(POLL_S):
             reports = read_progress(self.directory)
-            if hung(reports, time.time(), self.bound.timeout, self.bound.collective_s):
+            if hung(reports, time.time(), self.bound.timeout):
                 self.verdict = self._end_hung(reports, agent_pid)
                 return
 

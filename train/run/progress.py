@@ -43,7 +43,7 @@ class ProgressReport(TrainerCallback):
     def report(self, step: int, where: str, busy: bool = False, began: bool = False) -> None:
         now = time.time()
         last = self.last
-        if last is not None and not last.busy:  # a busy stretch (a save) is bounded by the collective timeout
+        if last is not None and not last.busy:  # a busy stretch (a save) is not watched: not a gap
             self.gap_s = max(self.gap_s, now - self.event_at)
         self.event_at = now
         if last is not None and last.where == where and last.busy == busy and now - last.at < WRITE_EVERY_S:
@@ -79,7 +79,7 @@ class ProgressReport(TrainerCallback):
         self.report(state.global_step, f"saved a checkpoint at step {state.global_step}")
 
     def on_train_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
-        # The final evaluation, save and publication follow, with no step to report: the collective timeout's.
+        # The final evaluation, save and publication follow, with no step to report (an upload may take long).
         self.ended = True
         self.report(state.global_step, f"ending after step {state.global_step}", busy=True)
 
