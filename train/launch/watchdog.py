@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import shutil
 import threading
 import time
 from collections.abc import Callable
@@ -105,13 +104,20 @@ class HangWatch:
             time.sleep(0.2)
 
     def _keep_stacks(self, ranks: set[int]) -> Path:
-        """The stacks copied where the run's logs are (the exit directory goes with the launch)."""
+        """The stacks copied where the run's logs are (the exit directory goes with the launch). Each lands under a
+        new name and replaces the old one: a link planted at its name on a shared volume is replaced, never written
+        through."""
         logs = self.bound.logs
         with contextlib.suppress(OSError):
             if ranks:
                 logs.mkdir(parents=True, exist_ok=True)
             for rank in sorted(ranks):
-                shutil.copyfile(stacks_file(self.directory, rank), logs / f"stacks-rank-{rank}.txt")
+                kept = logs / f"stacks-rank-{rank}.txt"
+                partial = logs / f".{kept.name}.{os.getpid()}"
+                descriptor = os.open(partial, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644)
+                with os.fdopen(descriptor, "wb") as out:
+                    out.write(stacks_file(self.directory, rank).read_bytes())
+                os.replace(partial, kept)
         return logs
 
 
