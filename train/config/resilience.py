@@ -7,6 +7,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from train.common.progress import FLOOR_S, GAP_FACTOR
 from train.config.bounds import NON_NEGATIVE, Bound, Section, integers, option
 
 FAULT_KINDS = ("nan", "spike", "hang")
@@ -98,8 +99,9 @@ class ResilienceArguments(Section):
         "Seconds without progress (a training step, an evaluation batch, a finished save) after which the launcher "
         "takes the run for hung: each rank's Python stack goes to output_dir/logs/stacks-rank-N.txt, one line names "
         "the rank(s) that stopped and where, every process of the node is ended, exit 76 (retryable: the same "
-        "command resumes from the last checkpoint; docs/launching.md). 0: derived from the run itself, 5 times the "
-        "longest gap between two progress events so far, at least 180 s. Before a rank's first step, and while it "
+        "command resumes from the last checkpoint; docs/launching.md). 0: derived from the run itself, "
+        f"{GAP_FACTOR} times the longest gap between two progress events so far, at least {FLOOR_S:.0f} s. Before a "
+        "rank's first step, and while it "
         "saves a checkpoint or the final model, it is not watched (ddp_timeout bounds what waits for it).",
         Bound(lambda v: v == 0 or v >= MIN_HANG_TIMEOUT_S, f"0 (derived) or at least {MIN_HANG_TIMEOUT_S}"),
     )

@@ -20,6 +20,8 @@ from pathlib import Path
 
 from train.common.errors import EXIT_HUNG
 from train.common.progress import (
+    FLOOR_S,
+    GAP_FACTOR,
     STACK_GRACE_S,
     STACK_SIGNAL,
     Progress,
@@ -45,7 +47,8 @@ class HangBound:
         longest = max(p.bound(self.timeout) for p in reports)
         if self.timeout:
             return f"{longest:.0f} s ({self.source}={self.timeout})"
-        return f"{longest:.0f} s (5x the run's longest gap between two steps, at least 180 s; {self.source} sets it)"
+        derived = f"{GAP_FACTOR}x the run's longest gap between two steps, at least {FLOOR_S:.0f} s"
+        return f"{longest:.0f} s ({derived}; {self.source} sets it)"
 
 
 class HangWatch:
