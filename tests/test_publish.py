@@ -257,6 +257,11 @@ def test_trackers_get_the_job_options_facts_and_final_metrics(tmp_path: Path) ->
     assert params["padding"] == "packed" and params["dataset_fingerprint"] == "fp-0123abcd"
     assert params["image_revision"] == "rev-42" and params["train_samples"] == 320 and params["push_to_hub"] is True
     assert "versions.torch" in params and None not in params.values()
+    assert "stragglers" not in params  # one rank: nothing compared
+    named = {"rank": 1, "step": 40, "ratio": 2.5, "seconds": 0.25, "median_s": 0.1}
+    assert tracker_params(config.as_dict(), {**facts(config), "stragglers": []}, RESULTS)["stragglers"] == "none"
+    params = tracker_params(config.as_dict(), {**facts(config), "stragglers": [named]}, RESULTS)
+    assert params["stragglers"] == "rank 1 (from step 40: 2.5x the others' median)"
     metrics = final_metrics({**RESULTS, "perplexity": float("inf")})
     assert metrics["eval_loss"] == 2.3456 and "perplexity" not in metrics and "train_samples" not in metrics
 

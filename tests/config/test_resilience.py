@@ -17,10 +17,27 @@ def test_faults_parse_with_their_step_and_rank() -> None:
     assert parse_faults(None) == () and parse_faults("") == ()
     assert Fault("spike", 12, 1).name == "spike@12:1" and Fault("nan", 5).name == "nan@5"
     assert Fault("nan", 5).hits(3) and Fault("nan", 5, 1).hits(1) and not Fault("nan", 5, 1).hits(0)
+    assert parse_faults("slow@1:3,hang@4:1") == (Fault("slow", 1, 1, 3.0), Fault("hang", 4, 1))
+    assert Fault("slow", 1, 1, 2.5).name == "slow@1:2.5" and parse_faults("slow@0:1.5") == (Fault("slow", 1, 0, 1.5),)
 
 
 @pytest.mark.parametrize(
-    "text", ["nan", "nan@", "nan@0", "boom@3", "nan@3,nan@3", "nan@3;spike@4", "nan@-1", "spike@2:x"]
+    "text",
+    [
+        "nan",
+        "nan@",
+        "nan@0",
+        "boom@3",
+        "nan@3,nan@3",
+        "nan@3;spike@4",
+        "nan@-1",
+        "spike@2:x",
+        "slow@1",
+        "slow@1:1",
+        "slow@1:0.5",
+        "slow@x:2",
+        "slow@1:2,slow@1:2",
+    ],
 )
 def test_bad_faults_do_not_parse(text: str) -> None:
     assert parse_faults(text) is None

@@ -36,16 +36,18 @@ def ranks_left(output: Path) -> list[int]:
 
 
 def test_a_hung_rank_then_a_stopped_one_end_the_job_with_76_and_the_same_command_resumes(tmp_path: Path) -> None:
-    """The tiny run: 3 steps an epoch on two ranks, 2 epochs, a checkpoint every 2 steps, a 10 s bound.
+    """The tiny run: 3 steps an epoch on two ranks, 3 epochs, a checkpoint every 2 steps, a 10 s bound; rank 1's
+    steps three times as long all along (slow@1:3), which the last launch names as a straggler.
     1. hang@3:1: rank 1 sleeps at step 3's start; rank 0 waits for it in step 3's collective. Rank 1 is behind
        (rank 0 began step 3), so it is the one named; both wrote their stacks.
     2. The same command resumes from checkpoint-2 (the drill fired already); rank 1 is stopped from outside with
-       SIGSTOP once step 3 is logged: it can neither move nor write its stack, and is named.
+       SIGSTOP once step 3 is logged: it can neither move nor write its stack, and is named. Stopped in step 4, the
+       node ends 10 s after; stopped while it saves checkpoint-4, after the save's bound (ddp_timeout 80 s less 30).
     3. The same command resumes again and finishes."""
     output = tmp_path / "out"
     env = tiny_env(
-        output, nproc_per_node="2", inject_fault="hang@3:1", hang_timeout="10", num_train_epochs="2",
-        save_strategy="steps", save_steps="2", logging_steps="1", log_format="text",
+        output, nproc_per_node="2", inject_fault="hang@3:1,slow@1:3", hang_timeout="10", num_train_epochs="3",
+        save_strategy="steps", save_steps="2", logging_steps="1", log_format="text", ddp_timeout="80",
     )  # fmt: skip
     hung = entrypoint(env=env, timeout=240)
     assert hung.returncode == 76, hung.stderr[-3000:]
@@ -77,5 +79,14 @@ def test_a_hung_rank_then_a_stopped_one_end_the_job_with_76_and_the_same_command
 
     finished = entrypoint(env=env, timeout=240)
     assert finished.returncode == 0, finished.stderr[-3000:]
-    assert json.loads((output / "run.json").read_text())["status"] == "finished"
+    run = json.loads((output / "run.json").read_text())
+    assert run["status"] == "finished"
     assert (output / "final" / "model.safetensors").exists()
+    # slow@1:3 all along: rank 1, named once this launch had SLOW_RECORDS slow records after its first.
+    (line,) = [x for x in finished.stderr.splitlines() if "straggler: " in x]
+    assert "straggler: rank 1 spent" in line, line
+    assert [s["rank"] for s in run["stragglers"]] == [1]
+    last = records(log)
+    last = last[max(i for i, r in enumerate(last) if r.get("event") == "banner") :]
+    times = [r for r in last if r.get("event") == "train"][1:]  # the drill has no step before the first to scale
+    assert times and all(r["rank_step_s/1"] > r["rank_step_s/0"] for r in times)

@@ -293,6 +293,10 @@ def test_a_two_rank_run_resumed_on_one_keeps_its_global_batch(
     }  # fmt: skip
     straight = entrypoint(env=tiny_env(tmp_path / "straight", nproc_per_node="2", **options))
     assert straight.returncode == 0, straight.stderr[-3000:]
+    # Healthy: each rank's own time in every record, and no straggler named over its 8 records.
+    assert json.loads((tmp_path / "straight" / "run.json").read_text())["stragglers"] == []
+    trained = [r for r in records(tmp_path / "straight" / "logs" / "train.jsonl") if r["event"] == "train"]
+    assert len(trained) == 8 and all({"rank_step_s/0", "rank_step_s/1"} <= r.keys() for r in trained)
     process = start(env=tiny_env(output, nproc_per_node="2", **options))
     wait_for(output / "checkpoint-10" / ".complete", process)
     process.send_signal(signal.SIGTERM)

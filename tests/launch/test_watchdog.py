@@ -12,7 +12,16 @@ from pathlib import Path
 
 import pytest
 
-from train.common.progress import FLOOR_S, Progress, hung, read_progress, stopped_ranks, write_progress
+from train.common.progress import (
+    ENDING,
+    FLOOR_S,
+    SAVING,
+    Progress,
+    hung,
+    read_progress,
+    stopped_ranks,
+    write_progress,
+)
 from train.launch.watchdog import HangBound, HangWatch
 
 
@@ -21,18 +30,30 @@ def report(rank: int, step: int, began: bool = False, at: float = 0.0, **kw: obj
     return Progress(rank, rank, 1000 + rank, step, where, at, began=began, **kw)  # type: ignore[arg-type]
 
 
-def test_there_is_no_bound_while_busy_else_the_option_else_one_derived_from_the_gaps() -> None:
-    assert report(0, 3, busy=True).bound(10) == math.inf
-    assert report(0, 3, gap_s=2.0).bound(10) == 10.0
-    assert report(0, 3, gap_s=2.0).bound(0) == FLOOR_S
-    assert report(0, 3, gap_s=100.0).bound(0) == 500.0
+def test_the_bound_is_the_option_else_derived_from_the_gaps_a_saves_its_own_and_the_end_has_none() -> None:
+    assert report(0, 3, gap_s=2.0).bound(10, 1800) == 10.0
+    assert report(0, 3, gap_s=2.0).bound(0, 1800) == FLOOR_S
+    assert report(0, 3, gap_s=100.0).bound(0, 1800) == 500.0
+    assert report(0, 3, busy=ENDING).bound(10, 1800) == math.inf  # a push may outlast any collective timeout
+    # A save: the collective timeout until one has ended, then from the longest save, never below the option.
+    assert report(0, 3, busy=SAVING, gap_s=2.0).bound(10, 1800) == 1770.0  # before the collectives fail
+    assert report(0, 3, busy=SAVING).bound(10, 40) == 20.0
+    assert report(0, 3, busy=SAVING, save_s=2.0).bound(10, 1800) == FLOOR_S
+    assert report(0, 3, busy=SAVING, save_s=100.0).bound(10, 1800) == 500.0
+    assert report(0, 3, busy=SAVING, save_s=2.0).bound(10, 80) == 50.0  # never past the collectives' own end
+    assert report(0, 3, busy=SAVING, save_s=2.0).bound(600, 1800) == 600.0
 
 
 def test_a_node_is_hung_only_when_no_rank_moved_within_its_bound() -> None:
-    assert not hung([], 1000.0, 10)  # before any first step: the collective timeout acts alone
-    assert hung([report(0, 3, at=980.0), report(1, 2, at=985.0)], 1000.0, 10)
-    assert not hung([report(0, 3, at=980.0), report(1, 2, at=995.0)], 1000.0, 10)
-    assert not hung([report(0, 3, at=0.0, busy=True), report(1, 2, at=980.0)], 1000.0, 10)  # a save, however long
+    assert not hung([], 1000.0, 10, 60)  # before any first step: the collective timeout acts alone
+    assert hung([report(0, 3, at=980.0), report(1, 2, at=985.0)], 1000.0, 10, 60)
+    assert not hung([report(0, 3, at=980.0), report(1, 2, at=995.0)], 1000.0, 10, 60)
+    saving = report(0, 3, at=975.0, busy=SAVING)  # a save, within the collective timeout less the margin
+    assert not hung([saving, report(1, 2, at=980.0)], 1000.0, 10, 60)
+    assert hung([saving, report(1, 2, at=980.0)], 1006.0, 10, 60)  # a rank stopped in it, or a save stuck
+    assert not hung([report(0, 3, at=0.0, busy=ENDING), report(1, 2, at=980.0)], 1000.0, 10, 60)
+    words = HangBound(10, 60, Path("logs")).words([saving, report(1, 2, at=980.0)])
+    assert words == "30 s (a checkpoint's save: 5x the longest so far, at most ddp_timeout=60 less 30 s)"
 
 
 def test_the_ranks_named_are_the_silent_then_those_behind_then_those_without_a_stack_else_all() -> None:
@@ -85,7 +106,7 @@ def test_a_hung_rank_is_asked_for_its_stack_named_and_ended(tmp_path: Path, stop
         if stopped:
             rank.send_signal(subprocess.signal.SIGSTOP)  # type: ignore[attr-defined]
         ended: list[int] = []
-        watch = HangWatch(str(runs), 2, HangBound(30, tmp_path / "logs", "MLM_HANG_TIMEOUT"), ended.append, 2.0)
+        watch = HangWatch(str(runs), 2, HangBound(30, 1800, tmp_path / "logs", "MLM_HANG_TIMEOUT"), ended.append, 2.0)
         watch.start(4242)
         deadline = time.monotonic() + 60
         while watch.verdict is None:

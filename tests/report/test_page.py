@@ -321,3 +321,20 @@ def test_no_quality_chart_without_timed_evaluations(tmp_path: Path):
     )
     charts = charts_of(write_report(tmp_path).read_text())
     assert "quality-time" not in charts and "quality-tokens" not in charts
+
+
+def test_each_ranks_own_time_is_drawn_and_a_straggler_is_a_run_fact(tmp_path: Path):
+    files = RunFiles(tmp_path)
+    times = [{"rank_step_s/0": 0.1, "rank_step_s/1": 0.1 * (1 + step)} for step in range(3)]
+    write_jsonl(files.train_jsonl, [train_record(step + 1, 2.0, **t) for step, t in enumerate(times)])
+    named = {"rank": 1, "step": 3, "ratio": 3.0, "seconds": 0.3, "median_s": 0.1}
+    files.run_json.write_text(json.dumps({**run_json(), "stragglers": [named]}))
+    page = write_report(tmp_path).read_text()
+    assert "<th>stragglers</th><td>rank 1 (from step 3: 3.0x the others&#x27; median)</td>" in page
+    chart = charts_of(page)["rank-times"]
+    assert "Each rank&#x27;s own work per step" in chart
+    assert markers(svgs(chart)[0], "rank-step-s/0") == 3 and markers(svgs(chart)[0], "rank-step-s/1") == 3
+    write_jsonl(files.train_jsonl, [train_record(1, 2.0)])  # one rank: no chart, no fact
+    files.run_json.write_text(json.dumps({**run_json(), "stragglers": None}))
+    page = write_report(tmp_path).read_text()
+    assert "rank-times" not in charts_of(page) and "<th>stragglers</th>" not in page

@@ -4,6 +4,7 @@ run (a new drill on the same output_dir does not fire it again)."""
 from __future__ import annotations
 
 import math
+import time
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -65,3 +66,28 @@ def test_a_fault_for_another_rank_fires_here_as_recorded_but_does_nothing(tmp_pa
     other.on_train_begin(None, state, control, model=model)
     other.on_step_begin(None, state, control)
     assert math.isfinite(model(torch.ones(3)).loss.item()) and other.fired == ["nan@2:1"]
+
+
+def test_slow_makes_its_ranks_steps_take_factor_times_as_long_in_every_launch(tmp_path: Path, monkeypatch: Any) -> None:
+    """slow@0:3 on rank 0: from the second step, its first forward pass in training sleeps twice the step before's
+    own time (the sleep left out of it); another rank is untouched; nothing is recorded as fired."""
+    monkeypatch.setenv("RANK", "0")
+    model, state, control = Scored(), TrainerState(global_step=0), TrainerControl()
+    slowed, other = drill("slow@0:3", tmp_path), drill("slow@1:3", tmp_path)
+    assert (slowed.slow, other.slow) == (3.0, None)
+    slowed.on_train_begin(None, state, control, model=model)
+    slowed.on_step_begin(None, state, control)
+    time.sleep(0.05)  # the first step's own work: nothing before it to scale
+    model(torch.ones(3))
+    slowed.on_step_end(None, state, control)
+    assert 0.05 <= slowed.step_s < 0.1
+    slowed.on_step_begin(None, state, control)
+    started = time.monotonic()
+    model(torch.ones(3))
+    model(torch.ones(3))  # a second micro-batch's forward: once a step
+    model.eval()
+    model(torch.ones(3))  # an evaluation's: never
+    assert 2 * slowed.step_s <= time.monotonic() - started < 2 * slowed.step_s + 0.05
+    slowed.on_step_end(None, state, control)
+    assert slowed.step_s < 0.05  # its own time, the sleep left out
+    assert not (tmp_path / "faults-fired.json").exists()

@@ -23,13 +23,20 @@ GAP_FACTOR = 5
 FLOOR_S = 180.0
 # After the bound, the ranks' time to write their stacks before every process of the node is killed.
 STACK_GRACE_S = 10.0
+# What a rank is busy with, in its record: nothing, a checkpoint's save, or the run's end (the final model's save
+# and publication: no other rank waits for a push, which may outlast any collective timeout).
+IDLE, SAVING, ENDING = "", "saving", "ending"
+# A save's bound until one has ended: the collective timeout less this, so that the watchdog, with its time for the
+# stacks, acts before the ranks waiting in the save's collectives fail without a word on who held them.
+SAVE_MARGIN_S = 30.0
 
 
 @dataclass(frozen=True)
 class Progress:
     """One rank's last progress: ``step`` (optimizer steps done), ``where`` in words ("training step 6",
     "evaluating after step 5"), ``at`` (seconds since the epoch), ``busy`` (inside an operation that reports no
-    progress while it runs: a save), ``gap_s`` (the longest time between two of its progress events so far)."""
+    progress while it runs: SAVING, ENDING, else IDLE), ``gap_s`` (the longest time between two of its progress
+    events so far, a save's left out), ``save_s`` (its longest checkpoint save so far)."""
 
     rank: int
     local_rank: int
@@ -37,17 +44,26 @@ class Progress:
     step: int
     where: str
     at: float
-    busy: bool = False
+    busy: str = IDLE
     gap_s: float = 0.0
     began: bool = False  # the record of a step's start (a rank that began step N+1 waits for one that did not)
+    save_s: float = 0.0
 
-    def bound(self, hang_timeout: int) -> float:
-        """Seconds without progress after which this rank counts as stopped: none while it is busy (a save, the
-        final evaluation's end, the publication: a publication longer than ddp_timeout is no hang, and the ranks
-        waiting for a stuck save meet ddp_timeout in their next collective), else ``hang_timeout`` when set, else
-        GAP_FACTOR times its longest gap, at least FLOOR_S."""
-        if self.busy:
+    def bound(self, hang_timeout: int, collective_timeout: int) -> float:
+        """Seconds without progress after which this rank counts as stopped.
+        - ENDING: none (a push longer than any collective timeout is no hang; the other ranks wait for final/ only).
+        - SAVING: SAVE_MARGIN_S less than ``collective_timeout`` (ddp_timeout: the ranks waiting for a save in a
+          collective fail then anyway; at least half of it); once a save of this launch has ended, GAP_FACTOR times
+          the longest save if that is less, at least FLOOR_S; never below ``hang_timeout``. Bounded, not
+          unwatched: a rank stopped while it saves, or a save stuck on a frozen volume, would otherwise hold the
+          node until the collectives time out, with no word on who held them.
+        - else ``hang_timeout`` when set, else GAP_FACTOR times its longest gap, at least FLOOR_S."""
+        if self.busy == ENDING:
             return math.inf
+        if self.busy == SAVING:
+            first = max(collective_timeout / 2, collective_timeout - SAVE_MARGIN_S)
+            save = min(first, max(FLOOR_S, GAP_FACTOR * self.save_s)) if self.save_s else first
+            return max(float(hang_timeout), save)
         if hang_timeout:
             return float(hang_timeout)
         return max(FLOOR_S, GAP_FACTOR * self.gap_s)
@@ -84,10 +100,10 @@ def read_progress(directory: str | Path) -> list[Progress]:
     return sorted(found, key=lambda p: p.rank)
 
 
-def hung(reports: list[Progress], now: float, hang_timeout: int) -> bool:
+def hung(reports: list[Progress], now: float, hang_timeout: int, collective_timeout: int) -> bool:
     """Whether the node is hung: some rank has reported (before any rank's first step the collective timeout acts
     alone), and none has moved within its bound."""
-    return bool(reports) and all(now - p.at > p.bound(hang_timeout) for p in reports)
+    return bool(reports) and all(now - p.at > p.bound(hang_timeout, collective_timeout) for p in reports)
 
 
 def stopped_ranks(reports: list[Progress], nproc: int, answered: set[int]) -> list[str]:

@@ -10,10 +10,12 @@ from dataclasses import dataclass
 from train.common.progress import FLOOR_S, GAP_FACTOR
 from train.config.bounds import NON_NEGATIVE, Bound, Section, integers, option
 
-FAULT_KINDS = ("nan", "spike", "hang")
+FAULT_KINDS = ("nan", "spike", "hang", "slow")
 FAULT = re.compile(r"(nan|spike|hang)@([0-9]+)(?::([0-9]+))?")
+SLOW = re.compile(r"slow@([0-9]+):([0-9]+(?:\.[0-9]+)?)")  # a rank slowed from the start, by a factor above 1
 FAULT_FORM = (
-    "nan@STEP, spike@STEP or hang@STEP (STEP from 1; :RANK after it for one world rank), several separated by commas"
+    "nan@STEP, spike@STEP or hang@STEP (STEP from 1; :RANK after it for one world rank), or slow@RANK:FACTOR (FACTOR "
+    "above 1), several separated by commas"
 )
 MAX_ROLLBACKS = 1000
 # An explicit hang bound below this would take a slow first evaluation batch or a log write for a hang.
@@ -24,15 +26,19 @@ MIN_HANG_TIMEOUT_S = 10
 class Fault:
     """One injected fault: ``kind`` (nan: the step's loss becomes NaN; spike: the step's parameter update is
     multiplied after clipping; hang: the rank stops making progress, without exiting) at optimizer step ``step``
-    (the Trainer's count, from 1), on every rank or on world rank ``rank`` alone."""
+    (the Trainer's count, from 1), on every rank or on world rank ``rank`` alone; or slow: world rank ``rank``'s
+    steps take ``factor`` times as long, from the first (``step`` 1)."""
 
     kind: str
     step: int
     rank: int | None = None
+    factor: float = 1.0
 
     @property
     def name(self) -> str:
         """As the option writes it, and as run.json records what fired."""
+        if self.kind == "slow":
+            return f"slow@{self.rank}:{self.factor:g}"
         return f"{self.kind}@{self.step}" + (f":{self.rank}" if self.rank is not None else "")
 
     def hits(self, rank: int) -> bool:
@@ -46,6 +52,12 @@ def parse_faults(text: str | None) -> tuple[Fault, ...] | None:
         return ()
     faults = []
     for item in text.split(","):
+        slow = SLOW.fullmatch(item.strip())
+        if slow is not None:
+            if float(slow.group(2)) <= 1:
+                return None
+            faults.append(Fault("slow", 1, int(slow.group(1)), float(slow.group(2))))
+            continue
         found = FAULT.fullmatch(item.strip())
         if found is None or int(found.group(2)) < 1:
             return None
@@ -90,8 +102,10 @@ class ResilienceArguments(Section):
         "A fault drill: nan@STEP makes that optimizer step's loss NaN, spike@STEP multiplies that step's parameter "
         "update by 10,000 after clipping; :RANK after the step for one world rank only (nan@40:1); several separated "
         "by commas; hang@STEP:RANK makes that rank stop at that step's start without exiting (the hang watchdog's "
-        "drill: hang_timeout). Each fires once in a run (output_dir's faults-fired.json: a rollback or a restart "
-        "does not fire it again). The banner and run.json say a drill is on; refused with push_to_hub.",
+        "drill: hang_timeout); slow@RANK:FACTOR makes that world rank's steps take FACTOR times as long, from the "
+        "first (the straggler warning's drill). Each fires once in a run (output_dir's faults-fired.json: a rollback "
+        "or a restart does not fire it again; slow is on in every launch). The banner and run.json say a drill is "
+        "on; refused with push_to_hub.",
         FAULTS,
     )
     hang_timeout: int = option(
@@ -101,7 +115,8 @@ class ResilienceArguments(Section):
         "the rank(s) that stopped and where, every process of the node is ended, exit 76 (retryable: the same "
         "command resumes from the last checkpoint; docs/launching.md). 0: derived from the run itself, "
         f"{GAP_FACTOR} times the longest gap between two progress events so far, at least {FLOOR_S:.0f} s. Before a "
-        "rank's first step, and while it "
-        "saves a checkpoint or the final model, it is not watched (ddp_timeout bounds what waits for it).",
+        "rank's first step, and while it saves the final model or publishes it, it is not watched (ddp_timeout bounds "
+        "what waits for it). A checkpoint's save has its own bound: 30 s less than ddp_timeout, or "
+        f"{GAP_FACTOR} times the longest save so far if less, at least {FLOOR_S:.0f} s, never below hang_timeout.",
         Bound(lambda v: v == 0 or v >= MIN_HANG_TIMEOUT_S, f"0 (derived) or at least {MIN_HANG_TIMEOUT_S}"),
     )

@@ -138,7 +138,10 @@ def start(config: Config, plan: Plan, environ: Mapping[str, str], log: Console) 
     if plan.deadline:
         log(deadline_line(plan.deadline))
     hang = HangBound(
-        config.resilience.hang_timeout, Path(config.training.output_dir) / "logs", config.source_of("hang_timeout")
+        config.resilience.hang_timeout,
+        config.training.ddp_timeout,
+        Path(config.training.output_dir) / "logs",
+        config.source_of("hang_timeout"),
     )
     return launch(plan, environ, log, config.launch.rdzv_timeout, hang)
 

@@ -22,6 +22,8 @@ from train.common.errors import EXIT_HUNG
 from train.common.progress import (
     FLOOR_S,
     GAP_FACTOR,
+    SAVE_MARGIN_S,
+    SAVING,
     STACK_GRACE_S,
     STACK_SIGNAL,
     Progress,
@@ -36,15 +38,23 @@ POLL_S = 1.0
 
 @dataclass(frozen=True)
 class HangBound:
-    """The watchdog's settings: ``timeout`` (hang_timeout, 0: derived from the run), ``logs`` (where the stacks are
-    kept: output_dir/logs on this node), ``source`` (how an explicit timeout was set, as errors name options)."""
+    """The watchdog's settings: ``timeout`` (hang_timeout, 0: derived from the run), ``collective_timeout``
+    (ddp_timeout: a save's bound until one has ended), ``logs`` (where the stacks are kept: output_dir/logs on this
+    node), ``source`` (how an explicit timeout was set, as errors name options)."""
 
     timeout: int
+    collective_timeout: int
     logs: Path
     source: str = "hang_timeout"
 
+    def of(self, report: Progress) -> float:
+        return report.bound(self.timeout, self.collective_timeout)
+
     def words(self, reports: list[Progress]) -> str:
-        longest = max(p.bound(self.timeout) for p in reports)
+        longest = max(self.of(p) for p in reports)
+        if any(p.busy == SAVING and self.of(p) == longest for p in reports):
+            most = f"at most ddp_timeout={self.collective_timeout} less {SAVE_MARGIN_S:.0f} s"
+            return f"{longest:.0f} s (a checkpoint's save: {GAP_FACTOR}x the longest so far, {most})"
         if self.timeout:
             return f"{longest:.0f} s ({self.source}={self.timeout})"
         derived = f"{GAP_FACTOR}x the run's longest gap between two steps, at least {FLOOR_S:.0f} s"
@@ -76,7 +86,7 @@ class HangWatch:
     def _watch(self, agent_pid: int) -> None:
         while not self._stop.wait(POLL_S):
             reports = read_progress(self.directory)
-            if hung(reports, time.time(), self.bound.timeout):
+            if hung(reports, time.time(), self.bound.timeout, self.bound.collective_timeout):
                 self.verdict = self._end_hung(reports, agent_pid)
                 return
 

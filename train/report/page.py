@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from train.common.console import now
+from train.common.stragglers import RANK_STEP, straggler_words
 from train.outputs.runfiles import RunFiles
 from train.report.plots import (
     downstream_figure,
@@ -26,6 +27,7 @@ from train.report.plots import (
     lr_figure,
     quality_figure,
     saves_figure,
+    series_figure,
     step_shares_figure,
     svg,
     throughput_figure,
@@ -129,12 +131,23 @@ def _facts_rows(log: RunLog) -> list[tuple[str, Any]]:
         rows.append((f"version: {name}", version))
     for key, value in (run.get("hardware") or {}).items():
         rows.append((f"hardware: {key}", value))
+    stragglers = straggler_words(run.get("stragglers"))
+    if stragglers is not None:
+        rows.append(("stragglers", stragglers))
     if log.banners:
         banner = log.banners[-1]
         for key in ("gpus", "nodes", "train_samples", "eval_samples", "train_real_tokens", "model", "dataset"):
             if banner.get(key) not in (None, []):
                 rows.append((key, banner[key]))
     return rows
+
+
+def rank_times_figure(log: RunLog) -> Any | None:
+    """Each rank's own time per step (train/run/stragglers.py), a line per rank; None for a run of one rank."""
+    keys = sorted({key for record in log.train for key in record if key.startswith(RANK_STEP)},
+                  key=lambda key: int(key[len(RANK_STEP):]))  # fmt: skip
+    series = tuple((key, f"rank {key[len(RANK_STEP) :]}", f"C{index % 10}") for index, key in enumerate(keys))
+    return series_figure(log, log.train, series, ("Each rank's own time per step", "seconds")) if series else None
 
 
 def scale_toggle(name: str, log_svg: str, linear_svg: str) -> str:
@@ -222,6 +235,10 @@ STEP_SHARES_NOTE = (
     "MFU: the model's FLOPs of real tokens over the device's peak (docs/monitoring.md); a data wait that stays "
     "high means the device waits for its batches: more loader workers, prepare, or streaming."
 )
+RANK_TIMES_NOTE = (
+    "Each rank's own work per step: fetching its batches and its forward passes, where under DDP no rank waits for "
+    "another. A rank far above the others is a straggler every step waits for (run facts: stragglers)."
+)
 SAVES_NOTE = (
     "Per checkpoint: the seconds the training loop waited for it and the seconds written behind it, in the "
     "background (MLM_ASYNC_SAVE: docs/outputs.md); a synchronous save's are all the loop's."
@@ -253,6 +270,7 @@ def write_report(output_dir: str | Path) -> Path:
         ("learning-rate", lambda: lr_figure(log, schedule), caption),
         ("throughput", lambda: throughput_figure(log), ""),
         ("step-shares", lambda: step_shares_figure(log), STEP_SHARES_NOTE),
+        ("rank-times", lambda: rank_times_figure(log), RANK_TIMES_NOTE),
         ("grad-norm", lambda: line_figure(log, "grad_norm", "Gradient norm", "grad norm", "tab:brown"), ""),
         ("gpu-memory", lambda: gpu_figure(log), ""),
         ("saves", lambda: saves_figure(log), SAVES_NOTE),

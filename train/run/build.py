@@ -66,6 +66,7 @@ from train.run.callbacks import CheckpointCompleteMarker, DivergenceGuard, Epoch
 from train.run.diagnostics import TokenFlops, rank_peak
 from train.run.model_setup import Blueprint, set_up_model, shard_for_training
 from train.run.preemption import StopOnSignal
+from train.run.progress import ProgressReport, progress_report
 from train.run.resuming import ResumePoint, resume_point
 from train.run.rollback import rollback_unavailable
 from train.run.saving import CheckpointWriter, background_saves, sync_reason
@@ -101,6 +102,7 @@ class Prepared:
     branch: BranchPoint | None = None  # where the run branched from, when it is a branch (train/outputs/branch.py)
     phase: PhaseFacts | None = None  # the phase this launch trains, in a phased run (train/launch/phases.py)
     batch_warmup: dict[str, Any] | None = None  # a growing global batch's facts (BatchWarmup.record)
+    progress: ProgressReport | None = None  # this rank's progress, where a launcher watches (train/run/progress.py)
 
     def write_model(self, directory: Path) -> None:
         """The trained model and its tokenizer, as AutoModelForMaskedLM / AutoTokenizer load them, and a
@@ -205,7 +207,8 @@ def prepare(
     mark("model")
     reason = sync_reason(built.sharding, config.output_store, training.load_best_model_at_end, budget is not None)
     saves = background_saves(config.checkpoint, reason)
-    marker = CheckpointCompleteMarker.of(config, files, raw.identity, point.phase, saves)
+    progress = progress_report()
+    marker = CheckpointCompleteMarker.of(config, files, raw.identity, point.phase, saves, progress)
     scratch = checked.arch is not None
     model_settings = ModelSettings(
         head=head_training(config.adapting, model, scratch, built.head_weights is not None),
@@ -243,7 +246,7 @@ def prepare(
         resume=point.resume, budget=budget, sharding=built.sharding, sharding_choice=built.choice,
         ddp_estimate=built.estimate, state_bytes=state_bytes, setup_bytes=built.setup_bytes,
         data_identity=raw.identity, data_changed=point.data_changed, companions=checked.companions,
-        branch=point.recorded_branch, phase=point.phase, batch_warmup=warmup_facts,
+        branch=point.recorded_branch, phase=point.phase, batch_warmup=warmup_facts, progress=progress,
     )  # fmt: skip
 
 

@@ -25,6 +25,7 @@ from train.outputs.retention import Retention, rotate_directory
 from train.outputs.runfiles import RunFiles, is_checkpoint_name, step_of
 from train.run.branching import PHASE_KEY
 from train.run.logs import append_record
+from train.run.progress import ProgressReport
 from train.run.rollback import Divergence
 from train.run.saving import CheckpointWriter
 from train.run.spikes import SERIES, SpikeRule
@@ -60,18 +61,27 @@ class CheckpointCompleteMarker(TrainerCallback):
         options: dict[str, Any],
         saves: CheckpointWriter | None = None,
         retention: Retention = Retention(None),
+        progress: ProgressReport | None = None,
     ) -> None:
         self.files, self.options, self.saves, self.retention = files, options, saves, retention
+        self.progress = progress
         self._mark = time.monotonic()
 
     @classmethod
     def of(
-        cls, config: Config, files: RunFiles, identity: Any, phase: PhaseFacts | None, saves: CheckpointWriter | None
+        cls,
+        config: Config,
+        files: RunFiles,
+        identity: Any,
+        phase: PhaseFacts | None,
+        saves: CheckpointWriter | None,
+        progress: ProgressReport | None = None,
     ) -> CheckpointCompleteMarker:
         """The job's marker: each checkpoint records the resolved options, the data's ``identity``, the ``phase``
         and the options the run set (its recipe, as run.json's); written behind the loop by ``saves``
-        (train/run/saving.py), or at once when None. It takes the whole Config because a checkpoint records all of
-        it."""
+        (train/run/saving.py), or at once when None; ``progress`` (the hang watchdog's: train/run/progress.py) is
+        told when this rank waits for the others' digests and when it goes on saving. It takes the whole Config
+        because a checkpoint records all of it."""
         resolved = config.as_dict(redact=True)
         recorded = {
             **resumed_options(resolved, config.training.world_size),
@@ -79,7 +89,7 @@ class CheckpointCompleteMarker(TrainerCallback):
             PHASE_KEY: phase.index if phase else None,
             RECIPE: recipe(resolved, config.sources, Handoff.from_environ()),  # what a branch of it starts from
         }
-        return cls(files, recorded, saves, retention_of(config))
+        return cls(files, recorded, saves, retention_of(config), progress)
 
     def _since(self, *_: Any, **__: Any) -> None:
         self._mark = time.monotonic()
@@ -90,7 +100,11 @@ class CheckpointCompleteMarker(TrainerCallback):
         saved = time.monotonic()
         checkpoint, rank = self.files.checkpoint(state.global_step), distributed.world_rank()
         mine = digests_written_by(checkpoint, rank) if rank and checkpoint.is_dir() else {}
+        if self.progress is not None:
+            self.progress.waiting(state.global_step)
         everyone = distributed.gather_from_every_rank(mine)
+        if self.progress is not None:
+            self.progress.saving(state.global_step)
         if state.is_world_process_zero and checkpoint.is_dir():
             others = {n: d for found in everyone for n, d in found.items()}
             record = {"event": "checkpoint", "step": state.global_step, "save_s": round(saved - self._mark, 3)}

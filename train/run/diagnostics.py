@@ -177,6 +177,7 @@ class StepDiagnostics(StepClock):
         self.peak = peak
         self._busy = 0.0
         self._waited = 0.0
+        self._steps = 0
         self._counts: torch.Tensor | None = None
         self._windows = 0
         self._starved: list[float] = []
@@ -205,11 +206,16 @@ class StepDiagnostics(StepClock):
 
     def step_took(self, seconds: float) -> None:
         self._busy += seconds
+        self._steps += 1
+
+    def waited(self) -> tuple[float, int]:
+        """The window's time spent fetching batches, and its steps (before :meth:`window` starts a new one)."""
+        return self._waited, self._steps
 
     def window(self) -> dict[str, float]:
         """The figures of the steps since the last window (nothing when no step was timed), then a new window."""
         busy, waited, counts = self._busy, self._waited, self._counts
-        self._busy, self._waited, self._counts = 0.0, 0.0, None
+        self._busy, self._waited, self._counts, self._steps = 0.0, 0.0, None, 0
         if busy <= 0 or counts is None:
             return {}
         counted = dict(zip(FIELDS, counts.tolist(), strict=True))

@@ -8,6 +8,9 @@ drill's callback when the option is set; nothing else imports this module.
   (the parameters before the optimizer's step copied, then moved SPIKE_FACTOR times as far): a real spike.
 - ``hang@STEP``: the rank stops at that step's start and sleeps without exiting, as a rank stuck in a driver call
   or a frozen node would: the launcher's hang watchdog (train/launch/watchdog.py) is what ends it.
+- ``slow@RANK:FACTOR``: that rank's steps take FACTOR times as long, from the first, in every launch: it sleeps at
+  the start of each forward pass in training for FACTOR - 1 times its previous step's own time, as a rank on a
+  throttled GPU or a slow node would (train/run/stragglers.py names it).
 
 ``:RANK`` after the step fires it on that world rank alone (DDP's reduction carries a NaN to every rank; a spike
 on one rank leaves the ranks' weights apart until the rollback reloads them). Each fault fires once in a run:
@@ -42,6 +45,9 @@ class FaultDrill(TrainerCallback):
         self.armed: set[str] = set()  # the kinds armed on this rank for the step being trained
         self.before: list[torch.Tensor] = []
         self.hooked = False
+        rank = distributed.world_rank()
+        self.slow = next((f.factor for f in faults if f.kind == "slow" and f.hits(rank)), None)
+        self.step_began, self.step_s, self.slept, self.slow_due = 0.0, 0.0, 0.0, False
 
     def facts(self) -> dict[str, Any]:
         """run.json's ``fault_drill``."""
@@ -50,12 +56,16 @@ class FaultDrill(TrainerCallback):
     def on_train_begin(self, args: Any, state: Any, control: Any, model: Any = None, **kwargs: Any) -> None:
         if not self.hooked and model is not None:
             model.register_forward_hook(self.nan_loss)
+            if self.slow is not None:  # after the straggler clock's own hook: its sleep is counted as the rank's
+                model.register_forward_pre_hook(self.slow_forward)
+                say(f"fault drill: rank {distributed.world_rank()}'s steps take {self.slow:g}x as long", "warning")
             self.hooked = True
 
     def on_step_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
         step, rank = state.global_step + 1, distributed.world_rank()
+        self.step_began, self.slept, self.slow_due = time.monotonic(), 0.0, self.slow is not None
         for fault in self.faults:
-            if fault.step != step or fault.name in self.fired:
+            if fault.kind == "slow" or fault.step != step or fault.name in self.fired:
                 continue
             self.fired.append(fault.name)
             if distributed.is_world_zero():
@@ -67,6 +77,14 @@ class FaultDrill(TrainerCallback):
             say(f"fault drill: rank {rank} stops making progress at step {step}", "warning")
             while True:
                 time.sleep(60)
+
+    def slow_forward(self, module: Any, inputs: Any) -> None:
+        """At the step's first forward pass in training: FACTOR - 1 times the previous step's own time, asleep."""
+        if self.slow is not None and self.slow_due and module.training:
+            self.slow_due = False
+            pause = (self.slow - 1) * self.step_s
+            time.sleep(pause)
+            self.slept += pause
 
     def nan_loss(self, module: Any, inputs: Any, output: Any) -> Any:
         if "nan" in self.armed and module.training and getattr(output, "loss", None) is not None:
@@ -86,6 +104,8 @@ class FaultDrill(TrainerCallback):
 
     def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
         self.armed.clear()
+        if self.slow is not None:  # the step's own time, this drill's sleep left out
+            self.step_s = time.monotonic() - self.step_began - self.slept
 
 
 def fired_faults(record: Path) -> list[str]:

@@ -50,7 +50,6 @@ from train.run.callbacks import CheckpointSaved, finite_weights, retention_of
 from train.run.drills import FaultDrill
 from train.run.outcome import divergence_message, evaluation_at, final_metrics, session_rates, write_report_safely
 from train.run.preemption import EvaluationInterrupted
-from train.run.progress import progress_report
 from train.run.rollback import Rollbacks
 from train.run.startup import Startup
 from train.run.trainer import apply_ddp_timeout, tokens_seen_this_session
@@ -133,7 +132,7 @@ def run(config: Config, location: OutputLocation, startup: Startup | None = None
         if budget is not None:  # last: a save's time includes its digests and upload
             budget.resumed_total = planned_steps(resume)
             prepared.trainer.add_callback(budget)
-        progress = progress_report()
+        progress = prepared.progress
         if progress is not None:  # after every other: it reads the save and evaluation they asked for
             prepared.trainer.add_callback(progress)
         after = [lambda: write_report_safely(files), lambda: location.sync(*files.record_files())]
@@ -146,6 +145,7 @@ def run(config: Config, location: OutputLocation, startup: Startup | None = None
         live: list[Callable[[], dict[str, Any]]] = [
             lambda: {"quality_curve": log.curve, "rollbacks": rollbacks.record()},
             lambda: {"spikes_said": prepared.guard.spikes_said, "fault_drill": drill.facts() if drill else None},
+            lambda: {"stragglers": prepared.trainer.stragglers.record()},
         ]
         if budget is not None:
             live.append(lambda: {"time_budget": budget.plan.record()})

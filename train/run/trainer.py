@@ -43,6 +43,7 @@ from train.run.adapting import EncoderDrift, drop_encoder_gradients, with_head_r
 from train.run.batches import SAMPLES, merged_figure
 from train.run.diagnostics import StepDiagnostics
 from train.run.preemption import leave_signals_to_rank
+from train.run.stragglers import Stragglers
 from train.run.trainer_settings import TrainerSettings
 
 
@@ -68,6 +69,7 @@ class MLMTrainer(TrainerOverrides):
         super().__init__(*args, **kwargs)
         self.diagnostics = StepDiagnostics(settings.token_flops, settings.peak)  # the records' MFU, data wait, ...
         self.add_callback(self.diagnostics)
+        self.stragglers = Stragglers(self.model)  # each rank's own time per step, a slow one named
         if settings.saves is not None:  # the end of training waits for the save in flight
             self.add_callback(settings.saves)
         if settings.drift_batch is not None and self.compute_metrics is not None:
@@ -154,14 +156,16 @@ class MLMTrainer(TrainerOverrides):
 
     def log(self, logs: dict[str, float], start_time: float | None = None) -> None:
         """The Trainer's log, a training record with where its steps' time went (train/run/diagnostics.py: MFU,
-        data wait, packing efficiency), under a mask rate schedule with the rate of its step, under a batch warm-up
-        with its step's global rows."""
+        data wait, packing efficiency) and each rank's own time (train/run/stragglers.py), under a mask rate
+        schedule with the rate of its step, under a batch warm-up with its step's global rows."""
         if self.mask_rate_now is not None and "loss" in logs:
             logs = {**logs, "mlm_probability": round(self.mask_rate_now, 6)}
         if self.batch_rows_now is not None and "loss" in logs:
             logs = {**logs, "batch_rows": self.batch_rows_now}
         if "loss" in logs:
+            waited, steps = self.diagnostics.waited()
             logs = {**logs, **self.diagnostics.window()}
+            logs = {**logs, **self.stragglers.window(self.state.global_step, steps, waited)}  # a collective
         super().log(logs, start_time)
 
     def create_scheduler(self, num_training_steps: int, optimizer: Any = None) -> Any:
