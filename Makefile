@@ -62,10 +62,10 @@ test-setup: system-deps
 		wait $$base || echo "make test: the image's base was not made beforehand: $$(tail -n 1 build/image-base.log)"
 
 test: test-setup ## Set up and run every test: lint, audit, unit + end-to-end, the image
-	# Beside lint, audit, the unit tests and then the end-to-end tests run the image test (a container build: mostly
-	# one core unpacking wheels; the longest part, so it starts first) and the end-to-end runs that mostly wait (-m
-	# waits: Slurm's scheduling, a timeout); their logs follow. The unit tests run two at a time: the image test ends
-	# minutes before the end-to-end tests whatever share of the cores it gets. The end-to-end tests run two at a time
+	# Beside lint, audit, the unit tests (one core: two at a time beside the image's build took 556 s against 352 s
+	# on one) and then the end-to-end tests run the image test (a container build: mostly one core unpacking wheels;
+	# the longest part, so it starts first) and the end-to-end runs that mostly wait (-m waits: Slurm's scheduling,
+	# a timeout); their logs follow. The end-to-end tests run two at a time
 	# (about half of a core sat idle while they ran one at a time: launches, servers, signals) as soon as the unit
 	# tests end, without waiting for the image test (it took one core alone for minutes), a module's tests on one
 	# worker (they share its fixtures), the longest modules first (tests/conftest.py LONGEST_FIRST, kept in that order:
@@ -80,7 +80,7 @@ test: test-setup ## Set up and run every test: lint, audit, unit + end-to-end, t
 		$(SHARED_CORES) $(BIN)/python -m pytest -m waits --basetemp=build/pytest-waits --durations=5 $(PYTEST_ARGS) \
 			>build/pytest-waits.log 2>&1 & waits=$$!; \
 		$(MAKE) --no-print-directory lint audit || { kill $$image $$waits; wait; exit 1; }; \
-		$(SHARED_CORES) $(BIN)/python -m pytest -m "not slow" -n 2 --durations=10 $(PYTEST_ARGS) || unit=$$?; \
+		$(SHARED_CORES) $(BIN)/python -m pytest -m "not slow" --durations=10 $(PYTEST_ARGS) || unit=$$?; \
 		$(SHARED_CORES) $(BIN)/python -m pytest -m "slow and not waits and not alone" -n 2 --dist loadfile \
 			--no-loadscope-reorder --durations=25 $(PYTEST_ARGS) || e2e=$$?; \
 		wait $$waits || waited=$$?; cat build/pytest-waits.log; \

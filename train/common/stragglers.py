@@ -14,8 +14,8 @@ from typing import Any
 # A rank is slow in a training record when its own time per step is at least this many times the others' median
 # (a rank of two compares with the other alone); named once it has been slow this many records in a row. The
 # session's first record is left out: it holds the loader's start and the first step's allocations. Measured here
-# (2 gloo ranks on 2 busy CPU cores, the tiny model): healthy ranks stayed within 1.3x of each other; slow@1:2
-# read 2.5x or more.
+# (2 gloo ranks, 2 CPU cores, the tiny model, a record every step): a healthy run's ranks within 1.33x of each other
+# but for one record at an epoch's start (3.2x: one rank's loader starting again); slow@1:3 read 3.5x to 16x.
 SLOW_RATIO = 1.5
 SLOW_RECORDS = 3
 RANK_STEP = "rank_step_s/"  # a training record's key for each rank's own time per step: rank_step_s/0, ...
