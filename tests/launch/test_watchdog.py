@@ -126,3 +126,28 @@ def test_a_hung_rank_is_asked_for_its_stack_named_and_ended(tmp_path: Path, stop
         assert "in stuck_in_step_5" in (tmp_path / "logs" / "stacks-rank-0.txt").read_text()
         assert not (tmp_path / "logs" / "stacks-rank-0.txt").is_symlink()
     assert (tmp_path / "outside").read_text() == "untouched"
+
+
+def test_with_several_nodes_a_node_whose_ranks_all_wait_says_another_may_hold_them(tmp_path: Path) -> None:
+    """Measured with two nodes on loopback (hang@3:1, one rank each): both launchers ended their node within 22 s;
+    node 0's rank, waiting in step 3's collective, stood out in nothing."""
+    runs = tmp_path / "launch"
+    runs.mkdir()
+    rank = subprocess.Popen([sys.executable, "-c", textwrap.dedent(RANK), str(runs)], cwd=Path(__file__).parents[2])
+    try:
+        deadline = time.monotonic() + 60
+        while not read_progress(runs):
+            assert time.monotonic() < deadline and rank.poll() is None
+            time.sleep(0.05)
+        watch = HangWatch(str(runs), 1, HangBound(30, 1800, tmp_path / "logs"), lambda pid: None, 2.0, nodes=2)
+        watch.start(4242)
+        while watch.verdict is None:
+            assert time.monotonic() < deadline
+            time.sleep(0.1)
+        watch.stop()
+    finally:
+        rank.kill()
+        rank.wait()
+    assert "rank 0 (its last progress: training step 5) stopped (of 2 nodes: these may wait for another node's" in (
+        watch.verdict
+    )

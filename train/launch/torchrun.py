@@ -300,7 +300,8 @@ def launch(
     if target:
         wait_for_address(*target, timeout_s=rdzv_timeout, log=lambda m: log(m, "warning"), environ=environ)
     exit_dir = tempfile.mkdtemp(prefix="mlm-exit-")
-    watch = HangWatch(exit_dir, plan.nproc_per_node, hang, abort) if hang is not None else None
+    nodes = plan.topology.max_nodes
+    watch = HangWatch(exit_dir, plan.nproc_per_node, hang, abort, nodes=nodes) if hang is not None else None
     try:
         log("torchrun: " + " ".join(plan.command))
         child_env = _child_env(environ, plan, exit_dir)

@@ -62,14 +62,21 @@ class HangBound:
 
 
 class HangWatch:
-    """Watches ``directory`` (the launch's exit directory) for the node's ``nproc`` ranks under ``bound``; once it
-    has ended a hung node (``end``, given torchrun's pid, after ``grace_s`` for the stacks), ``verdict`` holds the
-    one line to say."""
+    """Watches ``directory`` (the launch's exit directory) for the node's ``nproc`` ranks under ``bound`` (one node
+    of ``nodes``); once it has ended a hung node (``end``, given torchrun's pid, after ``grace_s`` for the stacks),
+    ``verdict`` holds the one line to say."""
 
     def __init__(
-        self, directory: str, nproc: int, bound: HangBound, end: Callable[[int], None], grace_s: float = STACK_GRACE_S
+        self,
+        directory: str,
+        nproc: int,
+        bound: HangBound,
+        end: Callable[[int], None],
+        grace_s: float = STACK_GRACE_S,
+        nodes: int = 1,
     ) -> None:
         self.directory, self.nproc, self.bound, self.end, self.grace_s = directory, nproc, bound, end, grace_s
+        self.nodes = nodes
         self.verdict: str | None = None
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -100,6 +107,8 @@ class HangWatch:
         kept = self._keep_stacks(answered)
         self.end(agent_pid)
         who = ", ".join(named) + " stopped"
+        if self.nodes > 1 and len(named) == len(reports):  # none of this node's stands out: another's may hold them
+            who += f" (of {self.nodes} nodes: these may wait for another node's ranks, which its own line names)"
         stacks = f"; stacks in {kept}/stacks-rank-N.txt" if answered else "; no rank wrote its stack"
         return (
             f"hung: no progress for {self.bound.words(reports)}: {who}; every process of this node was ended, "
