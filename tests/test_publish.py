@@ -12,6 +12,7 @@ import huggingface_hub.constants
 import pytest
 import yaml
 
+from tests.common.test_rollbacks import RECORDED, SPIKE
 from tests.hub_server import USER, HubServer
 from train.common.errors import EXIT_CONFIG, EXIT_ENVIRONMENT, ConfigError, EnvironmentProblem
 from train.config import Config, load_config
@@ -202,6 +203,10 @@ def test_the_card_carries_the_run_facts(tmp_path: Path) -> None:
         assert fact in body
     assert "torch " in body and "transformers " in body  # versions
     assert 'pipeline("fill-mask", model="tester/mlm-unit")' in body
+    assert "| rollbacks | none recorded |" in body  # a run.json without the record
+    rolled = {**facts(config), "rollbacks": RECORDED, "stragglers": []}
+    _, body = card_parts(model_card(config.as_dict(), config.sources, rolled, RESULTS, step=25))
+    assert f"| rollbacks | {SPIKE.words()} |" in body
 
 
 def test_the_card_says_how_far_an_adapted_encoder_moved_and_warns_past_the_threshold(tmp_path: Path) -> None:
@@ -262,6 +267,8 @@ def test_trackers_get_the_job_options_facts_and_final_metrics(tmp_path: Path) ->
     assert tracker_params(config.as_dict(), {**facts(config), "stragglers": []}, RESULTS)["stragglers"] == "none"
     params = tracker_params(config.as_dict(), {**facts(config), "stragglers": [named]}, RESULTS)
     assert params["stragglers"] == "rank 1 (from step 40: 2.5x the others' median)"
+    rolled = tracker_params(config.as_dict(), {**facts(config), "rollbacks": RECORDED}, RESULTS)
+    assert rolled["rollbacks"] == SPIKE.words()
     metrics = final_metrics({**RESULTS, "perplexity": float("inf")})
     assert metrics["eval_loss"] == 2.3456 and "perplexity" not in metrics and "train_samples" not in metrics
 

@@ -43,6 +43,11 @@ def test_a_nan_and_a_spike_each_roll_back_skip_their_window_and_the_run_finishes
     assert spike["what"].startswith("loss ")
     assert "rollback 1 of at most 3" in err and "rollback 2 of at most 3" in err
     assert "after 2 rollbacks (run.json: rollbacks)" in err
+    card = (output / "final" / "README.md").read_text()  # the model card says so too, as the report and trackers do
+    assert (
+        "| rollbacks | step 5 (" in card
+        and "back to checkpoint-12, steps 13-15 skipped, peak learning rate x0.5 |" in card
+    )
     # The checkpoints after each rollback's point, moved aside (kept for a look), not resumed by a later start.
     assert sorted(p.name.split("-")[2] for p in output.glob(".invalid-checkpoint-*")) == ["14", "4"]
     weights = load_file(output / "final" / "model.safetensors")

@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.common.test_rollbacks import RECORDED, SPIKE
 from tests.report.chromium import Chromium, near, visible
 from tests.report.helpers import (
     assert_self_contained,
@@ -338,3 +339,15 @@ def test_each_ranks_own_time_is_drawn_and_a_straggler_is_a_run_fact(tmp_path: Pa
     files.run_json.write_text(json.dumps({**run_json(), "stragglers": None}))
     page = write_report(tmp_path).read_text()
     assert "rank-times" not in charts_of(page) and "<th>stragglers</th>" not in page
+
+
+def test_a_runs_rollbacks_are_a_run_fact_and_drawn_on_the_loss_chart(tmp_path: Path):
+    files = RunFiles(tmp_path)
+    write_jsonl(files.train_jsonl, [train_record(step, 2.0 - step / 100) for step in (10, 20, 30)])
+    files.run_json.write_text(json.dumps({**run_json(), "rollbacks": RECORDED}))
+    page = write_report(tmp_path).read_text()
+    assert f"<th>rollbacks</th><td>{SPIKE.words()}</td>" in page
+    assert page.count("rollback (where it was detected)") == 2  # the log and the linear drawings' legends
+    files.run_json.write_text(json.dumps({**run_json(), "rollbacks": {"limit": 3, "made": 0, "rollbacks": []}}))
+    page = write_report(tmp_path).read_text()
+    assert "<th>rollbacks</th><td>none</td>" in page and "where it was detected" not in page

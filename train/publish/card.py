@@ -19,6 +19,7 @@ from typing import Any
 
 from train.common.hf import is_hub_dataset
 from train.common.mixture import dataset_names
+from train.common.rollbacks import rollback_words
 from train.config import SECRET_FIELDS
 from train.config.model_source import model_source
 from train.model.adapting import DRIFT_WARNING
@@ -154,6 +155,7 @@ def training_values(run: dict[str, Any], results: dict[str, Any]) -> dict[str, s
         "precision": hardware.get("precision") or "as configured",
         "versions": " · ".join(f"{k} {v}" for k, v in versions.items()) or "unknown",
         "image_revision": run.get("image_revision") or "unknown",
+        "rollbacks": rollback_words(run.get("rollbacks")) or "none recorded",
         "started": str(run.get("started", "?")),
         "ended": str(run.get("ended", "?")),
     }

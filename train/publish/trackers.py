@@ -17,6 +17,7 @@ from typing import Any
 
 from train.common.console import say, warn
 from train.common.errors import EnvironmentProblem
+from train.common.rollbacks import rollback_words
 from train.common.stragglers import straggler_words
 from train.config import JOB_FIELDS
 from train.publish.common import why_failed
@@ -39,6 +40,7 @@ def tracker_params(resolved: Mapping[str, Any], run: dict[str, Any], results: di
         precision=hardware.get("precision"),
         nnodes=hardware.get("nnodes"),
         stragglers=straggler_words(run.get("stragglers")),
+        rollbacks=rollback_words(run.get("rollbacks")),
         **{name: results.get(name, run.get(name)) for name in COUNTS},
     )
     for name, version in (run.get("versions") or {}).items():

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from train.common.console import now
+from train.common.rollbacks import rollback_words, rollbacks_of
 from train.common.stragglers import RANK_STEP, straggler_words
 from train.outputs.runfiles import RunFiles
 from train.report.plots import (
@@ -131,15 +132,28 @@ def _facts_rows(log: RunLog) -> list[tuple[str, Any]]:
         rows.append((f"version: {name}", version))
     for key, value in (run.get("hardware") or {}).items():
         rows.append((f"hardware: {key}", value))
-    stragglers = straggler_words(run.get("stragglers"))
-    if stragglers is not None:
-        rows.append(("stragglers", stragglers))
+    for key, words in (("rollbacks", rollback_words), ("stragglers", straggler_words)):
+        said = words(run.get(key))
+        if said is not None:
+            rows.append((key, said))
     if log.banners:
         banner = log.banners[-1]
         for key in ("gpus", "nodes", "train_samples", "eval_samples", "train_real_tokens", "model", "dataset"):
             if banner.get(key) not in (None, []):
                 rows.append((key, banner[key]))
     return rows
+
+
+def mark_rollbacks(figure: Any, log: RunLog) -> Any:
+    """The loss chart with each rollback of run.json drawn where it was detected (the steps after its checkpoint
+    were trained again, their batches skipped)."""
+    axis, rollbacks = figure.axes[0], rollbacks_of((log.run or {}).get("rollbacks"))
+    for index, rollback in enumerate(rollbacks):
+        label = "rollback (where it was detected)" if index == 0 else None
+        axis.axvline(rollback.detected_at_step, color="tab:red", linestyle="--", linewidth=1, label=label)
+    if rollbacks:
+        axis.legend(fontsize=8)  # again, with the rollbacks' line
+    return figure
 
 
 def rank_times_figure(log: RunLog) -> Any | None:
@@ -255,11 +269,11 @@ def write_report(output_dir: str | Path) -> Path:
     log = load_run(files.root)
 
     png = io.BytesIO()
-    figure = loss_figure(log, log_scale=True)
+    figure = mark_rollbacks(loss_figure(log, log_scale=True), log)
     figure.savefig(png, format="png", dpi=120)
     _write_atomic(files.loss_png, png.getvalue())
 
-    linear = svg(loss_figure(log, log_scale=False), "loss-linear")
+    linear = svg(mark_rollbacks(loss_figure(log, log_scale=False), log), "loss-linear")
     charts = [("loss", scale_toggle("loss", svg(figure, "loss-log"), linear))]
     schedule, caption = lr_schedule(log)
     for name, make, note in (

@@ -26,6 +26,7 @@ import torch.distributed as dist
 
 from train.common import distributed
 from train.common.console import now, say
+from train.common.rollbacks import RollbackRecord
 from train.outputs.checkpoints import problem
 from train.outputs.runfiles import RunFiles, step_of
 from train.run.saving import CheckpointWriter
@@ -136,16 +137,11 @@ class Rollbacks:
         if self.saves is not None:
             self.saves.rewind(step)
         first, last = skipped_window(step, seen.step)
-        record = {
-            "time": now(),
-            "detected_at_step": seen.step,
-            "detected": seen.kind,
-            "what": seen.what,
-            "rolled_back_to": self.files.checkpoint(step).name,
-            "skipped_steps": [first, last],
-            "batches_skipped_per_rank": (last - first + 1) * per_step,
-            "learning_rate_factor": self.lr_factor,
-        }
+        record = RollbackRecord(
+            time=now(), detected_at_step=seen.step, detected=seen.kind, what=seen.what,
+            rolled_back_to=self.files.checkpoint(step).name, skipped_steps=(first, last),
+            batches_skipped_per_rank=(last - first + 1) * per_step, learning_rate_factor=self.lr_factor,
+        ).record()  # fmt: skip
         self.done.append(record)
         self.skip.at, self.skip.steps, self.skip.record = step, last - first + 1, record
         self.skip.lr_factor = self.lr_factor
