@@ -52,11 +52,15 @@ def test_a_non_finite_value_fires_at_once_even_without_history() -> None:
     assert rule.judge({"loss": math.inf}) == ("non-finite", "loss is inf")
 
 
-def test_no_spike_before_the_minimum_history_nor_for_a_fall_nor_with_threshold_0() -> None:
+def test_before_the_minimum_history_only_a_loss_far_above_its_highest_nor_a_fall_nor_with_threshold_0() -> None:
     rule = SpikeRule(THRESHOLD)
-    for _ in range(MIN_HISTORY - 1):
-        rule.judge({"loss": 2.0})
-    assert rule.judge({"loss": 50.0}) is None  # too early to judge
+    assert rule.judge({"loss": 3102.0}) is None  # the first log: nothing to judge it by
+    rule = SpikeRule(THRESHOLD)
+    rule.judge({"loss": 8.21, "grad_norm": 0.86})
+    for _ in range(MIN_HISTORY - 3):
+        rule.judge({"loss": 2.0, "grad_norm": 0.86})
+    assert rule.judge({"loss": 20.0, "grad_norm": 90.0}) is None  # 2.4x the highest loss; a norm too early
+    assert rule.judge({"loss": 3102.0}) == ("spike", "loss 3102 is 155 times the highest of its 9 logs before")
     rule.judge({"loss": 2.0})
     assert rule.judge({"loss": 0.01}) is None  # a fall
     assert rule.judge({"loss": 50.0}) is not None
