@@ -62,10 +62,10 @@ test-setup: system-deps
 		wait $$base || echo "make test: the image's base was not made beforehand: $$(tail -n 1 build/image-base.log)"
 
 test: test-setup ## Set up and run every test: lint, audit, unit + end-to-end, the image
-	# Beside lint, audit, the unit tests (one core: two at a time beside the image's build took 556 s against 352 s
-	# on one) and then the end-to-end tests run the image test (a container build: mostly one core unpacking wheels;
-	# the longest part, so it starts first) and the end-to-end runs that mostly wait (-m waits: Slurm's scheduling,
-	# a timeout); their logs follow. The end-to-end tests run two at a time
+	# Beside lint, audit, the unit tests (one core; two at a time took 556 s, one 615 s the same day and 352 s on
+	# an earlier one: not yet compared fairly) and then the end-to-end tests run the image test (a container build:
+	# mostly one core unpacking wheels; the longest part, so it starts first) and the end-to-end runs that mostly
+	# wait (-m waits: Slurm's scheduling, a timeout); their logs follow. The end-to-end tests run two at a time
 	# (about half of a core sat idle while they ran one at a time: launches, servers, signals) as soon as the unit
 	# tests end, without waiting for the image test (it took one core alone for minutes), a module's tests on one
 	# worker (they share its fixtures), the longest modules first (tests/conftest.py LONGEST_FIRST, kept in that order:
