@@ -3,11 +3,13 @@ real process that reports progress and writes its stack on SIGQUIT as a rank doe
 
 from __future__ import annotations
 
+import contextlib
 import math
 import subprocess
 import sys
 import textwrap
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -88,6 +90,32 @@ stuck_in_step_5()
 """
 
 
+@contextlib.contextmanager
+def reporting_rank(runs: Path) -> Iterator[subprocess.Popen[bytes]]:
+    """A process standing for a rank (RANK) that has written its record in ``runs``; killed at the end."""
+    rank = subprocess.Popen([sys.executable, "-c", textwrap.dedent(RANK), str(runs)], cwd=Path(__file__).parents[2])
+    try:
+        deadline = time.monotonic() + 60
+        while not read_progress(runs):
+            assert time.monotonic() < deadline and rank.poll() is None
+            time.sleep(0.05)
+        yield rank
+    finally:
+        rank.kill()
+        rank.wait()
+
+
+def verdict_of(watch: HangWatch) -> str:
+    """The watchdog run until it has ended the node (torchrun's pid stood for by 4242): its line."""
+    watch.start(4242)
+    deadline = time.monotonic() + 60
+    while watch.verdict is None:
+        assert time.monotonic() < deadline
+        time.sleep(0.1)
+    watch.stop()
+    return watch.verdict
+
+
 @pytest.mark.parametrize("stopped", [False, True])
 def test_a_hung_rank_is_asked_for_its_stack_named_and_ended(tmp_path: Path, stopped: bool) -> None:
     """A process standing for a rank that last moved a minute ago; stopped (SIGSTOP), it cannot write its stack."""
@@ -97,32 +125,19 @@ def test_a_hung_rank_is_asked_for_its_stack_named_and_ended(tmp_path: Path, stop
     (tmp_path / "logs").mkdir()
     (tmp_path / "outside").write_text("untouched")
     (tmp_path / "logs" / "stacks-rank-0.txt").symlink_to(tmp_path / "outside")
-    rank = subprocess.Popen([sys.executable, "-c", textwrap.dedent(RANK), str(runs)], cwd=Path(__file__).parents[2])
-    try:
-        deadline = time.monotonic() + 60
-        while not read_progress(runs):
-            assert time.monotonic() < deadline and rank.poll() is None
-            time.sleep(0.05)
+    ended: list[int] = []
+    with reporting_rank(runs) as rank:
         if stopped:
             rank.send_signal(subprocess.signal.SIGSTOP)  # type: ignore[attr-defined]
-        ended: list[int] = []
         watch = HangWatch(str(runs), 2, HangBound(30, 1800, tmp_path / "logs", "MLM_HANG_TIMEOUT"), ended.append, 2.0)
-        watch.start(4242)
-        deadline = time.monotonic() + 60
-        while watch.verdict is None:
-            assert time.monotonic() < deadline
-            time.sleep(0.1)
-        watch.stop()
-    finally:
-        rank.kill()
-        rank.wait()
+        verdict = verdict_of(watch)
     assert ended == [4242]
     # Local rank 1 never reported: it is the one named, whatever rank 0 did.
-    assert watch.verdict.startswith("hung: no progress for 30 s (MLM_HANG_TIMEOUT=30): local rank 1 stopped;")
+    assert verdict.startswith("hung: no progress for 30 s (MLM_HANG_TIMEOUT=30): local rank 1 stopped;")
     if stopped:
-        assert watch.verdict.endswith("; no rank wrote its stack")
+        assert verdict.endswith("; no rank wrote its stack")
     else:
-        assert watch.verdict.endswith(f"stacks in {tmp_path / 'logs'}/stacks-rank-N.txt")
+        assert verdict.endswith(f"stacks in {tmp_path / 'logs'}/stacks-rank-N.txt")
         assert "in stuck_in_step_5" in (tmp_path / "logs" / "stacks-rank-0.txt").read_text()
         assert not (tmp_path / "logs" / "stacks-rank-0.txt").is_symlink()
     assert (tmp_path / "outside").read_text() == "untouched"
@@ -133,21 +148,9 @@ def test_with_several_nodes_a_node_whose_ranks_all_wait_says_another_may_hold_th
     node 0's rank, waiting in step 3's collective, stood out in nothing."""
     runs = tmp_path / "launch"
     runs.mkdir()
-    rank = subprocess.Popen([sys.executable, "-c", textwrap.dedent(RANK), str(runs)], cwd=Path(__file__).parents[2])
-    try:
-        deadline = time.monotonic() + 60
-        while not read_progress(runs):
-            assert time.monotonic() < deadline and rank.poll() is None
-            time.sleep(0.05)
+    with reporting_rank(runs):
         watch = HangWatch(str(runs), 1, HangBound(30, 1800, tmp_path / "logs"), lambda pid: None, 2.0, nodes=2)
-        watch.start(4242)
-        while watch.verdict is None:
-            assert time.monotonic() < deadline
-            time.sleep(0.1)
-        watch.stop()
-    finally:
-        rank.kill()
-        rank.wait()
+        verdict = verdict_of(watch)
     assert "rank 0 (its last progress: training step 5) stopped (of 2 nodes: these may wait for another node's" in (
-        watch.verdict
+        verdict
     )

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import statistics
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from typing import Any
 
 # A rank is slow in a training record when its own time per step is at least this many times the others' median
@@ -33,8 +33,7 @@ class Straggler:
     median_s: float
 
     def record(self) -> dict[str, Any]:
-        return {"rank": self.rank, "step": self.step, "ratio": self.ratio, "seconds": self.seconds,
-                "median_s": self.median_s}  # fmt: skip
+        return asdict(self)
 
     @classmethod
     def of(cls, entry: Any) -> Straggler | None:

@@ -7,7 +7,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from train.common.progress import FLOOR_S, GAP_FACTOR
+from train.common.progress import FLOOR_S, GAP_FACTOR, SAVE_MARGIN_S
 from train.config.bounds import NON_NEGATIVE, Bound, Section, integers, option
 
 FAULT_KINDS = ("nan", "spike", "hang", "slow")
@@ -116,7 +116,7 @@ class ResilienceArguments(Section):
         "command resumes from the last checkpoint; docs/launching.md). 0: derived from the run itself, "
         f"{GAP_FACTOR} times the longest gap between two progress events so far, at least {FLOOR_S:.0f} s. Before a "
         "rank's first step, and while it saves the final model or publishes it, it is not watched (ddp_timeout bounds "
-        "what waits for it). A checkpoint's save has its own bound: 30 s less than ddp_timeout, or "
+        f"what waits for it). A checkpoint's save has its own bound: {SAVE_MARGIN_S:.0f} s less than ddp_timeout, or "
         f"{GAP_FACTOR} times the longest save so far if less, at least {FLOOR_S:.0f} s, never below hang_timeout.",
         Bound(lambda v: v == 0 or v >= MIN_HANG_TIMEOUT_S, f"0 (derived) or at least {MIN_HANG_TIMEOUT_S}"),
     )
